@@ -1,0 +1,30 @@
+"""Command-line entry point: ``python -m playground {generate,train} ...``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from playground import cli
+from playground.train import cli as train_cli
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m playground", description="EAGLE Playground command line")
+    commands = parser.add_subparsers(dest="command", required=True)
+    cli.register(commands)
+    train_cli.register(commands)
+    args = parser.parse_args(argv)
+    from playground.engine import CheckpointError, TargetError
+
+    try:
+        args.func(args)
+    except (cli.UsageError, CheckpointError, TargetError, ValueError, KeyError, FileNotFoundError) as err:
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The local engine backend: one target and its drafters per preset, shared by every session of the process."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+
+from playground.engine import (
+    CheckpointError, Eagle3Drafter, GenerationConfig, StepEvent, Target, load_drafter, plain_generate,
+    speculative_generate, summarize,
+)
+from playground.presets import Preset
+
+
+@dataclass
+class LoadedDrafter:
+    drafter: Eagle3Drafter
+    aux_layers: list[int]
+    layout: str
+    source: str
+
+
+class LocalBackend:
+    """Loads lazily, caches models, and streams StepEvents. Thread-safe for concurrent requests."""
+
+    name = "local"
+
+    def __init__(self, preset: Preset, device: str | None = None) -> None:
+        self.preset = preset
+        self.device = device or preset.device
+        self.dtype = getattr(torch, preset.dtype)
+        self._lock = threading.Lock()
+        self._target: Target | None = None
+        self._drafters: dict[str, LoadedDrafter] = {}
+        self._baseline: dict[tuple, float] = {}
+
+    @property
+    def target(self) -> Target:
+        with self._lock:
+            if self._target is None:
+                self._target = Target.load(self.preset.target, device=self.device, dtype=self.dtype)
+            return self._target
+
+    def drafter(self, name: str) -> LoadedDrafter:
+        """A preset drafter by name, or any drafter folder / Hub id; checked against the target once."""
+        source = self.preset.drafters.get(name, name)
+        target = self.target
+        with self._lock:
+            if source not in self._drafters:
+                drafter, layout = load_drafter(source, dtype=self.dtype)
+                drafter = drafter.to(self.device)
+                aux = target.attach(drafter)
+                self._drafters[source] = LoadedDrafter(drafter, aux, layout, source)
+            return self._drafters[source]
+
+    def encode(self, messages: list[dict], chat_template: str | None = None, raw: bool = False) -> list[int]:
+        return self.target.encode_chat(messages, chat_template=chat_template, raw=raw)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.target.decode(ids)
+
+    def stream(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
+               should_stop: Callable[[], bool] | None = None) -> Iterator[StepEvent]:
+        if drafter == "none":
+            return plain_generate(self.target, prompt_ids, cfg, should_stop)
+        loaded = self.drafter(drafter)
+        return speculative_generate(self.target, loaded.drafter, loaded.aux_layers, prompt_ids, cfg, should_stop)
+
+    def baseline_tokens_per_second(self, prompt_ids: list[int], max_new_tokens: int = 32) -> float:
+        """Plain greedy decoding speed measured on this machine and target (cached per prompt length bucket).
+
+        One warm-up run, then the median of three runs."""
+        key = (len(prompt_ids) // 256, max_new_tokens)
+        if key not in self._baseline:
+            cfg = GenerationConfig(max_new_tokens=max_new_tokens, instrument=False)
+            runs = []
+            for _ in range(4):
+                events = list(plain_generate(self.target, prompt_ids, cfg))
+                runs.append(summarize(events, 1).tokens_per_second or 0.0)
+            self._baseline[key] = sorted(runs[1:])[1]
+        return self._baseline[key]
+
+
+_BACKENDS: dict[str, LocalBackend] = {}
+_BACKENDS_LOCK = threading.Lock()
+
+
+def shared_backend(preset: Preset) -> LocalBackend:
+    """One backend (so one copy of the weights) per preset for the whole process."""
+    with _BACKENDS_LOCK:
+        if preset.name not in _BACKENDS or _BACKENDS[preset.name].preset != preset:
+            _BACKENDS[preset.name] = LocalBackend(preset)
+        return _BACKENDS[preset.name]
+
+
+__all__ = ["CheckpointError", "LocalBackend", "LoadedDrafter", "shared_backend"]

@@ -1,0 +1,117 @@
+"""``python -m playground generate``: one request through a backend, streamed to stdout or as one JSON object."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from playground.engine import MAX_K, GenerationConfig, summarize
+from playground.presets import DEFAULT_PRESET, Preset, get_preset
+
+
+class UsageError(Exception):
+    """A problem with the user's request, reported as one line on stderr."""
+
+
+def resolve_preset(args: argparse.Namespace) -> Preset:
+    preset = get_preset(args.preset)
+    if args.target:  # an arbitrary target: drafters only by --drafter-path
+        preset = Preset(name=f"custom:{args.target}", title=args.target, target=args.target, device=args.device,
+                        dtype=args.dtype)
+    elif args.device != preset.device or args.dtype != preset.dtype:
+        preset = Preset(**{**asdict(preset), "device": args.device, "dtype": args.dtype})
+    return preset
+
+
+def make_backend(args: argparse.Namespace, preset: Preset):
+    if args.backend == "local":
+        if args.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise UsageError("--device cuda was asked for, but no CUDA GPU is visible on this machine")
+        from playground.backends.local import LocalBackend
+
+        return LocalBackend(preset, device=args.device)
+    raise UsageError(f"backend {args.backend!r} is not available in this build; use --backend local")
+
+
+def _messages(args: argparse.Namespace) -> list[dict]:
+    prompt = Path(args.prompt_file).read_text() if args.prompt_file else args.prompt
+    if prompt is None or not prompt.strip():
+        raise UsageError("the prompt is empty: pass --prompt TEXT or --prompt-file FILE")
+    messages = [{"role": "system", "content": args.system}] if args.system else []
+    return messages + [{"role": "user", "content": prompt}]
+
+
+def generate(args: argparse.Namespace) -> dict:
+    preset = resolve_preset(args)
+    drafter = args.drafter_path or args.drafter
+    if drafter != "none" and not args.drafter_path and drafter not in preset.drafters:
+        raise UsageError(f"drafter {drafter!r} is not in preset {preset.name!r} (choose from {preset.drafter_names}) "
+                         "or pass --drafter-path")
+    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, temperature=args.temperature,
+                           top_p=args.top_p, seed=args.seed, stop_strings=tuple(args.stop or ()),
+                           instrument=not args.no_instrument)
+    try:
+        cfg.validate()
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    backend = make_backend(args, preset)
+    prompt_ids = backend.encode(_messages(args), chat_template=args.chat_template, raw=args.raw)
+    events, ids = [], []
+    for event in backend.stream(prompt_ids, drafter, cfg):
+        events.append(event)
+        ids += event.emitted
+        if not args.json:
+            sys.stdout.write(backend.decode(ids)[len(backend.decode(ids[: len(ids) - len(event.emitted)])):])
+            sys.stdout.flush()
+    metrics = summarize(events, cfg.k)
+    result = {
+        "text": backend.decode(ids),
+        "token_ids": ids,
+        "prompt_tokens": len(prompt_ids),
+        "finish_reason": events[-1].finish_reason,
+        "preset": preset.name,
+        "target": preset.target,
+        "drafter": drafter,
+        "config": asdict(cfg),
+        **{k: v for k, v in metrics.to_dict().items() if k != "k"},
+        "steps": [e.to_dict() for e in events],
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        m = metrics
+        al = f"{m.mean_acceptance_length:.2f}" if m.mean_acceptance_length else "n/a"
+        print(f"\n\n[{m.generated_tokens} tokens, {m.tokens_per_second:.1f} tok/s, mean acceptance length {al}, "
+              f"finish: {result['finish_reason']}]", file=sys.stderr)
+    return result
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("generate", help="generate one answer with a drafter, print text or JSON")
+    p.add_argument("--preset", default=DEFAULT_PRESET, help="named target+drafter pair (default: embedded)")
+    p.add_argument("--target", help="a Hugging Face model folder or Hub id instead of the preset's target")
+    p.add_argument("--drafter", default="eagle3.1", help="none, or a drafter name of the preset (eagle3, eagle3.1)")
+    p.add_argument("--drafter-path", help="a drafter folder (official, vLLM-export or speculators layout) or Hub id")
+    p.add_argument("--k", type=int, default=4, help=f"speculative tokens per step, 1..{MAX_K}")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--prompt")
+    p.add_argument("--prompt-file")
+    p.add_argument("--system", help="system prompt")
+    p.add_argument("--chat-template", help="a named chat template of the tokenizer (e.g. alt)")
+    p.add_argument("--raw", action="store_true", help="no chat template: the prompt text as is")
+    p.add_argument("--stop", action="append", help="stop string (repeatable)")
+    p.add_argument("--backend", default="local", choices=["local", "vllm", "remote"])
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--no-instrument", action="store_true", help="skip attention / hidden-RMS capture")
+    p.add_argument("--json", action="store_true", help="print one JSON object (schema in the README)")
+    p.set_defaults(func=generate)

@@ -1,0 +1,13 @@
+"""The speculative-decoding engine: target wrapper, EAGLE-3/3.1 drafter, decode loops, step events."""
+
+from .checkpoint import CheckpointError, load_drafter, save_drafter
+from .decode import MAX_K, GenerationConfig, plain_generate, speculative_generate
+from .drafter import DrafterConfig, Eagle3Drafter
+from .target import Target, TargetError
+from .trace import AttentionMass, RunMetrics, StepEvent, summarize
+
+__all__ = [
+    "MAX_K", "AttentionMass", "CheckpointError", "DrafterConfig", "Eagle3Drafter", "GenerationConfig", "RunMetrics",
+    "StepEvent", "Target", "TargetError", "load_drafter", "plain_generate", "save_drafter", "speculative_generate",
+    "summarize",
+]

@@ -1,0 +1,231 @@
+"""The decode loops: chain speculative decoding with an EAGLE drafter, and the plain baseline.
+
+Both are iterators yielding one StepEvent per target forward, both run through the same Target wrapper and
+KV-cache code, so the speedup one measures between them is honest.
+
+Alignment (EAGLE): at position t the drafter reads the target's aux features f_t and the embedding of token
+t+1 and predicts token t+2. After each verification the drafter's cache is rolled back to the context and
+re-fed the target features of the newly accepted positions, so context keys always come from target features.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+
+from .drafter import DrafterCache, Eagle3Drafter
+from .sampling import accept_greedy, accept_sampled, probabilities, sample
+from .target import Target
+from .trace import AttentionMass, StepEvent
+
+MAX_K = 16
+
+
+@dataclass
+class GenerationConfig:
+    max_new_tokens: int = 256
+    k: int = 4  # speculative tokens per step (chain drafting, as vLLM's num_speculative_tokens)
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_strings: tuple[str, ...] = ()
+    instrument: bool = True  # attention masses, hidden RMS and draft probabilities per depth
+
+    def validate(self) -> None:
+        if not 1 <= self.k <= MAX_K:
+            raise ValueError(f"k must be between 1 and {MAX_K}, got {self.k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be at least 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+class _Stopper:
+    """Decides where generation ends inside a batch of newly emitted tokens."""
+
+    def __init__(self, target: Target, cfg: GenerationConfig, prompt_len: int) -> None:
+        self.target, self.cfg = target, cfg
+        self.limit = min(cfg.max_new_tokens, target.max_positions - prompt_len)
+        self.window = max((len(s) for s in cfg.stop_strings), default=0) + 8
+
+    def clip(self, generated: list[int], new: list[int]) -> tuple[list[int], str | None]:
+        for j, token in enumerate(new):
+            so_far = generated + new[: j + 1]
+            if token in self.target.eos_ids:
+                return new[: j + 1], "eos"
+            if self.cfg.stop_strings and self._hits_stop_string(so_far):
+                return new[: j + 1], "stop"
+            if len(so_far) >= self.limit:
+                return new[: j + 1], "length"
+        return new, None
+
+    def _hits_stop_string(self, ids: list[int]) -> bool:
+        tail = ids[-self.window :]
+        now, before = self.target.decode(tail), self.target.decode(tail[:-1])
+        return any(s in now and s not in before for s in self.cfg.stop_strings)
+
+
+def _choose(logits: torch.Tensor, cfg: GenerationConfig, generator: torch.Generator | None) -> int:
+    if cfg.greedy:
+        return int(logits.argmax())
+    return sample(probabilities(logits, cfg.temperature, cfg.top_p), generator)
+
+
+def _generator(cfg: GenerationConfig, device: torch.device) -> torch.Generator | None:
+    if cfg.greedy:
+        return None
+    generator = torch.Generator(device=device)
+    generator.manual_seed(cfg.seed if cfg.seed is not None else torch.seed())
+    return generator
+
+
+def _check_prompt(target: Target, prompt_ids: list[int]) -> None:
+    if not prompt_ids:
+        raise ValueError("the prompt is empty")
+    if len(prompt_ids) >= target.max_positions:
+        raise ValueError(f"the prompt has {len(prompt_ids)} tokens; the target's context is {target.max_positions}")
+
+
+def plain_generate(target: Target, prompt_ids: list[int], cfg: GenerationConfig,
+                   should_stop: Callable[[], bool] | None = None) -> Iterator[StepEvent]:
+    """Plain autoregressive decoding: one target forward per token. The speedup baseline."""
+    cfg.validate()
+    _check_prompt(target, prompt_ids)
+    stopper, generator = _Stopper(target, cfg, len(prompt_ids)), _generator(cfg, target.device)
+    cache, generated, next_input, step = target.new_cache(), [], list(prompt_ids), 0
+    start = target.clock()
+    while True:
+        t0 = target.clock()
+        token = _choose(target.forward(next_input, cache, last_only=True).logits[-1], cfg, generator)
+        emitted, reason = stopper.clip(generated, [token])
+        generated += emitted
+        if reason is None and should_stop is not None and should_stop():
+            reason = "cancelled"
+        now = target.clock()
+        yield StepEvent(step=step, drafted=[], accepted=0, emitted=emitted, verify_ms=(now - t0) * 1000,
+                        total_tokens=len(generated), elapsed_ms=(now - start) * 1000,
+                        finished=reason is not None, finish_reason=reason)
+        if reason is not None:
+            return
+        next_input, step = [token], step + 1
+
+
+@dataclass
+class _Chain:
+    drafted: list[int]
+    draft_probs: list[torch.Tensor]  # greedy: probability of each draft; sampling: full q over the target vocab
+    attention: list[torch.Tensor]  # per depth [sink, context, draft]
+    hidden_rms: list[torch.Tensor]
+
+
+@torch.inference_mode()
+def _draft_chain(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list[int], pending_aux: torch.Tensor,
+                 pending_start: int, k: int, cfg: GenerationConfig, vocab_map: torch.Tensor, vocab_size: int,
+                 generator: torch.Generator | None) -> _Chain:
+    """Draft k tokens. Depth 1 feeds the pending target features; deeper steps feed the drafter's own state."""
+    device = pending_aux.device
+    context = len(tokens) - 1
+    chain = _Chain([], [], [], [])
+    draft_cache.crop(pending_start)
+    hidden = drafter.project(pending_aux)[None]
+    ids = torch.tensor([tokens[pending_start + 1 :]], device=device)
+    positions = torch.arange(pending_start, context, device=device)
+    for depth in range(k):
+        if cfg.instrument:
+            chain.hidden_rms.append(hidden[0, -1].pow(2).mean().sqrt())
+        out = drafter(ids, hidden, positions, draft_cache, want_attention=cfg.instrument)
+        logits = out.logits[0, -1]
+        if cfg.greedy:
+            choice = int(logits.argmax())
+            if cfg.instrument:
+                chain.draft_probs.append(torch.softmax(logits, -1)[choice])
+        else:
+            q = probabilities(logits, cfg.temperature, cfg.top_p)
+            choice = sample(q, generator)
+            chain.draft_probs.append(torch.zeros(vocab_size, device=device).index_copy_(0, vocab_map, q))
+        token = int(vocab_map[choice])
+        chain.drafted.append(token)
+        if cfg.instrument:
+            row = out.last_row_attention[0].mean(0)  # this depth's query, averaged over heads
+            chain.attention.append(torch.stack([row[0], row[:context].sum(), row[context:].sum()]))
+        hidden = out.feedback[:, -1:]
+        ids = torch.tensor([[token]], device=device)
+        positions = torch.tensor([context + depth], device=device)
+    return chain
+
+
+def speculative_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int], prompt_ids: list[int],
+                         cfg: GenerationConfig, should_stop: Callable[[], bool] | None = None) -> Iterator[StepEvent]:
+    """Chain speculative decoding: draft k tokens, verify k+1 positions in one target forward, accept.
+
+    Greedy output is token-identical to `plain_generate`; sampled output follows the target's distribution.
+    `aux_layers` comes from `target.attach(drafter)`, which also checks that the drafter fits.
+    """
+    cfg.validate()
+    _check_prompt(target, prompt_ids)
+    stopper, generator = _Stopper(target, cfg, len(prompt_ids)), _generator(cfg, target.device)
+    vocab_map = drafter.to_target_ids(torch.arange(drafter.config.draft_vocab_size, device=target.device))
+    cache, draft_cache = target.new_cache(), DrafterCache()
+    start = target.clock()
+
+    # Prefill: target features for every prompt position, and the first token from the target alone.
+    prefill = target.forward(prompt_ids, cache, aux_layers, last_only=True)
+    tokens = list(prompt_ids) + [_choose(prefill.logits[-1], cfg, generator)]
+    generated, reason = stopper.clip([], tokens[-1:])
+    now = target.clock()
+    yield StepEvent(step=0, drafted=[], accepted=0, emitted=list(generated), verify_ms=(now - start) * 1000,
+                    total_tokens=len(generated), elapsed_ms=(now - start) * 1000,
+                    finished=reason is not None, finish_reason=reason)
+    pending_aux, pending_start, step = prefill.aux, 0, 0  # target features not yet seen by the drafter
+
+    while reason is None:
+        if should_stop is not None and should_stop():
+            now = target.clock()
+            yield StepEvent(step=step + 1, drafted=[], accepted=0, emitted=[], total_tokens=len(generated),
+                            elapsed_ms=(now - start) * 1000, finished=True, finish_reason="cancelled")
+            return
+        step += 1
+        context = len(tokens) - 1  # positions the target has cached (and computed features for)
+        # Never draft past the token budget or the context; k reaches 0 only on the final step.
+        k = min(cfg.k, stopper.limit - len(generated) - 1, target.max_positions - len(tokens) - 1)
+
+        t0 = target.clock()
+        chain = _draft_chain(drafter, draft_cache, tokens, pending_aux, pending_start, k, cfg, vocab_map,
+                             target.vocab_size, generator) if k > 0 else _Chain([], [], [], [])
+        drafted = chain.drafted
+        t1 = target.clock()
+
+        # Verify all k+1 positions in one target forward, then keep the accepted prefix.
+        verify = target.forward([tokens[-1]] + drafted, cache, aux_layers)
+        if cfg.greedy:
+            accepted, bonus = accept_greedy(drafted, verify.logits)
+            probs_of_drafts = [float(p) for p in chain.draft_probs] if cfg.instrument else None
+        else:
+            target_probs = probabilities(verify.logits, cfg.temperature, cfg.top_p)
+            q_all = torch.stack(chain.draft_probs) if drafted else torch.empty(0, target.vocab_size)
+            accepted, bonus = accept_sampled(drafted, q_all, target_probs, generator)
+            probs_of_drafts = [float(q_all[i, t]) for i, t in enumerate(drafted)]
+        target.rollback(cache, context + accepted + 1)
+        pending_aux, pending_start = verify.aux[: accepted + 1], context
+        emitted, reason = stopper.clip(generated, drafted[:accepted] + [bonus])
+        generated += emitted
+        tokens += emitted
+        t2 = target.clock()
+
+        yield StepEvent(
+            step=step, drafted=drafted, accepted=accepted, emitted=emitted,
+            draft_probs=probs_of_drafts,
+            attention=[AttentionMass(*m) for m in torch.stack(chain.attention).tolist()] if chain.attention else None,
+            hidden_rms=torch.stack(chain.hidden_rms).tolist() if chain.hidden_rms else None,
+            draft_ms=(t1 - t0) * 1000, verify_ms=(t2 - t1) * 1000,
+            total_tokens=len(generated), elapsed_ms=(t2 - start) * 1000,
+            finished=reason is not None, finish_reason=reason,
+        )

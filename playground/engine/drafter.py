@@ -1,0 +1,233 @@
+"""The EAGLE-3 / EAGLE-3.1 drafter: one config-driven module, read the way vLLM reads it.
+
+EAGLE-3   : u = fc(cat(f_low, f_mid, f_high));            feedback = pre-norm output
+EAGLE-3.1 : u = fc(cat(rms_1(f_low), rms_2(f_mid), ...));  feedback = norm(output)   (`fc_norm`, `norm_output`)
+
+One draft step (first layer):  x = cat(input_layernorm(embed(token)), hidden_norm(h))   (2H wide)
+                               h = h + attn(x);  h = h + mlp(post_attention_layernorm(h))
+                               logits = lm_head(norm(h))  over the draft vocabulary; target id = d + d2t[d]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import LlamaConfig
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+
+@dataclass
+class DrafterConfig:
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    vocab_size: int  # the target's vocabulary
+    draft_vocab_size: int
+    target_hidden_size: int
+    num_aux_hidden_states: int = 3
+    aux_layer_ids: list[int] | None = None  # vLLM "input of layer" convention; None = [2, N//2, N-3]
+    num_hidden_layers: int = 1
+    head_dim: int | None = None
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_scaling: dict | None = None
+    max_position_embeddings: int = 2048
+    fc_norm: bool = False  # EAGLE-3.1: one RMSNorm per aux hidden state before fc
+    norm_output: bool = False  # EAGLE-3.1: feed back norm(h_out) instead of h_out
+    norm_before_fc: bool = False  # one RMSNorm over the whole concat (older gpt-oss drafters)
+    norm_before_residual: bool = False
+    fc_bias: bool = False
+    attention_bias: bool = False
+    extra: dict = field(default_factory=dict)  # the rest of config.json, kept for saving
+
+    def __post_init__(self) -> None:
+        if self.head_dim is None:
+            self.head_dim = self.hidden_size // self.num_attention_heads
+        if self.fc_norm and self.norm_before_fc:
+            raise ValueError("drafter config sets both fc_norm and norm_before_fc; they are mutually exclusive")
+
+    @property
+    def generation(self) -> str:
+        return "EAGLE-3.1" if (self.fc_norm or self.norm_output) else "EAGLE-3"
+
+    def default_aux_layer_ids(self, target_num_layers: int) -> list[int]:
+        n = target_num_layers
+        return [2, n // 2, n - 3]
+
+    def rope_config(self) -> LlamaConfig:
+        """A LlamaConfig carrying just the RoPE settings, so HF's rotary embedding handles every rope type."""
+        return LlamaConfig(
+            hidden_size=self.hidden_size,
+            num_attention_heads=self.num_attention_heads,
+            head_dim=self.head_dim,
+            max_position_embeddings=self.max_position_embeddings,
+            rope_theta=self.rope_theta,
+            rope_scaling=self.rope_scaling,
+        )
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: DrafterConfig, in_features: int) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        bias = cfg.attention_bias
+        self.q_proj = nn.Linear(in_features, self.n_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(in_features, self.n_kv * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(in_features, self.n_kv * self.head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=bias)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        past: tuple[torch.Tensor, torch.Tensor] | None,
+        mask: torch.Tensor | None,
+        want_last_row_probs: bool,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], torch.Tensor | None]:
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, *rope)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        if mask is None and t > 1:  # causal over the new queries, full view of the cache
+            mask = torch.ones(t, k.shape[2], dtype=torch.bool, device=x.device).tril(k.shape[2] - t)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_kv != self.n_heads)
+        probs = None
+        if want_last_row_probs:  # attention of the last query only: what drift is measured on
+            kk = k.repeat_interleave(self.n_heads // self.n_kv, dim=1)
+            scores = (q[:, :, -1:] @ kk.transpose(-1, -2)) * self.head_dim**-0.5
+            if mask is not None:
+                scores = scores.masked_fill(~mask[..., -1:, :], float("-inf")) if mask.dtype == torch.bool else scores + mask[..., -1:, :]
+            probs = scores.softmax(-1)[:, :, 0]  # [b, heads, keys]
+        out = out.transpose(1, 2).reshape(b, t, -1)
+        return self.o_proj(out), (k, v), probs
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: DrafterConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """The first layer reads cat(embedding, hidden) (2H wide); later layers are plain Llama layers."""
+
+    def __init__(self, cfg: DrafterConfig, first: bool) -> None:
+        super().__init__()
+        self.first, self.norm_before_residual = first, cfg.norm_before_residual
+        h, eps = cfg.hidden_size, cfg.rms_norm_eps
+        self.self_attn = Attention(cfg, 2 * h if first else h)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = nn.RMSNorm(h, eps=eps)
+        self.post_attention_layernorm = nn.RMSNorm(h, eps=eps)
+        if first:
+            self.hidden_norm = nn.RMSNorm(h, eps=eps)
+
+    def forward(self, embeds, hidden, rope, past, mask, want_probs):
+        if self.first:
+            normed_hidden = self.hidden_norm(hidden)
+            residual = normed_hidden if self.norm_before_residual else hidden
+            x = torch.cat([self.input_layernorm(embeds), normed_hidden], dim=-1)
+        else:
+            residual, x = hidden, self.input_layernorm(hidden)
+        attn, kv, probs = self.self_attn(x, rope, past, mask, want_probs)
+        h = residual + attn
+        return h + self.mlp(self.post_attention_layernorm(h)), kv, probs
+
+
+@dataclass
+class DraftOutput:
+    logits: torch.Tensor  # [b, t, draft_vocab]
+    hidden: torch.Tensor  # [b, t, H] pre-norm output
+    normed: torch.Tensor  # [b, t, H] norm(hidden), what lm_head reads
+    feedback: torch.Tensor  # what the next draft step is fed: `normed` (EAGLE-3.1) or `hidden` (EAGLE-3)
+    last_row_attention: torch.Tensor | None  # [b, heads, keys] of the last query, averaged over layers
+
+
+class DrafterCache:
+    """Per-layer keys/values of the drafter; roll back by length."""
+
+    def __init__(self) -> None:
+        self.layers: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.layers is None else self.layers[0][0].shape[2]
+
+    def crop(self, length: int) -> None:
+        if self.layers is not None and length < self.length:
+            self.layers = [(k[:, :, :length], v[:, :, :length]) for k, v in self.layers]
+
+
+class Eagle3Drafter(nn.Module):
+    def __init__(self, cfg: DrafterConfig, with_embeddings: bool = True) -> None:
+        super().__init__()
+        self.config = cfg
+        h, ht, n_aux = cfg.hidden_size, cfg.target_hidden_size, cfg.num_aux_hidden_states
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, h) if with_embeddings else None
+        if cfg.fc_norm:
+            self.fc_norm = nn.ModuleList(nn.RMSNorm(ht, eps=cfg.rms_norm_eps) for _ in range(n_aux))
+        if cfg.norm_before_fc:
+            self.input_norm = nn.RMSNorm(n_aux * ht, eps=cfg.rms_norm_eps)
+        self.fc = nn.Linear(n_aux * ht, h, bias=cfg.fc_bias)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, first=i == 0) for i in range(cfg.num_hidden_layers))
+        self.norm = nn.RMSNorm(h, eps=cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(h, cfg.draft_vocab_size, bias=False)
+        self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
+        self.rotary = LlamaRotaryEmbedding(cfg.rope_config())
+
+    def use_target_embeddings(self, embedding: nn.Embedding) -> None:
+        """Share the target's input embedding (drafters that ship without `embed_tokens`)."""
+        self.embed_tokens = embedding
+
+    def project(self, aux_hidden: torch.Tensor) -> torch.Tensor:
+        """Fuse the concatenated aux hidden states of the target [.., n_aux*Ht] into the drafter width H."""
+        if self.config.fc_norm:
+            chunks = aux_hidden.chunk(self.config.num_aux_hidden_states, dim=-1)
+            aux_hidden = torch.cat([norm(c) for norm, c in zip(self.fc_norm, chunks)], dim=-1)
+        elif self.config.norm_before_fc:
+            aux_hidden = self.input_norm(aux_hidden)
+        return self.fc(aux_hidden)
+
+    def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return draft_ids + self.d2t[draft_ids]
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [b, t] target ids of the tokens at positions+1
+        hidden: torch.Tensor,  # [b, t, H]: project(aux) at step 0, the fed-back state after that
+        positions: torch.Tensor,  # [t]
+        cache: DrafterCache | None = None,
+        mask: torch.Tensor | None = None,
+        want_attention: bool = False,
+    ) -> DraftOutput:
+        embeds = self.embed_tokens(input_ids)
+        rope = self.rotary(hidden, positions[None])
+        past_layers = cache.layers if cache is not None and cache.layers is not None else [None] * len(self.layers)
+        new_layers, probs = [], []
+        h = hidden
+        for layer, past in zip(self.layers, past_layers):
+            h, kv, p = layer(embeds, h, rope, past, mask, want_attention)
+            new_layers.append(kv)
+            probs.append(p)
+        if cache is not None:
+            cache.layers = new_layers
+        normed = self.norm(h)
+        return DraftOutput(
+            logits=self.lm_head(normed),
+            hidden=h,
+            normed=normed,
+            feedback=normed if self.config.norm_output else h,
+            last_row_attention=torch.stack(probs).mean(0) if want_attention else None,
+        )

@@ -1,0 +1,171 @@
+"""The target model: any Hugging Face causal LM, with aux hidden states captured in the same forward.
+
+Aux layer ids use vLLM's convention: id i captures the residual stream at the *input* of decoder layer i
+(= HF `hidden_states[i]`); id == num_layers captures the final pre-norm state.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, GenerationConfig
+from transformers.utils import logging as hf_logging
+
+from .checkpoint import CheckpointError
+from .drafter import Eagle3Drafter
+
+
+class TargetError(ValueError):
+    """A target that cannot be loaded or a drafter that does not fit it."""
+
+
+@dataclass
+class TargetOutput:
+    logits: torch.Tensor  # [t, vocab], float32
+    aux: torch.Tensor | None  # [t, n_aux * hidden] when captured
+
+
+class Target:
+    def __init__(self, model, tokenizer, device: torch.device | str = "cpu", name: str = "target") -> None:
+        self.name = name
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        self.config = model.config
+        self._layers, self._final_norm = self._find_layers(model)
+        self.num_layers = len(self._layers)
+        self.hidden_size = int(self.config.hidden_size)
+        self.vocab_size = int(self.config.vocab_size)
+        self.max_positions = int(getattr(self.config, "max_position_embeddings", 1 << 30))
+        self.eos_ids = self._eos_ids(model, tokenizer)
+        self._capture = threading.local()  # per thread: several sessions may share one target
+        self._install_hooks()
+
+    @classmethod
+    def load(cls, path_or_id: str, device: str = "cpu", dtype: torch.dtype = torch.float32,
+             trust_remote_code: bool = False) -> "Target":
+        hf_logging.disable_progress_bar()
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path_or_id, trust_remote_code=trust_remote_code)
+            model = AutoModelForCausalLM.from_pretrained(
+                path_or_id, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa"
+            ).to(device)
+        except (OSError, ValueError) as err:
+            first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise TargetError(f"cannot load target {path_or_id!r}: {first_line}") from None
+        return cls(model, tokenizer, device, name=str(path_or_id))
+
+    @staticmethod
+    def _find_layers(model):
+        inner = getattr(model, "model", None)
+        layers = getattr(inner, "layers", None)
+        if layers is None:
+            raise TargetError(f"{type(model).__name__} has no .model.layers; cannot capture aux hidden states")
+        return layers, getattr(inner, "norm", None)
+
+    @staticmethod
+    def _eos_ids(model, tokenizer) -> set[int]:
+        ids: set[int] = set()
+        gen = getattr(model, "generation_config", None) or GenerationConfig()
+        for source in (gen.eos_token_id, tokenizer.eos_token_id):
+            if source is None:
+                continue
+            ids.update(source if isinstance(source, (list, tuple)) else [source])
+        return ids
+
+    def _install_hooks(self) -> None:
+        def capture(index: int):
+            def hook(module, args, kwargs):
+                wanted = getattr(self._capture, "wanted", None)
+                if wanted and index in wanted:
+                    self._capture.found[index] = args[0] if args else kwargs["hidden_states"]
+            return hook
+
+        for i, layer in enumerate(self._layers):
+            layer.register_forward_pre_hook(capture(i), with_kwargs=True)
+        if self._final_norm is not None:
+            self._final_norm.register_forward_pre_hook(capture(self.num_layers), with_kwargs=True)
+
+    def default_aux_layer_ids(self) -> list[int]:
+        n = self.num_layers
+        return [2, n // 2, n - 3]
+
+    def attach(self, drafter: Eagle3Drafter) -> list[int]:
+        """Check that a drafter fits this target, share embeddings if it has none, return its aux layer ids."""
+        cfg = drafter.config
+        ids = cfg.aux_layer_ids or self.default_aux_layer_ids()
+        problems = []
+        if cfg.target_hidden_size != self.hidden_size:
+            problems.append(f"drafter expects target hidden size {cfg.target_hidden_size}, target has {self.hidden_size}")
+        if cfg.vocab_size != self.vocab_size:
+            problems.append(f"drafter vocab_size {cfg.vocab_size} != target vocab_size {self.vocab_size}")
+        if len(ids) != cfg.num_aux_hidden_states:
+            problems.append(f"drafter reads {cfg.num_aux_hidden_states} aux hidden states but {len(ids)} layer ids are set")
+        bad = [i for i in ids if not 0 <= i <= self.num_layers]
+        if bad:
+            problems.append(f"aux layer ids {bad} are outside the target's 0..{self.num_layers}")
+        if drafter.embed_tokens is None and cfg.hidden_size != self.hidden_size:
+            problems.append(
+                f"drafter ships no embed_tokens and its hidden size {cfg.hidden_size} differs from the target's {self.hidden_size}"
+            )
+        if problems:
+            raise CheckpointError("drafter does not fit the target: " + "; ".join(problems))
+        if drafter.embed_tokens is None:
+            drafter.use_target_embeddings(self.model.get_input_embeddings())
+        return ids
+
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.config)
+
+    @torch.inference_mode()
+    def forward(self, input_ids: list[int] | torch.Tensor, cache: DynamicCache, aux_layers: list[int] | None = None,
+                last_only: bool = False) -> TargetOutput:
+        """Run new tokens through the model, appending to `cache`; capture the aux hidden states of `aux_layers`."""
+        ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device).view(1, -1)
+        self._capture.wanted, self._capture.found = set(aux_layers or ()), {}
+        try:
+            out = self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1 if last_only else 0)
+            aux = torch.cat([self._capture.found[i][0] for i in aux_layers], dim=-1) if aux_layers else None
+        finally:
+            self._capture.wanted, self._capture.found = None, {}
+        return TargetOutput(logits=out.logits[0].float(), aux=aux)
+
+    @torch.no_grad()
+    def features(self, tokens: torch.Tensor, aux_layers: list[int]) -> TargetOutput:
+        """Batched forward without a cache, for training drafters: logits [b, t, V] and aux [b, t, n*H]."""
+        self._capture.wanted, self._capture.found = set(aux_layers), {}
+        try:
+            out = self.model(input_ids=tokens.to(self.device), use_cache=False)
+            aux = torch.cat([self._capture.found[i] for i in aux_layers], dim=-1)
+        finally:
+            self._capture.wanted, self._capture.found = None, {}
+        return TargetOutput(logits=out.logits.float(), aux=aux)
+
+    @staticmethod
+    def rollback(cache: DynamicCache, length: int) -> None:
+        extra = cache.get_seq_length() - length
+        if extra > 0:
+            cache.crop(-extra)
+
+    def synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def clock(self) -> float:
+        """Wall-clock seconds after all queued device work is done (honest timing on CUDA)."""
+        self.synchronize()
+        return time.perf_counter()
+
+    def encode_chat(self, messages: list[dict], chat_template: str | None = None, raw: bool = False) -> list[int]:
+        if raw:
+            text = "\n".join(m["content"] for m in messages)
+            return self.tokenizer(text, add_special_tokens=True)["input_ids"]
+        kwargs = {"chat_template": chat_template} if chat_template else {}
+        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **kwargs)
+        return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)

@@ -1,0 +1,1 @@
+"""Offline training of the embedded target model: corpus, tokenizer and trainer."""

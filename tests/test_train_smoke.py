@@ -1,0 +1,80 @@
+"""Fast smoke tests of the offline training pipeline (tiny sizes, a few seconds each)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from playground.train import corpus
+from playground.train.target import ModelSize, TrainConfig, train_target
+from playground.train.tokenizer import train_tokenizer, training_texts
+
+MESSAGES = [
+    {"role": "system", "content": "You are a helpful Python assistant."},
+    {"role": "user", "content": "Explain what `os.path.join` does."},
+]
+
+
+def test_corpus_split_is_disjoint() -> None:
+    train = corpus.build_conversations("train")
+    val = corpus.build_conversations("validation")
+    assert len(train) > 1000 and len(val) > 20
+    train_sources = {c["source"] for c in train} | {d.source for d in corpus.build_documents("train")}
+    val_sources = {c["source"] for c in val} | {d.source for d in corpus.build_documents("validation")}
+    assert train_sources.isdisjoint(val_sources)
+    assert all(c["messages"][-1]["role"] == "assistant" for c in train[:100])
+    prompts = corpus.held_out_prompts(5)
+    assert len(prompts) == 5 and all(p[-1]["role"] == "user" for p in prompts)
+    assert prompts == corpus.held_out_prompts(5)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tok")
+    train_tokenizer(itertools.islice(training_texts(), 300), vocab_size=400).save_pretrained(out)
+    return out
+
+
+def test_chat_templates_round_trip(tokenizer_dir: Path) -> None:
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    text = tok.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
+    assert text == (
+        "<|bos|><|system|>\nYou are a helpful Python assistant.<|end|>\n"
+        "<|user|>\nExplain what `os.path.join` does.<|end|>\n<|assistant|>\n"
+    )
+    ids = tok.apply_chat_template(MESSAGES, add_generation_prompt=True, return_dict=False)
+    assert ids[0] == tok.bos_token_id and ids[-2] == tok.convert_tokens_to_ids("<|assistant|>")
+    assert tok.decode(ids) == text
+    alt = tok.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False, chat_template="alt")
+    assert alt.startswith("<|bos|>### System\n") and alt.endswith("### Assistant\n")
+    assert tok.eos_token == "<|end|>" and tok.pad_token == "<|pad|>"
+
+
+def test_target_trains_saves_and_resumes(tokenizer_dir: Path, tmp_path: Path) -> None:
+    train = corpus.build_conversations("train")[:40]
+    docs = corpus.build_documents("train")[:3]
+    val = corpus.build_conversations("validation")[:4]
+    data = (train, docs, val, [])
+    size = ModelSize(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     num_key_value_heads=2, intermediate_size=64, max_position_embeddings=128)
+    out, run = tmp_path / "out", tmp_path / "run"
+
+    def cfg(steps: int) -> TrainConfig:
+        # One thread: these tests often share the 2 cores with a real training run.
+        return TrainConfig(steps=steps, seq_len=64, batch_size=2, warmup_steps=2, eval_every=2,
+                           eval_blocks=2, threads=1)
+
+    train_target(tokenizer_dir, out, run, cfg(3), size, data=data)
+    assert (run / "checkpoint.pt").exists()
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    assert model.config.num_hidden_layers == 2 and model.generation_config.eos_token_id == 1
+    assert AutoTokenizer.from_pretrained(out).chat_template is not None
+
+    log = train_target(tokenizer_dir, out, run, cfg(5), size, resume=True, data=data)
+    assert log["steps"] == 5 and log["tokens_seen"] == 5 * 2 * 64
+    assert json.loads((out / "training_log.json").read_text())["steps"] == 5
