@@ -1,0 +1,35 @@
+"""Benchmarks: prompt sets (SPEED-Bench schema), sweeps of drafters x k x context x template, peers, report.
+
+For the app:  result = run_profile("smoke", "embedded", progress_callback);  write_outputs(result, out_dir)
+"""
+
+from __future__ import annotations
+
+from playground.backends.local import shared_backend
+from playground.bench.methods import Runner
+from playground.bench.profiles import get_profile, profiles
+from playground.bench.prompts import PromptRecord, PromptSet, builtin_sets, load_prompt_set
+from playground.bench.report import findings, write_outputs
+from playground.bench.runner import BenchConfig, BenchResult, BenchRow, ProgressCallback, Sweep, run_bench
+from playground.presets import Preset, get_preset
+
+
+def run_profile(profile: str | BenchConfig, preset: str | Preset = "embedded",
+                progress_callback: ProgressCallback | None = None) -> BenchResult:
+    """Run a named profile (or a BenchConfig) on a preset's shared backend (the app's copy of the weights).
+
+    `progress_callback(done, total, message)` is called after every generation run."""
+    config = get_profile(profile) if isinstance(profile, str) else profile
+    preset = get_preset(preset) if isinstance(preset, str) else preset
+    if preset.backend != "local":
+        raise ValueError(f"the bench runs on the local engine; preset {preset.name!r} uses the {preset.backend} "
+                         "backend")
+    backend = shared_backend(preset)
+    return run_bench(config, Runner(backend, config.assistant), progress_callback)
+
+
+__all__ = [
+    "BenchConfig", "BenchResult", "BenchRow", "ProgressCallback", "PromptRecord", "PromptSet", "Sweep",
+    "builtin_sets", "findings", "get_profile", "load_prompt_set", "profiles", "run_bench", "run_profile",
+    "write_outputs",
+]

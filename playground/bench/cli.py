@@ -1,0 +1,115 @@
+"""``python -m playground bench``: sweep drafters x k x prompt sets x chat templates, write CSV/JSON/HTML."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from playground.backends import backend_unavailable_reason
+from playground.backends.local import LocalBackend
+from playground.bench.methods import PEERS, Runner
+from playground.bench.profiles import get_profile, profiles
+from playground.bench.prompts import builtin_sets
+from playground.bench.report import write_outputs
+from playground.bench.runner import TEMPLATES_HELP, Bench, BenchConfig, run_bench, with_overrides
+from playground.cli import UsageError, resolve_preset
+from playground.engine import MAX_K
+from playground.presets import DEVICES, DTYPES, REPO_ROOT, Preset
+
+
+def _names(text: str | None) -> tuple[str, ...] | None:
+    return tuple(part.strip() for part in text.split(",") if part.strip()) if text else None
+
+
+def _ks(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    try:
+        ks = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise UsageError(f"--k takes a comma list of integers, got {text!r}") from None
+    if not all(1 <= k <= MAX_K for k in ks):
+        raise UsageError(f"every k must be between 1 and {MAX_K}, got {text!r}")
+    return ks
+
+
+def _check_drafters(config: BenchConfig, preset: Preset) -> None:
+    for name in {d for s in config.sweeps for d in s.drafters}:
+        if name in ("none", *PEERS, *preset.drafters) or Path(name).exists() or "/" in name:
+            continue
+        raise UsageError(f"unknown drafter {name!r}: use none, {', '.join(preset.drafters) or '(no preset drafters)'}, "
+                         f"{', '.join(PEERS)}, or a drafter folder / Hub id")
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    config = with_overrides(
+        get_profile(args.profile), prompt_sets=_names(args.prompts), drafters=_names(args.drafters), ks=_ks(args.k),
+        templates=_names(args.templates), max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+        top_p=args.top_p, repeats=args.repeats, limit=args.limit, turns=args.turns, seed=args.seed,
+        assistant=args.assistant)
+    try:
+        config.validate()
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    return config
+
+
+def bench(args: argparse.Namespace) -> None:
+    config = config_from_args(args)
+    preset = resolve_preset(args)
+    if preset.backend != "local":
+        raise UsageError(f"the bench runs on the local engine (peers and drift need the target's weights); preset "
+                         f"{preset.name!r} uses the {preset.backend} backend")
+    reason = backend_unavailable_reason(preset)
+    if reason:
+        raise UsageError(reason)
+    _check_drafters(config, preset)
+    runner = Runner(LocalBackend(preset), config.assistant)
+    with tqdm(total=1, unit="run", dynamic_ncols=True) as bar:
+        def progress(done: int, total: int, message: str) -> None:
+            bar.total = total
+            bar.set_postfix_str(message[:70], refresh=False)
+            bar.update(done - bar.n)
+
+        if args.estimate:
+            bench = Bench(config, runner, progress)
+            bar.write(bench.describe_estimate(bench.warm_up()))
+            return
+        result = run_bench(config, runner, progress, log=bar.write)
+    out = Path(args.out or REPO_ROOT / "runs" / "bench" / f"{args.profile}-{time.strftime('%Y%m%d-%H%M%S')}")
+    paths = write_outputs(result, out, plotlyjs=args.plotlyjs)
+    print(f"{len(result.rows)} rows in {result.seconds / 60:.1f} min → {paths['csv'].parent}")
+    for path in paths.values():
+        print(f"  {path}")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("bench", help="benchmark drafters and peers; write results.csv/json and report.html",
+                              description="Flags override the profile's fields (for every sweep of the profile).")
+    p.add_argument("--profile", default="default", choices=sorted(profiles()),
+                   help="smoke: seconds; default: speed vs peers; drift: EAGLE-3 vs 3.1 by k, context, template")
+    p.add_argument("--preset", help="named target+drafter pair (default: PLAYGROUND_DEFAULT_PRESET or embedded)")
+    p.add_argument("--target", help="a Hugging Face model folder or Hub id instead of the preset's target")
+    p.add_argument("--drafters", help=f"comma list: none, preset drafter names, drafter folders, {', '.join(PEERS)}")
+    p.add_argument("--k", help=f"comma list of speculative tokens per step (1..{MAX_K})")
+    p.add_argument("--prompts", help="comma list of prompt sets: built-in names "
+                   f"({', '.join(builtin_sets())}) or .jsonl / SPEED-Bench .parquet files")
+    p.add_argument("--templates", help=f"comma list of chat templates: {TEMPLATES_HELP}")
+    p.add_argument("--max-new-tokens", type=int)
+    p.add_argument("--temperature", type=float, help="0 = greedy (default); > 0 samples, lossless is then None")
+    p.add_argument("--top-p", type=float)
+    p.add_argument("--repeats", type=int, help="timed passes; tokens/s is the median over them")
+    p.add_argument("--limit", type=int, help="first N prompts of each set")
+    p.add_argument("--turns", choices=["all", "first"], help="multi-turn records: all turns (default) or the first")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--assistant", help="a small draft model (HF folder / Hub id) for the hf-assisted peer")
+    p.add_argument("--device", choices=DEVICES, help="default: the preset's")
+    p.add_argument("--dtype", choices=DTYPES, help="default: the preset's")
+    p.add_argument("--out", help="output folder (default: runs/bench/<profile>-<time>)")
+    p.add_argument("--plotlyjs", default="inline", choices=["inline", "cdn"],
+                   help="inline plotly.js in report.html (self-contained, ~4.7 MB) or load it from the CDN")
+    p.add_argument("--estimate", action="store_true", help="warm up, print the estimated run time, and stop")
+    p.set_defaults(func=bench, backend=None)  # always the local engine

