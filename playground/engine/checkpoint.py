@@ -137,17 +137,25 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
     raise CheckpointError(f"no model.safetensors or pytorch_model.bin in {folder}")
 
 
-def _normalise_keys(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def _normalise_key(key: str) -> str:
     """Map every layout onto the module's own names (`layers.{i}.*`)."""
-    out = {}
-    for key, value in weights.items():
-        if key.startswith("model."):
-            key = key[len("model.") :]
-        if key.startswith("midlayer."):
-            key = "layers.0." + key[len("midlayer.") :]
-        if key not in _IGNORED_KEYS:
-            out[key] = value
-    return out
+    if key.startswith("model."):
+        key = key[len("model.") :]
+    if key.startswith("midlayer."):
+        key = "layers.0." + key[len("midlayer.") :]
+    return key
+
+
+def _normalise_keys(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {_normalise_key(k): v for k, v in weights.items() if _normalise_key(k) not in _IGNORED_KEYS}
+
+
+def _as_written(key: str, layout: str, raw_keys) -> str:
+    """A module key spelled as this checkpoint spells it (`midlayer.*` in the official layout), for messages."""
+    written = [k for k in raw_keys if _normalise_key(k) == key]
+    if written:
+        return written[0]
+    return "midlayer." + key[len("layers.0.") :] if layout == "official" and key.startswith("layers.0.") else key
 
 
 def detect_layout(raw_config: dict, weights: dict[str, torch.Tensor]) -> str:
@@ -197,24 +205,31 @@ def load_drafter(path_or_id: str | os.PathLike, dtype: torch.dtype = torch.float
                 f"checkpoint lacks 'd2t' but draft_vocab_size {cfg.draft_vocab_size} != vocab_size {cfg.vocab_size}"
             )
         weights["d2t"] = expected["d2t"]  # identity mapping
+    def spelled(keys):
+        return ", ".join(_as_written(k, layout, raw_weights) for k in keys[:6])
+
     missing = sorted(set(expected) - set(weights))
     if missing:
-        raise CheckpointError(f"drafter checkpoint ({layout} layout) is missing key(s): {', '.join(missing[:6])}")
+        raise CheckpointError(f"drafter checkpoint ({layout} layout) is missing key(s): {spelled(missing)}")
     unexpected = sorted(set(weights) - set(expected))
     if unexpected:
         hint = " (fc_norm weights but config has fc_norm: false)" if any(k.startswith("fc_norm.") for k in unexpected) else ""
-        raise CheckpointError(f"drafter checkpoint has unexpected key(s){hint}: {', '.join(unexpected[:6])}")
+        raise CheckpointError(f"drafter checkpoint has unexpected key(s){hint}: {spelled(unexpected)}")
     for key, tensor in expected.items():
         if tuple(weights[key].shape) != tuple(tensor.shape):
             raise CheckpointError(
-                f"shape mismatch for {key}: checkpoint {tuple(weights[key].shape)}, config implies {tuple(tensor.shape)}"
+                f"shape mismatch for {spelled([key])}: checkpoint {tuple(weights[key].shape)}, "
+                f"config implies {tuple(tensor.shape)}"
             )
     weights["d2t"] = weights["d2t"].long()
     drafter.load_state_dict(weights, strict=False)
     d2t_targets = torch.arange(cfg.draft_vocab_size) + drafter.d2t
     if int(d2t_targets.min()) < 0 or int(d2t_targets.max()) >= cfg.vocab_size:
         raise CheckpointError("d2t maps draft ids outside the target vocabulary (expected offsets, not absolute ids)")
-    return drafter.to(dtype).eval(), layout
+    drafter = drafter.to(dtype).eval()
+    # RoPE frequencies stay float32 (as in HF targets): a bf16 inv_freq shifts the angles at long positions.
+    drafter.rotary = type(drafter.rotary)(cfg.rope_config())
+    return drafter, layout
 
 
 def save_drafter(drafter: Eagle3Drafter, folder: str | os.PathLike, dtype: torch.dtype = torch.float16,

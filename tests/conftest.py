@@ -1,0 +1,88 @@
+"""Shared fixtures.
+
+- the models to test against (tiny, or the real embedded ones; see tests/appserver.py) and a running app for the
+  API and browser tests;
+- the engine tests' tiny models (tests/tiny.py), built once per session, and a loaded target with both drafters.
+
+Threads: these tests usually share the machine's cores with a training run, so torch uses one thread unless
+PLAYGROUND_THREADS says otherwise. Network: never; the Hub is switched to offline mode for this process and the
+subprocesses it starts.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(int(os.environ["PLAYGROUND_THREADS"]) if os.environ.get("PLAYGROUND_THREADS") else 1)
+
+
+@pytest.fixture(scope="session")
+def embedded_models(request: pytest.FixtureRequest) -> Iterator[Path]:
+    """The real embedded models or the session's tiny ones (the switch: tests/appserver.py); in-process tests use
+    them too, as PLAYGROUND_EMBEDDED_DIR points at them for the whole session."""
+    from tests.appserver import REAL_MODELS, use_real_models
+
+    folder = REAL_MODELS if use_real_models() else request.getfixturevalue("tiny_root")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PLAYGROUND_EMBEDDED_DIR", str(folder))
+        yield folder
+
+
+@pytest.fixture(scope="session")
+def app_url(embedded_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from tests.appserver import running_app
+
+    with running_app(embedded_models, tmp_path_factory.mktemp("app") / "app.log") as url:
+        yield url
+
+
+# --- engine tests: tiny models -------------------------------------------------------------------------------
+
+ENGINE_DRAFTERS = ("eagle3", "eagle3.1")
+
+
+@dataclass
+class LoadedDrafter:
+    drafter: object  # playground.engine.Eagle3Drafter
+    aux_layers: list[int]
+    layout: str
+
+
+@dataclass
+class TinyModels:
+    root: Path
+    target: object  # playground.engine.Target
+    drafters: dict[str, LoadedDrafter]
+    training_prompts: list[list[int]]  # prompts the drafters were trained on (acceptance is high on these)
+
+
+@pytest.fixture(scope="session")
+def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """target/, eagle3/, eagle3.1/ written by tests/tiny.py (about 6 s)."""
+    from tests.tiny import build_tiny_embedded
+
+    return build_tiny_embedded(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def tiny(tiny_root: Path) -> TinyModels:
+    """The tiny target loaded once, both drafters loaded and attached, and the drafters' training prompts."""
+    from playground.engine import Target, load_drafter
+    from tests.tiny import greedy_rollouts
+
+    target = Target.load(str(tiny_root / "target"))
+    drafters = {}
+    for name in ENGINE_DRAFTERS:
+        drafter, layout = load_drafter(tiny_root / name)
+        drafters[name] = LoadedDrafter(drafter, target.attach(drafter), layout)
+    rollouts = greedy_rollouts(target.model, n=48, prompt_len=8, new_tokens=40, seed=1)
+    return TinyModels(tiny_root, target, drafters, [row[:8].tolist() for row in rollouts[:4]])
