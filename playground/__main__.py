@@ -1,11 +1,12 @@
-"""Command-line entry point: ``python -m playground {generate,train} ...``."""
+"""Command-line entry point: ``python -m playground {generate,serve,vllm-command,train,bench} ...``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from playground import cli
+from playground import cli, serve
+from playground.bench import cli as bench_cli
 from playground.train import cli as train_cli
 
 
@@ -13,7 +14,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m playground", description="EAGLE Playground command line")
     commands = parser.add_subparsers(dest="command", required=True)
     cli.register(commands)
+    serve.register(commands)
     train_cli.register(commands)
+    bench_cli.register(commands)
     args = parser.parse_args(argv)
     from playground.engine import CheckpointError, TargetError
 

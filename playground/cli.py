@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from playground.engine import MAX_K, GenerationConfig, summarize
-from playground.presets import DEFAULT_PRESET, Preset, get_preset
+from playground.presets import Preset, default_preset_name, get_preset
 
 
 class UsageError(Exception):
@@ -17,26 +18,31 @@ class UsageError(Exception):
 
 
 def resolve_preset(args: argparse.Namespace) -> Preset:
-    preset = get_preset(args.preset)
+    """The preset, with --target / --backend / --device / --dtype applied (unset flags keep the preset's values)."""
+    preset = get_preset(args.preset or default_preset_name())
     if args.target:  # an arbitrary target: drafters only by --drafter-path
-        preset = Preset(name=f"custom:{args.target}", title=args.target, target=args.target, device=args.device,
-                        dtype=args.dtype)
-    elif args.device != preset.device or args.dtype != preset.dtype:
-        preset = Preset(**{**asdict(preset), "device": args.device, "dtype": args.dtype})
-    return preset
+        preset = Preset(name=f"custom:{args.target}", title=args.target, target=args.target)
+    changes = {key: value for key in ("backend", "device", "dtype")
+               if (value := getattr(args, key)) is not None and value != getattr(preset, key)}
+    if not changes:
+        return preset
+    merged = {**asdict(preset), **changes}
+    if merged["backend"] == "vllm":
+        merged["device"] = "cuda"
+    if merged["backend"] == "remote":
+        merged["url"] = merged["url"] or os.environ.get("PLAYGROUND_REMOTE_URL") or None
+    merged["requires_gpu"] = merged["device"] == "cuda" and merged["backend"] != "remote"
+    return Preset(**merged)
 
 
 def make_backend(args: argparse.Namespace, preset: Preset):
-    if args.backend == "local":
-        if args.device == "cuda":
-            import torch
+    """The preset's backend, or a UsageError saying in one line why it cannot run here."""
+    from playground.backends import BackendUnavailable, open_backend
 
-            if not torch.cuda.is_available():
-                raise UsageError("--device cuda was asked for, but no CUDA GPU is visible on this machine")
-        from playground.backends.local import LocalBackend
-
-        return LocalBackend(preset, device=args.device)
-    raise UsageError(f"backend {args.backend!r} is not available in this build; use --backend local")
+    try:
+        return open_backend(preset)
+    except BackendUnavailable as err:
+        raise UsageError(str(err)) from None
 
 
 def _messages(args: argparse.Namespace) -> list[dict]:
@@ -49,7 +55,7 @@ def _messages(args: argparse.Namespace) -> list[dict]:
 
 def generate(args: argparse.Namespace) -> dict:
     preset = resolve_preset(args)
-    drafter = args.drafter_path or args.drafter
+    drafter = args.drafter_path or args.drafter or preset.default_drafter
     if drafter != "none" and not args.drafter_path and drafter not in preset.drafters:
         raise UsageError(f"drafter {drafter!r} is not in preset {preset.name!r} (choose from {preset.drafter_names}) "
                          "or pass --drafter-path")
@@ -63,13 +69,14 @@ def generate(args: argparse.Namespace) -> dict:
     backend = make_backend(args, preset)
     prompt_ids = backend.encode(_messages(args), chat_template=args.chat_template, raw=args.raw)
     events, ids = [], []
-    for event in backend.stream(prompt_ids, drafter, cfg):
+    stream = backend.stream(prompt_ids, drafter, cfg)
+    for event in stream:
         events.append(event)
         ids += event.emitted
         if not args.json:
             sys.stdout.write(backend.decode(ids)[len(backend.decode(ids[: len(ids) - len(event.emitted)])):])
             sys.stdout.flush()
-    metrics = summarize(events, cfg.k)
+    metrics = summarize(events, getattr(stream, "k", cfg.k))  # vLLM / remote: the engine's k
     result = {
         "text": backend.decode(ids),
         "token_ids": ids,
@@ -94,9 +101,9 @@ def generate(args: argparse.Namespace) -> dict:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("generate", help="generate one answer with a drafter, print text or JSON")
-    p.add_argument("--preset", default=DEFAULT_PRESET, help="named target+drafter pair (default: embedded)")
+    p.add_argument("--preset", help="named target+drafter pair (default: PLAYGROUND_DEFAULT_PRESET or embedded)")
     p.add_argument("--target", help="a Hugging Face model folder or Hub id instead of the preset's target")
-    p.add_argument("--drafter", default="eagle3.1", help="none, or a drafter name of the preset (eagle3, eagle3.1)")
+    p.add_argument("--drafter", help="none, or a drafter name of the preset (default: eagle3.1 where it has one)")
     p.add_argument("--drafter-path", help="a drafter folder (official, vLLM-export or speculators layout) or Hub id")
     p.add_argument("--k", type=int, default=4, help=f"speculative tokens per step, 1..{MAX_K}")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -109,9 +116,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--chat-template", help="a named chat template of the tokenizer (e.g. alt)")
     p.add_argument("--raw", action="store_true", help="no chat template: the prompt text as is")
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
-    p.add_argument("--backend", default="local", choices=["local", "vllm", "remote"])
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--backend", choices=["local", "vllm", "remote"], help="default: the preset's")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="default: the preset's")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: the preset's")
     p.add_argument("--no-instrument", action="store_true", help="skip attention / hidden-RMS capture")
     p.add_argument("--json", action="store_true", help="print one JSON object (schema in the README)")
     p.set_defaults(func=generate)

@@ -1,6 +1,13 @@
 """Named target + drafter pairs, as data. One place; the UI, CLI and bench all read it.
 
-The embedded folder can be moved with PLAYGROUND_EMBEDDED_DIR (tests point it at tiny models).
+Environment:
+- PLAYGROUND_EMBEDDED_DIR: where the embedded models live (tests point it at tiny models).
+- PLAYGROUND_PRESETS: comma list of the presets to offer (default: all of them); PLAYGROUND_DEFAULT_PRESET: the one
+  selected first (default: embedded, else the first offered).
+- PLAYGROUND_REMOTE_URL / PLAYGROUND_REMOTE_API_KEY: the `remote` preset's vLLM server and its key (the key is read
+  when connecting and never stored in a preset); PLAYGROUND_REMOTE_DRAFTER: the drafter the server runs (folder or Hub
+  id), to check that it fits the target; PLAYGROUND_REMOTE_K: the server's num_speculative_tokens.
+- HF_TOKEN: read by huggingface_hub for gated models (Llama).
 """
 
 from __future__ import annotations
@@ -10,23 +17,48 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DRAFTER_LABELS = {"none": "none (plain decoding)", "eagle3": "EAGLE-3", "eagle3.1": "EAGLE-3.1"}
+SERVER_DRAFTER = "server"  # a remote preset's drafter source when the server's drafter is not named
+DRAFTER_LABELS = {
+    "none": "none (plain decoding)",
+    "eagle3": "EAGLE-3",
+    "eagle3.1": "EAGLE-3.1",
+    "served": "the server's drafter",
+}
+BACKENDS = ("local", "vllm", "remote")
+DEVICES = ("cpu", "cuda")
+DTYPES = ("float32", "bfloat16", "float16")
+MAX_K = 16  # the engine's limit (playground.engine.MAX_K), repeated so that presets import no torch
 
 
 @dataclass(frozen=True)
 class Preset:
     name: str
     title: str
-    target: str  # local folder or Hub id
+    target: str  # local folder or Hub id (remote: the served model's name, "" = ask the server)
     drafters: dict[str, str] = field(default_factory=dict)  # drafter name -> folder or Hub id
     backend: str = "local"  # "local" | "vllm" | "remote"
     device: str = "cpu"  # "cpu" | "cuda"
     dtype: str = "float32"
     description: str = ""
+    tensor_parallel_size: int = 1  # GPUs per engine (vLLM)
+    requires_gpu: bool = False
+    gated: bool = False  # the target needs HF_TOKEN of an account that accepted its licence
+    trust_remote_code: bool = False
+    url: str | None = None  # remote: the server's base URL
+    num_speculative_tokens: int | None = None  # remote: the server's k; None = the request's k
+    engine_options: dict = field(default_factory=dict)  # extra vLLM engine arguments (max_model_len, ...)
+    missing_drafters: dict[str, str] = field(default_factory=dict)  # drafter name -> why absent, how to get one
+    notes: str = ""
 
     @property
     def drafter_names(self) -> list[str]:
         return ["none", *self.drafters]
+
+    @property
+    def default_drafter(self) -> str:
+        if "eagle3.1" in self.drafters:
+            return "eagle3.1"
+        return next(iter(self.drafters), "none")
 
 
 def embedded_dir() -> Path:
@@ -45,16 +77,177 @@ def _embedded() -> Preset:
     )
 
 
-def presets() -> dict[str, Preset]:
-    items = [_embedded()]
+def _embedded_vllm() -> Preset:
+    embedded = _embedded()
+    return Preset(
+        name="embedded-vllm",
+        title="Embedded pair through vLLM (GPU)",
+        target=embedded.target,
+        drafters=dict(embedded.drafters),
+        backend="vllm",
+        device="cuda",
+        dtype="bfloat16",
+        description="The embedded target and drafters served by vLLM, as a deployment would: per-step acceptance "
+        "and tokens/s, no attention or hidden-state charts. Needs no download or token.",
+        requires_gpu=True,
+        notes="The Docker image's default: its vLLM pins an older transformers, under which the local engine is "
+        "refused.",
+    )
+
+
+LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
+LLAMA_8B_EAGLE3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+NO_PUBLIC_LLAMA_EAGLE31 = (
+    "No public EAGLE-3.1 drafter for Llama-3.1-8B-Instruct is known. The project's trainer "
+    "(`python -m playground train drafter --target DIR --out OUT --generations eagle3.1`) writes one in the official "
+    "layout, but it runs on the CPU and is sized for the embedded model; for an 8B target train with a GPU trainer "
+    "that has the two flags (NeMo AutoModel's EAGLE-3 recipe with fc_norm and norm_output, or vLLM speculators) and "
+    "load the result with --drafter-path."
+)
+KIMI = "nvidia/Kimi-K2.6-NVFP4"
+KIMI_EAGLE31 = "lightseekorg/kimi-k2.6-eagle3.1-mla"
+KIMI_EAGLE3 = "lightseekorg/kimi-k2.6-eagle3-mla"
+
+
+def _llama(name: str, backend: str) -> Preset:
+    local = backend == "local"
+    through = "the project's engine (all charts)" if local else "vLLM (no attention or hidden-state charts)"
+    return Preset(
+        name=name,
+        title=f"Llama-3.1-8B-Instruct, bf16, one GPU, {'local engine' if local else 'vLLM'}",
+        target=LLAMA_8B,
+        drafters={"eagle3": LLAMA_8B_EAGLE3},
+        backend=backend,
+        device="cuda",
+        dtype="bfloat16",
+        description=f"Meta's Llama-3.1-8B-Instruct with the EAGLE-3 authors' drafter, run through {through}.",
+        requires_gpu=True,
+        gated=True,
+        engine_options={} if local else {"max_model_len": 8192},
+        missing_drafters={"eagle3.1": NO_PUBLIC_LLAMA_EAGLE31},
+        notes="Gated: set HF_TOKEN (a Space secret) for an account that accepted the Llama 3.1 licence. "
+        "About 16 GB of weights in bf16.",
+    )
+
+
+def _kimi() -> Preset:
+    return Preset(
+        name="kimi-k2.6",
+        title="Kimi K2.6 (NVFP4), vLLM, 4 GPUs",
+        target=KIMI,
+        drafters={"eagle3": KIMI_EAGLE3, "eagle3.1": KIMI_EAGLE31},
+        backend="vllm",
+        device="cuda",
+        dtype="bfloat16",
+        description="Moonshot's Kimi K2.6 (1T-parameter MoE) with lightseekorg's MLA drafters, EAGLE-3 and EAGLE-3.1, "
+        "through vLLM with tensor parallelism 4.",
+        tensor_parallel_size=4,
+        requires_gpu=True,
+        trust_remote_code=True,
+        engine_options={"max_model_len": 32768},
+        notes="NVFP4 needs Blackwell GPUs (e.g. 4× B200); on Hopper use moonshotai/Kimi-K2.6 with more GPUs. "
+        "Sizing is an estimate, not verified. Usually run as a remote server: see the README's GPU section.",
+    )
+
+
+def _remote() -> Preset:
+    drafter = os.environ.get("PLAYGROUND_REMOTE_DRAFTER") or SERVER_DRAFTER
+    k = os.environ.get("PLAYGROUND_REMOTE_K")
+    return Preset(
+        name="remote",
+        title="Remote vLLM server (PLAYGROUND_REMOTE_URL)",
+        target=os.environ.get("PLAYGROUND_REMOTE_MODEL", ""),
+        drafters={"served": drafter},
+        backend="remote",
+        description="Any running `vllm serve … --speculative-config …` (or `python -m playground serve`): tokens, "
+        "per-step acceptance from streamed token ids, per-position rates from its /metrics.",
+        url=os.environ.get("PLAYGROUND_REMOTE_URL") or None,
+        num_speculative_tokens=int(k) if k else None,
+        notes="The server decides the drafter and k; plain decoding needs a server started without speculation.",
+    )
+
+
+def all_presets() -> dict[str, Preset]:
+    """Every built-in preset, whatever PLAYGROUND_PRESETS selects (the CLI may name any of them)."""
+    items = [_embedded(), _embedded_vllm(), _llama("llama-3.1-8b", "local"), _llama("llama-3.1-8b-vllm", "vllm"),
+             _kimi(), _remote()]
     return {p.name: p for p in items}
 
 
-DEFAULT_PRESET = "embedded"
+def _selected_names(table: dict[str, Preset]) -> list[str]:
+    raw = os.environ.get("PLAYGROUND_PRESETS", "").strip()
+    if not raw:
+        return list(table)
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        raise ValueError(f"PLAYGROUND_PRESETS names unknown preset(s) {', '.join(unknown)}; known: {', '.join(table)}")
+    return names
+
+
+def presets() -> dict[str, Preset]:
+    """The presets this process offers, in order (PLAYGROUND_PRESETS)."""
+    table = all_presets()
+    return {n: table[n] for n in _selected_names(table)}
+
+
+def default_preset_name() -> str:
+    offered = presets()
+    name = os.environ.get("PLAYGROUND_DEFAULT_PRESET", "").strip()
+    if name:
+        if name not in offered:
+            raise ValueError(f"PLAYGROUND_DEFAULT_PRESET={name!r} is not offered; offered: {', '.join(offered)}")
+        return name
+    return "embedded" if "embedded" in offered else next(iter(offered))
+
+
+def _default_at_import() -> str:
+    try:
+        return default_preset_name()
+    except ValueError:  # a bad PLAYGROUND_PRESETS / _DEFAULT_PRESET is reported where presets() is called
+        return "embedded"
+
+
+DEFAULT_PRESET = _default_at_import()  # read once at import; default_preset_name() re-reads the environment
 
 
 def get_preset(name: str) -> Preset:
-    table = presets()
+    table = all_presets()
     if name not in table:
         raise KeyError(f"unknown preset {name!r}; known: {', '.join(table)}")
     return table[name]
+
+
+def validate_preset(preset: Preset) -> list[str]:
+    """What is inconsistent in a preset (empty when it is well formed)."""
+    problems = []
+    if preset.backend not in BACKENDS:
+        problems.append(f"backend {preset.backend!r} is not one of {BACKENDS}")
+    if preset.device not in DEVICES:
+        problems.append(f"device {preset.device!r} is not one of {DEVICES}")
+    if preset.dtype not in DTYPES:
+        problems.append(f"dtype {preset.dtype!r} is not one of {DTYPES}")
+    if preset.tensor_parallel_size < 1:
+        problems.append("tensor_parallel_size must be at least 1")
+    if preset.backend == "local" and preset.tensor_parallel_size != 1:
+        problems.append("the local engine runs on one device: tensor_parallel_size must be 1")
+    if preset.backend == "vllm" and preset.device != "cuda":
+        problems.append("a vLLM preset runs on CUDA: device must be 'cuda'")
+    if preset.device == "cuda" and not preset.requires_gpu:
+        problems.append("a CUDA preset must set requires_gpu")
+    if preset.backend == "remote" and preset.requires_gpu:
+        problems.append("a remote preset needs no local GPU: requires_gpu must be false")
+    if not preset.target and preset.backend != "remote":
+        problems.append("target is empty")
+    for name in preset.drafters:
+        if name == "none":
+            problems.append("'none' is reserved for plain decoding and cannot name a drafter")
+        elif name not in DRAFTER_LABELS:
+            problems.append(f"drafter name {name!r} has no label in DRAFTER_LABELS")
+    clash = set(preset.drafters) & set(preset.missing_drafters)
+    if clash:
+        problems.append(f"drafter(s) {sorted(clash)} are listed both as present and as missing")
+    k = preset.num_speculative_tokens
+    if k is not None and not 1 <= k <= MAX_K:
+        problems.append(f"num_speculative_tokens must be between 1 and {MAX_K}, got {k}")
+    return problems

@@ -1,1 +1,84 @@
-"""Backends turn (messages, drafter, settings) into a stream of StepEvents: local engine today; vLLM and remote later."""
+"""Backends turn (prompt ids, drafter, settings) into a stream of StepEvents.
+
+| backend | module | where |
+|---|---|---|
+| local engine | local.py | CPU or one GPU; fills every StepEvent field |
+| vLLM in-process | vllm_backend.py | GPU(s); tokens and acceptance only (see steps.MISSING_FIELDS) |
+| remote vLLM server | remote.py | any `vllm serve … --speculative-config …` or `python -m playground serve` |
+
+Every backend has `name`, `preset`, `missing_fields` (StepEvent fields it leaves None, and why), `preload` (load or
+connect at start-up, raising what is wrong), `encode`, `decode`, `stream` and `baseline_tokens_per_second` (None where
+it cannot measure plain decoding itself).
+`backend_unavailable_reason(preset)` says, in one sentence, why a preset cannot run on this machine.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable, Iterable, Protocol
+
+from playground.engine import GenerationConfig, StepEvent
+from playground.presets import Preset
+
+from .availability import backend_unavailable_reason
+
+
+class BackendUnavailable(ValueError):
+    """A preset that cannot run here (no GPU, no vLLM, no server URL, ...); the message says why."""
+
+
+class Backend(Protocol):
+    name: str
+    preset: Preset
+    missing_fields: dict[str, str]
+
+    def preload(self) -> None: ...
+
+    def encode(self, messages: list[dict], chat_template: str | None = None, raw: bool = False) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def stream(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
+               should_stop: Callable[[], bool] | None = None) -> Iterable[StepEvent]: ...
+
+    def baseline_tokens_per_second(self, prompt_ids: list[int], max_new_tokens: int = 32) -> float | None: ...
+
+
+def open_backend(preset: Preset) -> Backend:
+    """A new backend for the preset, or BackendUnavailable with the reason."""
+    reason = backend_unavailable_reason(preset)
+    if reason:
+        raise BackendUnavailable(reason)
+    if preset.backend == "local":
+        from .local import LocalBackend
+
+        return LocalBackend(preset)
+    if preset.backend == "vllm":
+        from .vllm_backend import VllmBackend
+
+        return VllmBackend(preset)
+    from .remote import RemoteBackend
+
+    return RemoteBackend(preset)
+
+
+_SHARED: dict[str, Backend] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_backend(preset: Preset) -> Backend:
+    """One backend (one copy of the weights, one engine, one connection pool) per preset for the whole process."""
+    reason = backend_unavailable_reason(preset)
+    if reason:
+        raise BackendUnavailable(reason)
+    if preset.backend == "local":
+        from .local import shared_backend as shared_local
+
+        return shared_local(preset)
+    with _SHARED_LOCK:
+        if preset.name not in _SHARED or _SHARED[preset.name].preset != preset:
+            _SHARED[preset.name] = open_backend(preset)
+        return _SHARED[preset.name]
+
+
+__all__ = ["Backend", "BackendUnavailable", "backend_unavailable_reason", "open_backend", "shared_backend"]

@@ -142,7 +142,7 @@ def _draft_chain(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list
         if cfg.instrument:
             chain.hidden_rms.append(hidden[0, -1].pow(2).mean().sqrt())
         out = drafter(ids, hidden, positions, draft_cache, want_attention=cfg.instrument)
-        logits = out.logits[0, -1]
+        logits = out.logits[0, -1].float()  # bf16/fp16 drafters: probabilities in float32, like the target's
         if cfg.greedy:
             choice = int(logits.argmax())
             if cfg.instrument:
@@ -210,7 +210,8 @@ def speculative_generate(target: Target, drafter: Eagle3Drafter, aux_layers: lis
             probs_of_drafts = [float(p) for p in chain.draft_probs] if cfg.instrument else None
         else:
             target_probs = probabilities(verify.logits, cfg.temperature, cfg.top_p)
-            q_all = torch.stack(chain.draft_probs) if drafted else torch.empty(0, target.vocab_size)
+            q_all = (torch.stack(chain.draft_probs) if drafted
+                     else torch.empty(0, target.vocab_size, device=target.device))
             accepted, bonus = accept_sampled(drafted, q_all, target_probs, generator)
             probs_of_drafts = [float(q_all[i, t]) for i, t in enumerate(drafted)]
         target.rollback(cache, context + accepted + 1)

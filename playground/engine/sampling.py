@@ -40,7 +40,8 @@ def accept_sampled(drafted: list[int], draft_probs: torch.Tensor, target_probs: 
     """
     for i, token in enumerate(drafted):
         p, q = float(target_probs[i, token]), float(draft_probs[i, token])
-        if float(torch.rand((), generator=generator)) * q < p:  # u < p/q without dividing by zero
+        u = float(torch.rand((), generator=generator, device=target_probs.device))  # the generator's device
+        if u * q < p:  # u < p/q without dividing by zero
             continue
         residual = (target_probs[i] - draft_probs[i]).clamp_min(0.0)
         total = float(residual.sum())

@@ -164,8 +164,8 @@ class Target:
             text = "\n".join(m["content"] for m in messages)
             return self.tokenizer(text, add_special_tokens=True)["input_ids"]
         kwargs = {"chat_template": chat_template} if chat_template else {}
-        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **kwargs)
-        return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
+        return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                       return_dict=False, **kwargs))
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)

@@ -1,0 +1,108 @@
+"""Does a drafter fit a target? Checked from the two config.json files, before vLLM is started.
+
+vLLM does not refuse a drafter that reads the wrong layers or the wrong width: it degrades silently (vLLM #50170:
+1.2 % acceptance). The local engine checks the same things in Target.attach; this is the equivalent for vLLM and
+remote servers, where only the configs are at hand. Aux layer ids use vLLM's convention (id i = input of layer i,
+id == num_hidden_layers = the final pre-norm state).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from playground.engine.checkpoint import CheckpointError
+
+
+class DrafterMismatch(CheckpointError):
+    """A drafter that does not fit its target; the message names every problem."""
+
+
+@dataclass
+class FitReport:
+    problems: list[str] = field(default_factory=list)  # the drafter cannot work with this target
+    warnings: list[str] = field(default_factory=list)  # it may work, but check
+
+    def raise_if_unfit(self, drafter: str, target: str) -> None:
+        if self.problems:
+            raise DrafterMismatch(f"drafter {drafter} does not fit target {target}: " + "; ".join(self.problems))
+
+
+def read_config(source: str) -> dict:
+    """config.json of a local folder, or of a Hub repository (downloads that one file; HF_TOKEN for gated repos)."""
+    folder = Path(source).expanduser()
+    if folder.is_dir():
+        path = folder / "config.json"
+        if not path.is_file():
+            raise CheckpointError(f"no config.json in {folder}")
+    else:
+        try:
+            from huggingface_hub import hf_hub_download
+
+            path = Path(hf_hub_download(source, "config.json"))
+        except Exception as err:  # hub errors come in many types; the message is what matters
+            raise CheckpointError(f"cannot read config.json of {source!r}: {type(err).__name__}: {err}") from None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"config.json of {source!r} is not valid JSON: {err}") from None
+
+
+def _language_config(config: dict) -> dict:
+    """Multimodal wrappers (Kimi K2.5/K2.6, Llama 4, ...) keep the language model's settings in text_config."""
+    return config.get("text_config") or config
+
+
+def _drafter_layer(config: dict) -> dict:
+    """Speculators layout keeps the draft layer's settings in transformer_layer_config."""
+    return config.get("transformer_layer_config") or config
+
+
+def aux_layer_ids(drafter_config: dict) -> list[int] | None:
+    ids = drafter_config.get("eagle_aux_hidden_state_layer_ids") or (drafter_config.get("eagle_config") or {}).get(
+        "eagle_aux_hidden_state_layer_ids")
+    return [int(i) for i in ids] if ids else None
+
+
+def drafter_fit(target_config: dict, drafter_config: dict) -> FitReport:
+    """Compare a drafter's config.json with its target's (both as dicts)."""
+    report = FitReport()
+    target = _language_config(target_config)
+    layer = _drafter_layer(drafter_config)
+    try:
+        n_layers = int(target["num_hidden_layers"])
+        hidden = int(target["hidden_size"])
+    except KeyError as missing:
+        report.problems.append(f"target config lacks {missing.args[0]!r}")
+        return report
+    ids = aux_layer_ids(drafter_config)
+    n_aux = int(drafter_config.get("num_aux_hidden_states") or (len(ids) if ids else 3))
+    if ids is None:
+        report.warnings.append(
+            f"the drafter names no eagle_aux_hidden_state_layer_ids; vLLM will read layers "
+            f"[2, {n_layers // 2}, {n_layers - 3}] — right only if it was trained on those")
+    else:
+        bad = [i for i in ids if not 0 <= i <= n_layers]
+        if bad:
+            report.problems.append(f"aux layer ids {bad} are outside the target's 0..{n_layers}")
+        if len(ids) != n_aux:
+            report.problems.append(f"num_aux_hidden_states is {n_aux} but {len(ids)} aux layer ids are set")
+    width = drafter_config.get("target_hidden_size") or layer.get("target_hidden_size") or layer.get("hidden_size")
+    if width is None:
+        report.problems.append("drafter config has neither target_hidden_size nor hidden_size")
+    elif int(width) != hidden:
+        report.problems.append(f"drafter expects target hidden size {width}, target has {hidden}")
+    draft_vocab, target_vocab = layer.get("vocab_size"), target.get("vocab_size")
+    if draft_vocab is not None and target_vocab is not None and int(draft_vocab) != int(target_vocab):
+        report.problems.append(f"drafter vocab_size {draft_vocab} != target vocab_size {target_vocab}")
+    if drafter_config.get("fc_norm") and drafter_config.get("norm_before_fc"):
+        report.problems.append("drafter sets both fc_norm and norm_before_fc; they are mutually exclusive")
+    return report
+
+
+def check_drafter_fits(target: str, drafter: str) -> FitReport:
+    """Read both configs and refuse (DrafterMismatch) a drafter that does not fit; return the report (warnings)."""
+    report = drafter_fit(read_config(target), read_config(drafter))
+    report.raise_if_unfit(drafter, target)
+    return report

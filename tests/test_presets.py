@@ -1,0 +1,92 @@
+"""Presets are data: every built-in one is well formed, and the environment selects them."""
+
+from __future__ import annotations
+
+import pytest
+
+from playground.presets import (
+    DRAFTER_LABELS, SERVER_DRAFTER, Preset, all_presets, default_preset_name, get_preset, presets, validate_preset,
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("PLAYGROUND_PRESETS", "PLAYGROUND_DEFAULT_PRESET", "PLAYGROUND_REMOTE_URL",
+                 "PLAYGROUND_REMOTE_DRAFTER", "PLAYGROUND_REMOTE_K", "PLAYGROUND_REMOTE_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_every_builtin_preset_is_well_formed() -> None:
+    table = all_presets()
+    assert list(table)[:1] == ["embedded"]
+    for name, preset in table.items():
+        assert preset.name == name
+        assert validate_preset(preset) == [], name
+        assert set(preset.drafters) <= set(DRAFTER_LABELS)
+
+
+def test_gpu_presets_say_what_they_need() -> None:
+    llama, llama_vllm, kimi = get_preset("llama-3.1-8b"), get_preset("llama-3.1-8b-vllm"), get_preset("kimi-k2.6")
+    assert (llama.backend, llama.device, llama.dtype, llama.gated) == ("local", "cuda", "bfloat16", True)
+    assert llama.target == llama_vllm.target == "meta-llama/Llama-3.1-8B-Instruct"
+    assert llama.drafters == llama_vllm.drafters == {"eagle3": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}
+    assert "train drafter" in llama.missing_drafters["eagle3.1"]  # no public EAGLE-3.1 Llama drafter: say how
+    assert llama_vllm.backend == "vllm"
+    assert (kimi.backend, kimi.tensor_parallel_size, kimi.trust_remote_code) == ("vllm", 4, True)
+    assert kimi.drafters == {"eagle3": "lightseekorg/kimi-k2.6-eagle3-mla",
+                             "eagle3.1": "lightseekorg/kimi-k2.6-eagle3.1-mla"}
+    assert all(p.requires_gpu for p in (llama, llama_vllm, kimi))
+    assert not get_preset("embedded").requires_gpu
+
+
+def test_remote_preset_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    remote = get_preset("remote")
+    assert remote.url is None and remote.drafters == {"served": SERVER_DRAFTER} and remote.default_drafter == "served"
+    monkeypatch.setenv("PLAYGROUND_REMOTE_URL", "http://gpu-box:8000/v1")
+    monkeypatch.setenv("PLAYGROUND_REMOTE_DRAFTER", "lightseekorg/kimi-k2.6-eagle3.1-mla")
+    monkeypatch.setenv("PLAYGROUND_REMOTE_K", "3")
+    monkeypatch.setenv("PLAYGROUND_REMOTE_API_KEY", "secret")
+    remote = get_preset("remote")
+    assert remote.url == "http://gpu-box:8000/v1"
+    assert remote.drafters == {"served": "lightseekorg/kimi-k2.6-eagle3.1-mla"}
+    assert remote.num_speculative_tokens == 3
+    assert "secret" not in repr(remote)  # the key is read when connecting, never kept in a preset
+
+
+def test_selection_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert list(presets()) == list(all_presets())
+    assert default_preset_name() == "embedded"
+    monkeypatch.setenv("PLAYGROUND_PRESETS", "llama-3.1-8b-vllm, embedded")
+    assert list(presets()) == ["llama-3.1-8b-vllm", "embedded"]
+    assert default_preset_name() == "embedded"
+    monkeypatch.setenv("PLAYGROUND_DEFAULT_PRESET", "llama-3.1-8b-vllm")
+    assert default_preset_name() == "llama-3.1-8b-vllm"
+    assert get_preset("kimi-k2.6").name == "kimi-k2.6"  # the CLI may still name any built-in preset
+    monkeypatch.setenv("PLAYGROUND_PRESETS", "kimi-k2.6")
+    with pytest.raises(ValueError, match="PLAYGROUND_DEFAULT_PRESET='llama-3.1-8b-vllm' is not offered"):
+        default_preset_name()
+    monkeypatch.delenv("PLAYGROUND_DEFAULT_PRESET")
+    assert default_preset_name() == "kimi-k2.6"
+    monkeypatch.setenv("PLAYGROUND_PRESETS", "embedded,gpt-5")
+    with pytest.raises(ValueError, match="unknown preset.*gpt-5"):
+        presets()
+    with pytest.raises(KeyError, match="unknown preset 'gpt-5'"):
+        get_preset("gpt-5")
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"backend": "tgi"}, "backend 'tgi'"),
+    ({"device": "cuda"}, "must set requires_gpu"),
+    ({"dtype": "int8"}, "dtype 'int8'"),
+    ({"tensor_parallel_size": 2}, "runs on one device"),
+    ({"backend": "vllm"}, "device must be 'cuda'"),
+    ({"drafters": {"none": "x"}}, "reserved"),
+    ({"drafters": {"medusa": "x"}}, "no label"),
+    ({"missing_drafters": {"eagle3": "why"}}, "both as present and as missing"),
+    ({"num_speculative_tokens": 0}, "num_speculative_tokens"),
+    ({"target": ""}, "target is empty"),
+])
+def test_validation_names_the_problem(change: dict, problem: str) -> None:
+    base = dict(name="p", title="p", target="some/model", drafters={"eagle3": "some/drafter"})
+    problems = validate_preset(Preset(**{**base, **change}))
+    assert any(problem in p for p in problems), problems

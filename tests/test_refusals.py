@@ -1,0 +1,113 @@
+"""Presets that cannot run here are refused in one clear sentence; drafters that do not fit are refused with the
+reason, before vLLM would start (vLLM itself degrades silently)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import playground.backends.availability as availability
+from playground.__main__ import main
+from playground.backends import BackendUnavailable, backend_unavailable_reason, open_backend
+from playground.backends.fit import DrafterMismatch, check_drafter_fits, drafter_fit
+from playground.backends.vllm_backend import VllmBackend
+from playground.presets import Preset, get_preset
+
+LLAMA_8B = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32, "hidden_size": 4096, "vocab_size": 128256}
+YUHUILI = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 4096, "num_hidden_layers": 1,
+           "vocab_size": 128256, "draft_vocab_size": 32000}  # names no aux layer ids, as the yuhuili config
+KIMI = {"architectures": ["KimiK25ForConditionalGeneration"],
+        "text_config": {"num_hidden_layers": 61, "hidden_size": 7168, "vocab_size": 163840}}
+KIMI_DRAFTER = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "hidden_size": 7168, "vocab_size": 163840,
+                "fc_norm": True, "norm_output": True,
+                "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58], "use_aux_hidden_state": True}}
+
+
+def test_cli_refuses_vllm_on_a_cpu_machine_in_one_line() -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run([sys.executable, "-m", "playground", "generate", "--backend", "vllm", "--prompt", "hi"],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode != 0 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "needs a CUDA GPU" in lines[0], result.stderr
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--preset", "llama-3.1-8b"], "runs the local engine on CUDA and needs a CUDA GPU"),
+    (["--preset", "kimi-k2.6"], "runs vLLM and needs a CUDA GPU"),
+    (["--device", "cuda"], "needs a CUDA GPU"),
+    (["--preset", "remote"], "set PLAYGROUND_REMOTE_URL"),
+])
+def test_cli_refusals(argv: list[str], says: str, capsys: pytest.CaptureFixture, monkeypatch) -> None:
+    monkeypatch.delenv("PLAYGROUND_REMOTE_URL", raising=False)
+    monkeypatch.setattr(availability, "visible_gpus", lambda: 0)
+    assert main(["generate", *argv, "--prompt", "hi"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and says in err[0], err
+
+
+def test_reasons_for_the_ui(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(availability, "visible_gpus", lambda: 1)
+    monkeypatch.setattr(availability, "_has_token_or_cache", lambda repo: False)
+    assert "HF_TOKEN" in backend_unavailable_reason(get_preset("llama-3.1-8b"))
+    assert "needs 4 GPUs (tensor_parallel_size); 1 visible" in backend_unavailable_reason(get_preset("kimi-k2.6"))
+    monkeypatch.setattr(availability, "visible_gpus", lambda: 4)
+    monkeypatch.setattr(availability, "vllm_installed", lambda: False)
+    assert "vLLM, which is not installed" in backend_unavailable_reason(get_preset("kimi-k2.6"))
+    monkeypatch.setattr(availability, "_has_token_or_cache", lambda repo: True)
+    assert backend_unavailable_reason(get_preset("llama-3.1-8b")) is None
+    assert backend_unavailable_reason(get_preset("embedded")) is None
+    monkeypatch.setattr(availability, "on_zerogpu", lambda: True)
+    assert "does not work on ZeroGPU" in backend_unavailable_reason(get_preset("llama-3.1-8b-vllm"))
+    assert backend_unavailable_reason(get_preset("llama-3.1-8b")) is None  # the local engine on a lent GPU
+    monkeypatch.setattr(availability, "local_engine_problem", lambda: "the local engine needs transformers 5.24")
+    assert "transformers 5.24" in backend_unavailable_reason(get_preset("embedded"))
+    with pytest.raises(BackendUnavailable, match="transformers 5.24"):
+        open_backend(get_preset("embedded"))
+
+
+def test_this_environment_runs_the_local_engine() -> None:
+    assert availability.local_engine_problem() is None
+
+
+def test_drafter_fit_from_configs() -> None:
+    report = drafter_fit(LLAMA_8B, YUHUILI)
+    assert report.problems == [] and "vLLM will read layers [2, 16, 29]" in report.warnings[0]
+    assert drafter_fit(KIMI, KIMI_DRAFTER).problems == []  # multimodal wrapper: text_config is read
+    assert drafter_fit(LLAMA_8B, KIMI_DRAFTER).problems == [
+        "aux layer ids [58] are outside the target's 0..32",
+        "drafter expects target hidden size 7168, target has 4096",
+        "drafter vocab_size 163840 != target vocab_size 128256"]
+    far = {**KIMI_DRAFTER, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 62]}}
+    assert drafter_fit(KIMI, far).problems == ["aux layer ids [62] are outside the target's 0..61"]
+    two = {**YUHUILI, "eagle_aux_hidden_state_layer_ids": [2, 16], "num_aux_hidden_states": 3}
+    assert "num_aux_hidden_states is 3 but 2 aux layer ids are set" in drafter_fit(LLAMA_8B, two).problems
+    speculators = {"speculators_model_type": "eagle3", "target_hidden_size": 4096,
+                   "eagle_aux_hidden_state_layer_ids": [2, 16, 29],
+                   "transformer_layer_config": {"hidden_size": 4096, "vocab_size": 128256}}
+    assert drafter_fit(LLAMA_8B, speculators) == drafter_fit(LLAMA_8B, speculators).__class__()
+    assert "target config lacks 'num_hidden_layers'" in drafter_fit({}, YUHUILI).problems
+
+
+def _write(folder: Path, config: dict) -> str:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+def test_vllm_backend_refuses_a_misfit_before_starting_vllm(tmp_path: Path, tiny_root: Path) -> None:
+    assert check_drafter_fits(str(tiny_root / "target"), str(tiny_root / "eagle3.1")).problems == []
+    bad = _write(tmp_path / "bad", {**json.loads((tiny_root / "eagle3.1" / "config.json").read_text()),
+                                    "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 9]}})
+    preset = Preset(name="t", title="t", target=str(tiny_root / "target"), drafters={"eagle3": bad}, backend="vllm",
+                    device="cuda", requires_gpu=True)
+    backend = VllmBackend(preset)  # vllm is not importable here: the check must come first
+    with pytest.raises(DrafterMismatch, match=r"aux layer ids \[9\] are outside the target's 0..4"):
+        backend.engine("eagle3", 4)
+    with pytest.raises(DrafterMismatch):
+        backend.preload()

@@ -1,0 +1,126 @@
+"""The vLLM backend's pure logic, on the CPU (vLLM itself is not installed here; nothing is verified on GPU):
+engine and sampling arguments, the `vllm serve` command, reading outputs and metric snapshots, deltas -> steps."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from playground.backends.specstats import SpecCounters
+from playground.backends.steps import UNKNOWN_DRAFT, DeltaStepper, finish_reason
+from playground.backends.vllm_backend import (
+    counters_from_snapshot, engine_kwargs, read_output, sampling_kwargs, serve_command, speculative_config,
+)
+from playground.engine import GenerationConfig, summarize
+from playground.presets import get_preset
+
+
+def test_speculative_config() -> None:
+    assert speculative_config("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", 5) == {
+        "method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 5}
+    # EAGLE-3.1 is the same method: vLLM reads fc_norm / norm_output from the drafter's config.json
+    assert speculative_config("lightseekorg/kimi-k2.6-eagle3.1-mla", 3)["method"] == "eagle3"
+    with pytest.raises(ValueError):
+        speculative_config("d", 0)
+
+
+def test_engine_kwargs() -> None:
+    kimi = get_preset("kimi-k2.6")
+    kwargs = engine_kwargs(kimi, kimi.drafters["eagle3.1"], 3)
+    assert kwargs == {
+        "model": "nvidia/Kimi-K2.6-NVFP4", "dtype": "bfloat16", "tensor_parallel_size": 4, "trust_remote_code": True,
+        "disable_log_stats": False, "max_model_len": 32768,
+        "speculative_config": {"method": "eagle3", "model": "lightseekorg/kimi-k2.6-eagle3.1-mla",
+                               "num_speculative_tokens": 3},
+        "per_request_spec_decode_metrics": "detailed",
+    }
+    older_vllm = {"model", "dtype", "tensor_parallel_size", "speculative_config"}  # lacks the per-request option
+    assert "per_request_spec_decode_metrics" not in engine_kwargs(kimi, "d", 3, supported=older_vllm)
+    plain = engine_kwargs(get_preset("llama-3.1-8b-vllm"), None, 3)
+    assert "speculative_config" not in plain and "per_request_spec_decode_metrics" not in plain
+
+
+def test_kimi_serve_command() -> None:
+    kimi = get_preset("kimi-k2.6")
+    command = serve_command(kimi, kimi.drafters["eagle3.1"], 3, port=8001)
+    assert command[:3] == ["vllm", "serve", "nvidia/Kimi-K2.6-NVFP4"]
+    flags = " ".join(command)
+    for part in ("--tensor-parallel-size 4", "--trust-remote-code", "--max-model-len 32768",
+                 "--per-request-spec-decode-metrics detailed", "--enable-force-include-usage", "--port 8001"):
+        assert part in flags
+    assert "--disable-log-stats" not in flags and "--trust-remote-code True" not in flags
+    spec = json.loads(command[command.index("--speculative-config") + 1])
+    assert spec == {"method": "eagle3", "model": "lightseekorg/kimi-k2.6-eagle3.1-mla", "num_speculative_tokens": 3}
+
+
+def test_sampling_kwargs() -> None:
+    cfg = GenerationConfig(max_new_tokens=64, temperature=0.7, top_p=0.9, seed=3, stop_strings=("\n\n",))
+    assert sampling_kwargs(cfg) == {"max_tokens": 64, "temperature": 0.7, "top_p": 0.9, "seed": 3, "stop": ["\n\n"]}
+    assert sampling_kwargs(GenerationConfig())["stop"] is None
+
+
+def _output(token_ids, finished=False, reason=None, stop_reason=None, metrics=None):
+    completion = SimpleNamespace(token_ids=token_ids, finish_reason=reason, stop_reason=stop_reason)
+    if metrics is not None:
+        completion.spec_decode_metrics = metrics
+    return SimpleNamespace(outputs=[completion], finished=finished)
+
+
+def test_read_output() -> None:
+    assert read_output(_output((3, 4))) == ([3, 4], None, None)
+    assert read_output(_output([5], finished=True, reason="stop")) == ([5], "eos", None)
+    assert read_output(_output([5], finished=True, reason="stop", stop_reason="###"))[1] == "stop"
+    assert read_output(_output([], finished=True, reason="length"))[1] == "length"
+    metrics = SimpleNamespace(to_dict=lambda: {"per_step_accepted": [2, 0]})
+    assert read_output(_output([1], finished=True, reason="stop", metrics=metrics))[2] == {"per_step_accepted": [2, 0]}
+
+
+def test_counters_from_reader_snapshot() -> None:
+    counter = lambda name, value, engine="0": SimpleNamespace(name=name, labels={"engine": engine}, value=value)  # noqa: E731
+    snapshot = [
+        counter("vllm:spec_decode_num_drafts", 5), counter("vllm:spec_decode_num_drafts", 1, "1"),
+        counter("vllm:spec_decode_num_draft_tokens", 24),
+        counter("vllm:spec_decode_num_accepted_tokens", 9),
+        SimpleNamespace(name="vllm:spec_decode_num_accepted_tokens_per_pos", labels={}, values=[5, 3, 1, 0]),
+        SimpleNamespace(name="vllm:time_to_first_token_seconds", labels={}, count=2, sum=0.1, buckets={}),
+        counter("vllm:num_requests_running", 0),
+    ]
+    assert counters_from_snapshot(snapshot) == SpecCounters(6, 24, 9, [5, 3, 1, 0])
+    assert counters_from_snapshot([counter("vllm:num_requests_running", 0)]) is None
+
+
+def test_deltas_become_steps() -> None:
+    clock = iter(range(100)).__next__
+    stepper = DeltaStepper(k=4, clock=lambda: float(clock()))
+    deltas = [([7], None), ([1, 2, 3], None), ([], None), ([4], None), ([5, 6, 7, 8, 9], None),
+              ([10, 11, 12, 13, 14, 15, 16], None), ([17], "length")]
+    events = [e for ids, reason in deltas if (e := stepper.feed(ids, reason)) is not None]
+    assert [e.emitted for e in events] == [[7], [1, 2, 3], [4], [5, 6, 7, 8, 9], [10, 11, 12, 13, 14, 15, 16], [17]]
+    assert events[0].drafted == [] and events[0].step == 0  # the prefill step drafts nothing
+    assert events[1].accepted == 2 and events[1].drafted == [1, 2, UNKNOWN_DRAFT, UNKNOWN_DRAFT]
+    assert events[2].accepted == 0 and events[2].drafted == [UNKNOWN_DRAFT] * 4
+    assert events[3].accepted == 4 and events[3].drafted == [5, 6, 7, 8]
+    assert events[4].drafted == [] and stepper.unresolved == 1  # 7 tokens > k + 1: merged steps, not counted
+    assert events[5].finished and events[5].finish_reason == "length" and events[5].total_tokens == 18
+    assert [e.step for e in events] == list(range(6)) and events[5].elapsed_ms > events[0].elapsed_ms
+    assert all(e.attention is None and e.hidden_rms is None and e.draft_ms is None for e in events)
+    run = summarize(events, 4)
+    assert run.drafting_steps == 4 and run.accepted_tokens == 6 and run.mean_acceptance_length == 2.5
+    assert run.per_position_acceptance == [0.5, 0.5, 0.25, 0.25]
+
+
+def test_plain_deltas_and_cancellation() -> None:
+    stepper = DeltaStepper(k=0)
+    events = [stepper.feed([1]), stepper.feed([2, 3]), stepper.feed([], "cancelled")]
+    assert all(e.drafted == [] and e.accepted == 0 for e in events)
+    assert events[-1].finished and events[-1].emitted == [] and events[-1].total_tokens == 3
+
+
+@pytest.mark.parametrize("reason, stop_reason, expected", [
+    (None, None, None), ("stop", None, "eos"), ("stop", 128009, "eos"), ("stop", "\n\n", "stop"),
+    ("length", None, "length"), ("abort", None, "cancelled"),
+])
+def test_finish_reasons(reason, stop_reason, expected) -> None:
+    assert finish_reason(reason, stop_reason) == expected

@@ -1,0 +1,62 @@
+"""ZeroGPU support: `spaces.GPU` only on a ZeroGPU Space, and what crosses its process boundary pickles."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from playground.backends import zerogpu
+from playground.engine import AttentionMass, GenerationConfig, StepEvent
+
+
+def test_step_events_and_settings_pickle() -> None:
+    event = StepEvent(step=3, drafted=[5, 6], accepted=1, emitted=[5, 9], draft_probs=[0.9, 0.2],
+                      attention=[AttentionMass(0.3, 0.8, 0.2), AttentionMass(0.1, 0.6, 0.4)], hidden_rms=[1.0, 2.5],
+                      draft_ms=1.5, verify_ms=2.0, total_tokens=4, elapsed_ms=9.0, finished=True, finish_reason="eos")
+    assert pickle.loads(pickle.dumps(event)) == event
+    cfg = GenerationConfig(max_new_tokens=8, temperature=0.5, stop_strings=("\n",))
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
+
+
+def test_stream_local_yields_picklable_events(tiny_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PLAYGROUND_EMBEDDED_DIR", str(tiny_root))
+    from playground.backends.local import shared_backend
+    from playground.presets import get_preset
+
+    backend = shared_backend(get_preset("embedded"))
+    prompt = backend.encode([{"role": "user", "content": "def add"}])
+    cfg = GenerationConfig(max_new_tokens=12, k=3)
+    events = list(zerogpu.stream_local("embedded", prompt, "eagle3.1", cfg))  # identity off ZeroGPU
+    direct = list(backend.stream(prompt, "eagle3.1", cfg))
+    assert [(e.emitted, e.accepted) for e in events] == [(e.emitted, e.accepted) for e in direct]
+    assert all(pickle.loads(pickle.dumps(e)).emitted == e.emitted for e in events)
+    assert any(e.attention for e in events)  # the local engine's instrumentation crosses the boundary too
+
+
+def test_gpu_decorator_uses_spaces_only_on_zerogpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+
+    def fake_gpu(fn, duration=None):
+        calls.append(duration)
+        return SimpleNamespace(wrapped=fn)
+
+    def run() -> int:
+        return 1
+
+    monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
+    assert zerogpu.gpu(run) is run and zerogpu.gpu(duration=30)(run) is run
+    monkeypatch.setitem(sys.modules, "spaces", SimpleNamespace(GPU=fake_gpu))
+    monkeypatch.setattr(zerogpu, "on_zerogpu", lambda: True)
+    assert zerogpu.gpu(run).wrapped is run
+    assert zerogpu.gpu(duration=zerogpu.lease_seconds)(run).wrapped is run
+    assert calls == [None, zerogpu.lease_seconds]
+
+
+def test_lease_is_bounded() -> None:
+    short = zerogpu.lease_seconds("embedded", [1] * 10, "eagle3.1", GenerationConfig(max_new_tokens=64))
+    assert 20 <= short < 40
+    assert zerogpu.lease_seconds("x", [1] * 100_000, "none", GenerationConfig(max_new_tokens=4096)) == 120
