@@ -189,7 +189,7 @@ def _save_checkpoint(path: Path, model: torch.nn.Module, opt: torch.optim.Optimi
 
 
 def _load_checkpoint(path: Path, model: torch.nn.Module, opt: torch.optim.Optimizer) -> TrainState:
-    ckpt = torch.load(path, weights_only=False)
+    ckpt = torch.load(path, weights_only=True)
     model.load_state_dict(ckpt["model"])
     opt.load_state_dict(ckpt["optimizer"])
     torch.set_rng_state(ckpt["rng"]["torch"])

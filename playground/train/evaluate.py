@@ -1,0 +1,106 @@
+"""Measure trained drafters on held-out prompts: acceptance by k, drift by depth, losslessness and speedup.
+
+Acceptance and drift come from an instrumented greedy pass; speed from separate un-instrumented passes, plain
+and speculative interleaved prompt by prompt after a warm-up, so both see the same machine load. The numbers feed
+the model card (`assets/models/README.md`).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from playground.backends.local import LocalBackend
+from playground.engine import GenerationConfig, StepEvent, summarize
+from playground.presets import get_preset
+from playground.train.corpus import held_out_prompts
+
+
+def _run(backend: LocalBackend, prompt: list[int], drafter: str, cfg: GenerationConfig) -> list[StepEvent]:
+    return list(backend.stream(prompt, drafter, cfg))
+
+
+def _ids(events: list[StepEvent]) -> list[int]:
+    return [t for e in events for t in e.emitted]
+
+
+def acceptance_table(backend: LocalBackend, prompts: list[list[int]], drafters: list[str], ks: list[int],
+                     max_new_tokens: int) -> dict:
+    """Per drafter and k: metrics pooled over every step of every prompt, and whether output matched plain."""
+    plain = [_ids(_run(backend, p, "none", GenerationConfig(max_new_tokens=max_new_tokens))) for p in prompts]
+    table: dict = {}
+    jobs = [(d, k) for d in drafters for k in ks]
+    for drafter, k in tqdm(jobs, desc="acceptance", unit="config"):
+        cfg = GenerationConfig(max_new_tokens=max_new_tokens, k=k)
+        pooled, lossless = [], True
+        for prompt, reference in zip(prompts, plain):
+            events = _run(backend, prompt, drafter, cfg)
+            lossless &= _ids(events) == reference
+            pooled += events
+        m = summarize(pooled, k)
+        table.setdefault(drafter, {})[str(k)] = {
+            "mean_acceptance_length": m.mean_acceptance_length,
+            "per_position_acceptance": m.per_position_acceptance,
+            "draft_acceptance_rate": m.draft_acceptance_rate,
+            "attention_by_depth": [asdict(a) for a in m.attention_by_depth or []],
+            "hidden_rms_by_depth": m.hidden_rms_by_depth,
+            "lossless": lossless,
+        }
+    return table
+
+
+def speed_table(backend: LocalBackend, prompts: list[list[int]], drafters: list[str], k: int, max_new_tokens: int,
+                repeats: int) -> dict:
+    """tokens/s of plain vs speculative decoding, interleaved per prompt; medians of per-prompt ratios."""
+    cfg = GenerationConfig(max_new_tokens=max_new_tokens, k=k, instrument=False)
+    for name in ["none", *drafters]:  # warm-up
+        _run(backend, prompts[0], name, cfg)
+    rates: dict[str, list[float]] = {name: [] for name in ["none", *drafters]}
+    ratios: dict[str, list[float]] = {name: [] for name in drafters}
+    for _ in tqdm(range(repeats), desc="speed", unit="repeat"):
+        for prompt in prompts:
+            now = {name: summarize(_run(backend, prompt, name, cfg), k).tokens_per_second for name in rates}
+            for name, rate in now.items():
+                rates[name].append(rate)
+            for name in drafters:
+                ratios[name].append(now[name] / now["none"])
+    return {
+        "k": k,
+        "max_new_tokens": max_new_tokens,
+        "runs_per_config": len(rates["none"]),
+        "median_tokens_per_second": {name: statistics.median(v) for name, v in rates.items()},
+        "median_speedup": {name: statistics.median(v) for name, v in ratios.items()},
+    }
+
+
+def evaluate(preset_name: str, n_prompts: int, ks: list[int], max_new_tokens: int, speed_k: int, repeats: int,
+             threads: int, chat_template: str | None = None) -> dict:
+    torch.set_num_threads(threads)
+    preset = get_preset(preset_name)
+    backend = LocalBackend(preset)
+    drafters = list(preset.drafters)
+    prompts = [backend.encode(m, chat_template=chat_template) for m in held_out_prompts(n_prompts)]
+    return {
+        "preset": preset.name,
+        "prompts": {"source": "held-out validation split (playground.train.corpus.held_out_prompts)",
+                    "count": len(prompts), "chat_template": chat_template or "default",
+                    "mean_prompt_tokens": statistics.mean(map(len, prompts))},
+        "machine": {"processor": platform.processor() or platform.machine(), "threads": threads,
+                    "torch": torch.__version__, "python": platform.python_version()},
+        "acceptance": acceptance_table(backend, prompts, drafters, ks, max_new_tokens),
+        "speed": speed_table(backend, prompts, drafters, speed_k, max_new_tokens, repeats),
+    }
+
+
+def main(out: Path, **kwargs) -> None:
+    result = evaluate(**kwargs)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({"acceptance_k4": {d: v.get("4", {}).get("mean_acceptance_length") for d, v in result["acceptance"].items()},
+                      "speed": result["speed"]}, indent=2))
