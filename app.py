@@ -1,0 +1,34 @@
+"""EAGLE Playground: build the Gradio UI and serve it (GRADIO_SERVER_NAME / GRADIO_SERVER_PORT are honoured).
+
+Environment: PLAYGROUND_EMBEDDED_DIR (models folder), PLAYGROUND_THREADS (torch CPU threads),
+PLAYGROUND_CONCURRENCY (model runs at once; default 1 so measured speeds are not shared with another run).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import playground.backends.zerogpu  # noqa: F401 - on a ZeroGPU Space `spaces` must be imported before CUDA is touched
+import torch
+
+from playground.playback import load_preset
+from playground.presets import default_preset_name
+from playground.ui import APP_CSS, THEME, build_app
+
+log = logging.getLogger("playground")
+
+
+def main() -> None:
+    if threads := os.environ.get("PLAYGROUND_THREADS"):
+        torch.set_num_threads(int(threads))
+    problem = load_preset(default_preset_name())
+    if problem:
+        log.warning("not loaded: %s", problem)
+    demo = build_app(problem)
+    demo.queue(default_concurrency_limit=int(os.environ.get("PLAYGROUND_CONCURRENCY", "1")), max_size=64)
+    demo.launch(ssr_mode=False, css=APP_CSS, theme=THEME)
+
+
+if __name__ == "__main__":
+    main()

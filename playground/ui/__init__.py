@@ -1,0 +1,65 @@
+"""Gradio wiring of the playground: a Chat tab and a Compare tab. No decoding or plotting logic lives here."""
+
+from __future__ import annotations
+
+import html
+
+import gradio as gr
+
+from playground.presets import default_preset_name, get_preset
+from playground.viz import DRAFT_ACCEPTANCE_RATE_HELP, MEAN_ACCEPTANCE_LENGTH_HELP
+
+from .chat import build_chat_tab
+from .common import APP_CSS, STOP_SWITCHES, session_id
+from .compare import build_compare_tab
+
+THEME = gr.themes.Soft(primary_hue="teal", secondary_hue="slate")
+
+ABOUT = f"""
+### What you are looking at
+The target model writes every token; a small **drafter** guesses the next *k* tokens first and the target checks
+them all in one forward pass. Guesses it agrees with are kept for free.
+
+- **Coloured tokens** were drafted and accepted, coloured by depth (1 = the first guess of a step). **Plain tokens**
+  are the target's own (the bonus token of each step, or every token with plain decoding). Hover a token for its
+  step, depth and the drafter's probability.
+- **EAGLE-3** drafters fuse three of the target's hidden layers and feed their own output back for deeper guesses;
+  their attention drifts from the context to their own drafts as depth grows. **EAGLE-3.1** adds `fc_norm` (an
+  RMSNorm on each fused hidden state) and `norm_output` (feed back the normalised state), which keeps deep drafts
+  stable. The drift chart shows where the drafter looks at each depth; the RMS chart, how large the carried state is.
+
+### Metric definitions (vLLM's)
+- {MEAN_ACCEPTANCE_LENGTH_HELP}
+- Per-position acceptance rate = drafts accepted at position *i* / drafting steps.
+- {DRAFT_ACCEPTANCE_RATE_HELP}
+- Speedup = tokens/s of the run / tokens/s of plain greedy decoding of the same target, measured on this machine
+  (one warm-up, median of three runs, cached per prompt-length bucket). Timings count only the decode loop: pauses
+  while the page renders, or while the other side of a comparison steps, are left out.
+"""
+
+
+def build_app(load_problem: str | None = None) -> gr.Blocks:
+    """The whole UI. `load_problem` (why the default preset's models did not load at start-up) shows in a banner."""
+    preset = get_preset(default_preset_name())
+    with gr.Blocks(title="EAGLE Playground") as demo:
+        gr.Markdown("# EAGLE Playground\nSpeculative decoding, live: **EAGLE-3 vs EAGLE-3.1** drafters. Coloured "
+                    "tokens came from accepted drafts; plain ones are the target's own.", elem_id="header")
+        if load_problem:
+            gr.Markdown(f"**{html.escape(preset.title)}: not everything loaded** (runs that need it will say so): "
+                        f"{html.escape(load_problem)}", elem_id="load-problem")
+        with gr.Tabs():
+            with gr.Tab("Chat", id="chat-tab"):
+                build_chat_tab(preset)
+            with gr.Tab("Compare", id="compare-tab"):
+                build_compare_tab(preset)
+            with gr.Tab("About", id="about-tab"):
+                gr.Markdown(ABOUT)
+        demo.unload(_forget_session)
+    return demo
+
+
+def _forget_session(request: gr.Request) -> None:
+    STOP_SWITCHES.forget(session_id(request))
+
+
+__all__ = ["APP_CSS", "THEME", "build_app"]

@@ -1,0 +1,136 @@
+"""The Chat tab: a streaming chat whose answers are coloured by token provenance, with live charts beside it."""
+
+from __future__ import annotations
+
+import html
+
+import gradio as gr
+
+from playground.playback import Conversation, Run, chat_turn, regenerate_turn
+from playground.presets import Preset
+from playground.viz import (
+    TITLES, accepted_per_step_figure, acceptance_by_position_figure, attention_drift_figure, hidden_rms_figure,
+    legend_html, message_figure, provenance_html, speedup_figure, stats_html,
+)
+
+from .common import (
+    ENGINE, STOP_SWITCHES, drafter_control, export_files, follow_preset, generation_controls, k_control,
+    report_user_errors, run_settings, session_id,
+)
+
+TAB = "chat"
+PLOTS = ("accept", "speedup", "position", "drift", "rms")  # in the order of the tab's outputs
+
+
+def _chatbot_messages(conversation: Conversation) -> list[dict]:
+    """User text escaped as typed; answers as provenance HTML. The model only ever sees the plain text."""
+    messages = []
+    for exchange in conversation.exchanges:
+        messages.append({"role": "user", "content": html.escape(exchange.user)})
+        messages.append({"role": "assistant", "content": provenance_html(exchange.run.pieces)})
+    return messages
+
+
+def _run_outputs(run: Run) -> tuple:
+    """Status, stat cards, the five charts and the live JSON for one run."""
+    view = run.view()
+    status = f"**{run.settings.drafter_label}** · {run.status}"
+    return (status, stats_html(view), accepted_per_step_figure(view), speedup_figure([view]),
+            acceptance_by_position_figure([view]), attention_drift_figure([view]), hidden_rms_figure([view]),
+            run.record(TAB, with_steps=False))
+
+
+def _hint(plot: str):
+    return message_figure(TITLES[plot], "send a prompt to see this chart")
+
+
+def _empty_outputs() -> tuple:
+    return ("", "", *(_hint(plot) for plot in PLOTS), None)
+
+
+@report_user_errors
+def chat(prompt: str, drafter: str, k: float, preset: str, temperature: float, top_p: float, max_new_tokens: float,
+         chat_template: str, system: str, conversation: Conversation, request: gr.Request):
+    settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system)
+    stop = STOP_SWITCHES.arm(session_id(request), TAB)
+    for run in chat_turn(conversation, prompt, settings, stop.is_set):
+        yield ("", _chatbot_messages(conversation), *_run_outputs(run), conversation)
+
+
+@report_user_errors
+def regenerate(drafter: str, k: float, preset: str, temperature: float, top_p: float, max_new_tokens: float,
+               chat_template: str, system: str, conversation: Conversation, request: gr.Request):
+    settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system)
+    stop = STOP_SWITCHES.arm(session_id(request), TAB)
+    for run in regenerate_turn(conversation, settings, stop.is_set):
+        yield (_chatbot_messages(conversation), *_run_outputs(run), conversation)
+
+
+def stop(request: gr.Request) -> None:
+    STOP_SWITCHES.trip(session_id(request), TAB)
+
+
+def clear(request: gr.Request) -> tuple:
+    STOP_SWITCHES.trip(session_id(request), TAB)
+    return ([], *_empty_outputs(), Conversation())
+
+
+def export(system: str, conversation: Conversation) -> list[str]:
+    if not conversation.exchanges:
+        raise gr.Error("nothing to export yet: send a prompt first", title="Nothing to export")
+    runs = {f"turn {i + 1}": ex.run for i, ex in enumerate(conversation.exchanges)}
+    return export_files(runs, conversation.messages(system or ""), TAB)
+
+
+def build_chat_tab(preset: Preset) -> None:
+    conversation = gr.State(Conversation())
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=5):
+            chatbot = gr.Chatbot(elem_id="chat", label="Chat", show_label=False, height=440, layout="panel",
+                                 latex_delimiters=[], buttons=["copy", "copy_all"],
+                                 placeholder="Ask something about Python: coloured tokens came from accepted drafts.")
+            legend = gr.HTML(legend_html(4), elem_id="chat-legend")
+            prompt = gr.Textbox(elem_id="prompt", show_label=False, lines=2, max_lines=8, autofocus=True,
+                                placeholder="Ask about Python's standard library… (Enter to send, Shift+Enter for "
+                                "a new line)")
+            with gr.Row():
+                send = gr.Button("Send", variant="primary", elem_id="send", scale=2)
+                stop_button = gr.Button("Stop", variant="stop", elem_id="stop", scale=1)
+                regenerate_button = gr.Button("Regenerate", elem_id="regenerate", scale=1)
+                clear_button = gr.Button("Clear", elem_id="clear", scale=1)
+            status = gr.Markdown(elem_id="chat-status", elem_classes="status-line")
+            stats = gr.HTML(elem_id="chat-stats")
+        with gr.Column(scale=3, min_width=280):
+            drafter = drafter_control(preset, preset.default_drafter, elem_id="drafter")
+            k = k_control(elem_id="k")
+            controls = generation_controls("", preset)
+            with gr.Accordion("Export this chat", open=False):
+                export_button = gr.Button("Export JSON + CSV", elem_id="chat-export", size="sm")
+                export_out = gr.File(label="Run files", file_count="multiple", elem_id="chat-export-files")
+    with gr.Row():
+        accept_plot = gr.Plot(_hint("accept"), elem_id="accept-plot", show_label=False)
+        speedup_plot = gr.Plot(_hint("speedup"), elem_id="speedup", show_label=False)
+    with gr.Row():
+        position_plot = gr.Plot(_hint("position"), elem_id="position-plot", show_label=False)
+        drift_plot = gr.Plot(_hint("drift"), elem_id="drift-plot", show_label=False)
+        rms_plot = gr.Plot(_hint("rms"), elem_id="rms-plot", show_label=False)
+    with gr.Accordion("Live run data (JSON)", open=False):
+        run_json = gr.JSON(elem_id="chat-run-json", show_label=False)
+
+    run_views = [status, stats, accept_plot, speedup_plot, position_plot, drift_plot, rms_plot, run_json]
+    settings_inputs = [drafter, k, *controls.components()]
+    chat_event = gr.on(
+        [send.click, prompt.submit], chat, inputs=[prompt, *settings_inputs, conversation],
+        outputs=[prompt, chatbot, *run_views, conversation], api_name="chat", concurrency_id=ENGINE,
+        show_progress="hidden",
+    )
+    regenerate_event = regenerate_button.click(
+        regenerate, inputs=[*settings_inputs, conversation], outputs=[chatbot, *run_views, conversation],
+        api_name="regenerate", concurrency_id=ENGINE, show_progress="hidden",
+    )
+    stop_button.click(stop, None, None, cancels=[chat_event, regenerate_event], queue=False, api_name="stop")
+    clear_button.click(clear, None, [chatbot, *run_views, conversation], cancels=[chat_event, regenerate_event],
+                       queue=False, api_name="clear")
+    export_button.click(export, [controls.system, conversation], export_out, api_name="export_chat")
+    k.change(lambda depth: legend_html(int(depth)), k, legend, queue=False, api_visibility="private")
+    follow_preset(controls, (drafter, lambda p: p.default_drafter))

@@ -1,0 +1,105 @@
+"""The Compare tab: one prompt, two configurations decoding at the same time, side by side."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from playground.playback import Comparison, Conversation, Run, compare
+from playground.presets import Preset
+from playground.viz import (
+    SUMMARY_COLUMNS, TITLES, acceptance_by_position_figure, attention_drift_figure, legend_html, message_figure,
+    provenance_html, speedup_figure, stats_html, summary_table,
+)
+
+from .common import (
+    ENGINE, STOP_SWITCHES, compare_drafters, drafter_control, export_files, follow_preset, generation_controls,
+    k_control, report_user_errors, run_settings, session_id,
+)
+
+TAB = "compare"
+
+
+def _side_html(run: Run) -> str:
+    title = f'<div class="side-title">{run.view().label}</div>'
+    return title + provenance_html(run.pieces)
+
+
+def _hint(plot: str):
+    return message_figure(TITLES[plot], "run a comparison to see this chart")
+
+
+@report_user_errors
+def run_comparison(prompt: str, left_drafter: str, left_k: float, right_drafter: str, right_k: float, preset: str,
+                   temperature: float, top_p: float, max_new_tokens: float, chat_template: str, system: str,
+                   request: gr.Request):
+    shared = (preset, temperature, top_p, max_new_tokens, chat_template, system)
+    left, right = run_settings(left_drafter, left_k, *shared), run_settings(right_drafter, right_k, *shared)
+    stop = STOP_SWITCHES.arm(session_id(request), TAB)
+    for comparison in compare(prompt, left, right, stop.is_set):
+        views = [comparison.left.view(), comparison.right.view()]
+        status = " · ".join(f"**{v.label}**: {run.status}" for v, run in zip(views, (comparison.left,
+                                                                                     comparison.right)))
+        yield (_side_html(comparison.left), _side_html(comparison.right), stats_html(views[0]),
+               stats_html(views[1]), status, summary_table(views), acceptance_by_position_figure(views),
+               attention_drift_figure(views), speedup_figure(views), comparison)
+
+
+def stop(request: gr.Request) -> None:
+    STOP_SWITCHES.trip(session_id(request), TAB)
+
+
+def export(comparison: Comparison | None) -> list[str]:
+    if comparison is None:
+        raise gr.Error("nothing to export yet: run a comparison first", title="Nothing to export")
+    messages = Conversation().messages(comparison.left.settings.system, comparison.prompt)
+    return export_files({"left": comparison.left, "right": comparison.right}, messages, TAB)
+
+
+def build_compare_tab(preset: Preset) -> None:
+    comparison = gr.State(None)
+    left_default, right_default = compare_drafters(preset)
+    with gr.Row():
+        prompt = gr.Textbox(elem_id="compare-prompt", show_label=False, lines=2, max_lines=8, scale=5,
+                            placeholder="One prompt, two configurations, decoded at the same time…")
+        with gr.Column(scale=1, min_width=140):
+            run_button = gr.Button("Run both", variant="primary", elem_id="compare-run")
+            stop_button = gr.Button("Stop", variant="stop", elem_id="compare-stop")
+    with gr.Accordion("Shared settings", open=False):
+        controls = generation_controls("compare-", preset)
+    gr.HTML(legend_html(10), elem_id="compare-legend")
+    with gr.Row(equal_height=False):
+        with gr.Column():
+            with gr.Row():
+                left_drafter = drafter_control(preset, left_default, elem_id="compare-left-drafter",
+                                               label="Left drafter")
+                left_k = k_control(elem_id="compare-left-k", label="Left k")
+            left_html = gr.HTML(elem_id="compare-left", elem_classes="side-panel")
+            left_stats = gr.HTML(elem_id="compare-left-stats")
+        with gr.Column():
+            with gr.Row():
+                right_drafter = drafter_control(preset, right_default, elem_id="compare-right-drafter",
+                                                label="Right drafter")
+                right_k = k_control(elem_id="compare-right-k", label="Right k")
+            right_html = gr.HTML(elem_id="compare-right", elem_classes="side-panel")
+            right_stats = gr.HTML(elem_id="compare-right-stats")
+    status = gr.Markdown(elem_id="compare-status", elem_classes="status-line")
+    table = gr.Dataframe(headers=SUMMARY_COLUMNS, elem_id="compare-table", interactive=False, label="Summary")
+    with gr.Row():
+        position_plot = gr.Plot(_hint("position"), elem_id="compare-position-plot", show_label=False)
+        drift_plot = gr.Plot(_hint("drift"), elem_id="compare-drift-plot", show_label=False)
+        speedup_plot = gr.Plot(_hint("speedup"), elem_id="compare-speedup", show_label=False)
+    with gr.Accordion("Export this comparison", open=False):
+        export_button = gr.Button("Export JSON + CSV", elem_id="compare-export", size="sm")
+        export_out = gr.File(label="Run files", file_count="multiple", elem_id="compare-export-files")
+
+    compare_event = gr.on(
+        [run_button.click, prompt.submit], run_comparison,
+        inputs=[prompt, left_drafter, left_k, right_drafter, right_k, *controls.components()],
+        outputs=[left_html, right_html, left_stats, right_stats, status, table, position_plot, drift_plot,
+                 speedup_plot, comparison],
+        api_name="compare", concurrency_id=ENGINE, show_progress="hidden",
+    )
+    stop_button.click(stop, None, None, cancels=[compare_event], queue=False, api_name="stop_compare")
+    export_button.click(export, comparison, export_out, api_name="export_compare")
+    follow_preset(controls, (left_drafter, lambda p: compare_drafters(p)[0]),
+                  (right_drafter, lambda p: compare_drafters(p)[1]))

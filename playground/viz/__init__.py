@@ -1,0 +1,25 @@
+"""Pictures of runs: token-provenance HTML, plotly figures, stat cards and tables, built from StepEvents.
+
+Pure functions with no Gradio import, so the app and the benchmark report draw the same pictures.
+"""
+
+from .figures import (
+    TITLES, accepted_per_step_figure, acceptance_by_position_figure, attention_drift_figure, hidden_rms_figure,
+    message_figure, speedup_figure,
+)
+from .provenance import (
+    IncrementalDecoder, ProvenanceBuilder, TokenPiece, depth_colour, legend_html, provenance_css, provenance_html,
+    token_pieces,
+)
+from .summary import (
+    DRAFT_ACCEPTANCE_RATE_HELP, MEAN_ACCEPTANCE_LENGTH_HELP, SUMMARY_COLUMNS, stats_css, stats_html, summary_table,
+)
+from .view import RunView
+
+__all__ = [
+    "DRAFT_ACCEPTANCE_RATE_HELP", "MEAN_ACCEPTANCE_LENGTH_HELP", "SUMMARY_COLUMNS", "TITLES", "IncrementalDecoder",
+    "ProvenanceBuilder", "RunView", "TokenPiece", "accepted_per_step_figure", "acceptance_by_position_figure",
+    "attention_drift_figure", "depth_colour", "hidden_rms_figure", "legend_html", "message_figure",
+    "provenance_css", "provenance_html", "speedup_figure", "stats_css", "stats_html", "summary_table",
+    "token_pieces",
+]

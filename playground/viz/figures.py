@@ -1,0 +1,219 @@
+"""Plotly figures from RunViews. Each figure takes one run or several (overlaid for side-by-side comparison).
+
+A value the backend could not provide (None in the trace) is never drawn as zero: the figure says why instead.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from .bench import GENERATION_COLORS
+from .provenance import depth_colour
+from .view import RunView
+
+HEIGHT = 290
+RUN_COLOURS = ("#4C78A8", "#F58518", "#54A24B", "#B279A2")  # one per overlaid run (see _run_colours)
+BASELINE_COLOUR = "#9D9DA3"
+ATTENTION_COLOURS = {"sink": "#6E6E78", "context": "#3FA7A0", "draft": "#D6487E"}
+RUN_PATTERNS = ("", "/", ".", "x")  # bar fill per overlaid run where colour already means something else
+MUTED = "#8A8F98"  # mid grey: readable on light and dark backgrounds
+TITLES = {
+    "accept": "Accepted drafts per step", "position": "Acceptance rate by draft position",
+    "drift": "Attention drift by depth", "rms": "Hidden-state RMS by depth",
+    "speedup": "Speed vs plain decoding (measured here)",
+}
+
+
+def _layout(fig: go.Figure, title: str, revision: str, **extra) -> go.Figure:
+    fig.update_layout(
+        title={"text": title, "x": 0.01, "xanchor": "left", "y": 0.98, "yanchor": "top", "font": {"size": 14}},
+        height=HEIGHT, margin={"l": 48, "r": 16, "t": 72, "b": 40},
+        paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
+        font={"color": MUTED, "size": 11},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.01, "x": 0, "xanchor": "left", "font": {"size": 10}},
+        uirevision=revision, **extra,
+    )
+    fig.update_xaxes(gridcolor="rgba(128,128,128,0.18)", zeroline=False)
+    fig.update_yaxes(gridcolor="rgba(128,128,128,0.18)", zeroline=False)
+    return fig
+
+
+def _run_colours(views: list[RunView]) -> list[str]:
+    """EAGLE-3 and EAGLE-3.1 keep the benchmark report's colours when the runs' drafters differ; else by position."""
+    names = [v.drafter for v in views]
+    by_position = [RUN_COLOURS[i % len(RUN_COLOURS)] for i in range(len(views))]
+    if len(set(names)) < len(names):
+        return by_position
+    return [GENERATION_COLORS.get(name, colour) for name, colour in zip(names, by_position)]
+
+
+def message_figure(title: str, message: str) -> go.Figure:
+    """An empty chart that says why there is nothing to draw."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                       font={"size": 13, "color": MUTED})
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return _layout(fig, title, revision=title)
+
+
+def _why_missing(view: RunView, field: str, noun: str, event_field: str | None = None) -> str | None:
+    """Why `view.metrics.<field>` cannot be drawn, or None when it can. `event_field` names the StepEvent field
+    behind it, whose reason the backend may give in `view.missing`."""
+    if view.plain:
+        return f"{view.label}: no drafter, so no {noun} to show"
+    if view.metrics.drafting_steps == 0:
+        return f"{view.label}: waiting for the first drafting step…"
+    if getattr(view.metrics, field) is None:
+        reason = view.missing.get(event_field or "") or f"this backend does not report {noun}"
+        return f"{view.label}: {reason}"
+    return None
+
+
+def _split(views: list[RunView], field: str, noun: str,
+           event_field: str | None = None) -> tuple[list[tuple[int, RunView]], list[str]]:
+    drawable, notes = [], []
+    for i, view in enumerate(views):
+        reason = _why_missing(view, field, noun, event_field)
+        if reason is None:
+            drawable.append((i, view))
+        else:
+            notes.append(reason)
+    return drawable, notes
+
+
+def _with_notes(fig: go.Figure, notes: list[str]) -> go.Figure:
+    if notes:
+        fig.add_annotation(text="<br>".join(notes), x=0, y=-0.22, xref="paper", yref="paper", showarrow=False,
+                           xanchor="left", yanchor="top", align="left", font={"size": 10, "color": MUTED})
+        fig.update_layout(margin={"b": 40 + 14 * len(notes)})
+    return fig
+
+
+def accepted_per_step_figure(view: RunView) -> go.Figure:
+    """Accepted drafts per verification step, stacked by depth in the provenance colours, with k as the ceiling."""
+    title = TITLES["accept"]
+    reason = _why_missing(view, "mean_acceptance_length", "draft acceptance")
+    if reason:
+        return message_figure(title, reason)
+    drafting = [e for e in view.events if e.drafted]
+    steps = [e.step for e in drafting]
+    fig = go.Figure()
+    for depth in range(1, view.k + 1):
+        fig.add_bar(x=steps, y=[1 if e.accepted >= depth else 0 for e in drafting], name=f"depth {depth}",
+                    marker_color=depth_colour(depth, 0.85), showlegend=False,
+                    customdata=[[e.accepted, len(e.drafted)] for e in drafting],
+                    hovertemplate="step %{x}: accepted %{customdata[0]} of %{customdata[1]}<extra></extra>")
+    fig.add_hline(y=view.k, line_dash="dash", line_color=MUTED, annotation_text=f"k = {view.k} (ceiling)",
+                  annotation_position="top left", annotation_font_color=MUTED)
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(title_text="accepted", range=[0, view.k + 0.6], dtick=1 if view.k <= 10 else 2)
+    mal = view.metrics.mean_acceptance_length
+    return _layout(fig, f"{title} · mean acceptance length {mal:.2f}", revision="accept", barmode="stack", bargap=0.1)
+
+
+def acceptance_by_position_figure(views: list[RunView]) -> go.Figure:
+    """Per-position acceptance rate: accepted at position i / drafting steps (vLLM's definition)."""
+    title = TITLES["position"]
+    drawable, notes = _split(views, "per_position_acceptance", "draft acceptance")
+    if not drawable:
+        return message_figure(title, "<br>".join(notes))
+    fig, colours = go.Figure(), _run_colours(views)
+    for i, view in drawable:
+        m = view.metrics
+        fig.add_bar(x=list(range(1, len(m.per_position_acceptance) + 1)), y=m.per_position_acceptance,
+                    name=view.label, marker_color=colours[i],
+                    customdata=[[c, m.drafting_steps] for c in m.per_position_counts],
+                    hovertemplate=view.label + "<br>position %{x}: %{y:.0%} (%{customdata[0]} of %{customdata[1]} "
+                    "drafting steps)<extra></extra>")
+    fig.update_xaxes(title_text="draft position", dtick=1)
+    fig.update_yaxes(title_text="accepted / drafting steps", range=[0, 1.02], tickformat=".0%")
+    return _with_notes(_layout(fig, title, revision="position", barmode="group", showlegend=len(views) > 1), notes)
+
+
+def attention_drift_figure(views: list[RunView]) -> go.Figure:
+    """Drafter attention by depth, stacked: sink (first position), the rest of the context, its own drafts."""
+    title = TITLES["drift"]
+    drawable, notes = _split(views, "attention_by_depth", "drafter attention", "attention")
+    if not drawable:
+        return message_figure(title, "<br>".join(notes))
+    fig = go.Figure()
+    for i, view in drawable:
+        masses = view.metrics.attention_by_depth
+        depths = list(range(1, len(masses) + 1))
+        parts = {
+            "sink": [a.sink for a in masses],
+            "context": [max(a.context - a.sink, 0.0) for a in masses],  # `context` includes the sink
+            "draft": [a.draft for a in masses],
+        }
+        names = {"sink": "sink (first token)", "context": "context (excl. sink)", "draft": "own drafts"}
+        base = [0.0] * len(depths)
+        for part, values in parts.items():
+            fig.add_bar(x=depths, y=values, base=list(base), offsetgroup=str(i), name=names[part],
+                        showlegend=i == drawable[0][0], marker_color=ATTENTION_COLOURS[part],
+                        marker_pattern_shape=RUN_PATTERNS[i % len(RUN_PATTERNS)],
+                        hovertemplate=f"{view.label}<br>depth %{{x}}: {names[part]} %{{y:.1%}}<extra></extra>")
+            base = [b + v for b, v in zip(base, values)]
+    if len(drawable) > 1:  # legend entries that say which fill pattern is which run
+        for i, view in drawable:
+            fig.add_bar(x=[None], y=[None], name=view.label, offsetgroup=str(i), marker_color=MUTED,
+                        marker_pattern_shape=RUN_PATTERNS[i % len(RUN_PATTERNS)])
+    fig.update_xaxes(title_text="draft depth", dtick=1)
+    fig.update_yaxes(title_text="share of attention", range=[0, 1.02], tickformat=".0%")
+    return _with_notes(_layout(fig, title, revision="drift", barmode="group"), notes)
+
+
+def hidden_rms_figure(views: list[RunView]) -> go.Figure:
+    """RMS of the hidden state the drafter carries into each depth (grows when the fed-back state is un-normalised)."""
+    title = TITLES["rms"]
+    drawable, notes = _split(views, "hidden_rms_by_depth", "drafter hidden states", "hidden_rms")
+    if not drawable:
+        return message_figure(title, "<br>".join(notes))
+    fig, colours = go.Figure(), _run_colours(views)
+    for i, view in drawable:
+        rms = view.metrics.hidden_rms_by_depth
+        fig.add_scatter(x=list(range(1, len(rms) + 1)), y=rms, mode="lines+markers", name=view.label,
+                        line={"color": colours[i]},
+                        hovertemplate=view.label + "<br>depth %{x}: RMS %{y:.3f}<extra></extra>")
+    fig.update_xaxes(title_text="draft depth", dtick=1)
+    fig.update_yaxes(title_text="RMS", rangemode="tozero")
+    return _with_notes(_layout(fig, title, revision="rms", showlegend=len(views) > 1), notes)
+
+
+def speedup_figure(views: list[RunView]) -> go.Figure:
+    """Tokens/s of each run so far next to plain decoding measured on the same machine and target."""
+    title = TITLES["speedup"]
+    running = [(i, v) for i, v in enumerate(views) if v.metrics.tokens_per_second]
+    baseline = next((v.baseline_tokens_per_second for v in views if v.baseline_tokens_per_second), None)
+    unmeasurable = next((v.missing["baseline"] for v in views if "baseline" in v.missing), None)
+    if not running and baseline is None:
+        return message_figure(title, f"no plain-decoding baseline: {unmeasurable}" if unmeasurable
+                              else "measuring the plain-decoding baseline…")
+    colours = _run_colours(views)
+    labels, values, bar_colours, texts = [], [], [], []
+    if baseline is not None:
+        labels.append("plain decoding (baseline)")
+        values.append(baseline)
+        bar_colours.append(BASELINE_COLOUR)
+        texts.append(f"{baseline:.0f} tok/s")
+    for i, view in running:
+        tps = view.metrics.tokens_per_second
+        labels.append(view.label)
+        values.append(tps)
+        bar_colours.append(colours[i])
+        texts.append(f"{tps:.0f} tok/s" + (f" · {view.speedup:.2f}×" if view.speedup else ""))
+    fig = go.Figure(go.Bar(x=values, y=labels, orientation="h", marker_color=bar_colours, text=texts,
+                           textposition="auto", hovertemplate="%{y}: %{x:.1f} tokens/s<extra></extra>"))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(title_text="tokens / s", rangemode="tozero")
+    speedups = [f"{v.speedup:.2f}×" for _, v in running if v.speedup]
+    notes = []
+    if baseline is None and unmeasurable:
+        headline, notes = title, [f"no plain-decoding baseline: {unmeasurable}"]
+    elif baseline is None:
+        headline = f"{title} · measuring baseline…"
+    elif speedups:
+        headline = f"Speedup {' / '.join(speedups)} vs plain decoding (measured here)"
+    else:
+        headline = title
+    return _with_notes(_layout(fig, headline, revision="speedup", showlegend=False, bargap=0.35), notes)

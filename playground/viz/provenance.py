@@ -1,0 +1,173 @@
+"""Token provenance: which generated token came from an accepted draft (and at which depth) and which from the target.
+
+Built from token ids in StepEvents, never from string matching: ``event.emitted = drafted[:accepted] + [bonus]``,
+so ``emitted[i]`` for ``i < accepted`` is a draft accepted at depth ``i + 1`` and the last one is the target's own
+(bonus) token. The prefill event has no drafts, so its token is the target's.
+
+Text is decoded incrementally from ids (vLLM's prefix/read-offset scheme): a token whose bytes end inside a
+multi-byte character contributes no text, and the character is shown on the token that completes it.
+All model text is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from playground.engine import MAX_K, StepEvent
+
+REPLACEMENT_CHAR = "\ufffd"
+MAX_PENDING_TOKENS = 4  # a UTF-8 character has at most 4 bytes; longer invalid runs are shown as U+FFFD
+
+
+COLOURED_DEPTHS = 10  # depths beyond this share the last colour
+
+
+def depth_colour(depth: int, alpha: float = 1.0) -> str:
+    """Colour of draft depth d: round the hue wheel from teal (depth 1) through blue and violet to orange (10).
+
+    Mid lightness and saturation keep it legible behind both dark and light text; the charts use it too."""
+    hue = (170 + (min(max(depth, 1), COLOURED_DEPTHS) - 1) * 220 / (COLOURED_DEPTHS - 1)) % 360
+    return f"hsla({hue:.0f}, 70%, 50%, {alpha})"
+
+
+@dataclass(frozen=True)
+class TokenPiece:
+    """One generated token and the text it adds to the answer."""
+
+    token_id: int
+    text: str  # "" while its bytes are an unfinished character (the completing token carries the character)
+    step: int
+    depth: int | None  # 1..k for an accepted draft; None for the target's own token
+    draft_prob: float | None = None  # the drafter's probability of this draft token, when known
+
+    @property
+    def from_draft(self) -> bool:
+        return self.depth is not None
+
+
+class IncrementalDecoder:
+    """Decodes one token id at a time without splitting multi-byte characters."""
+
+    def __init__(self, decode: Callable[[list[int]], str]) -> None:
+        self._decode = decode
+        self._ids: list[int] = []
+        self._prefix_offset = 0  # start of the window decoded for context (keeps spacing rules right)
+        self._read_offset = 0  # tokens before this have had their text handed out
+
+    def push(self, token_id: int) -> str:
+        """Add a token; returns the new text it completes ("" if its character is not finished yet)."""
+        self._ids.append(token_id)
+        if self._pending_is_partial() and len(self._ids) - self._read_offset < MAX_PENDING_TOKENS:
+            return ""
+        return self._take()
+
+    def flush(self) -> str:
+        """Text still held back at the end of the stream (an unfinished character, shown as U+FFFD)."""
+        return self._take() if len(self._ids) > self._read_offset else ""
+
+    def _pending_is_partial(self) -> bool:
+        return self._decode(self._ids[self._prefix_offset :]).endswith(REPLACEMENT_CHAR)
+
+    def _take(self) -> str:
+        before = self._decode(self._ids[self._prefix_offset : self._read_offset])
+        after = self._decode(self._ids[self._prefix_offset :])
+        self._prefix_offset, self._read_offset = self._read_offset, len(self._ids)
+        return after[len(before) :]
+
+
+class ProvenanceBuilder:
+    """Accumulates TokenPieces from StepEvents as they stream in."""
+
+    def __init__(self, decode: Callable[[list[int]], str]) -> None:
+        self._decoder = IncrementalDecoder(decode)
+        self.pieces: list[TokenPiece] = []
+
+    def add(self, event: StepEvent) -> list[TokenPiece]:
+        new = []
+        for i, token in enumerate(event.emitted):
+            is_draft = i < event.accepted
+            prob = event.draft_probs[i] if is_draft and event.draft_probs and i < len(event.draft_probs) else None
+            new.append(TokenPiece(token, self._decoder.push(token), event.step, i + 1 if is_draft else None, prob))
+        if event.finished:
+            self._finish(new)
+        self.pieces += new
+        return new
+
+    def _finish(self, new: list[TokenPiece]) -> None:
+        rest = self._decoder.flush()
+        if not rest:
+            return
+        if new:
+            new[-1] = _with_more_text(new[-1], rest)
+        elif self.pieces:
+            self.pieces[-1] = _with_more_text(self.pieces[-1], rest)
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.pieces)
+
+
+def _with_more_text(piece: TokenPiece, extra: str) -> TokenPiece:
+    return TokenPiece(piece.token_id, piece.text + extra, piece.step, piece.depth, piece.draft_prob)
+
+
+def token_pieces(events: Iterable[StepEvent], decode: Callable[[list[int]], str]) -> list[TokenPiece]:
+    """Provenance of a finished (or partial) run in one go."""
+    builder = ProvenanceBuilder(decode)
+    for event in events:
+        builder.add(event)
+    return builder.pieces
+
+
+def _escape(text: str) -> str:
+    # One line of HTML (newlines as <br>) so that a Markdown renderer treats the block as raw HTML.
+    return html.escape(text, quote=True).replace("\r\n", "\n").replace("\n", "<br>")
+
+
+def _span(piece: TokenPiece) -> str:
+    body = _escape(piece.text)
+    if piece.from_draft:
+        prob = f", p={piece.draft_prob:.2f}" if piece.draft_prob is not None else ""
+        return (f'<span class="tok-draft depth-{piece.depth}" data-depth="{piece.depth}" data-step="{piece.step}" '
+                f'title="step {piece.step}, depth {piece.depth}{prob}">{body}</span>')
+    return f'<span class="tok-target" data-step="{piece.step}" title="step {piece.step}, target token">{body}</span>'
+
+
+def provenance_html(pieces: Iterable[TokenPiece]) -> str:
+    """The answer as coloured spans inside ``<div class="provenance">``, on one line of HTML."""
+    return f'<div class="provenance">{"".join(_span(p) for p in pieces if p.text)}</div>'
+
+
+def legend_html(k: int) -> str:
+    chips = "".join(f'<span class="tok-draft depth-{d}" data-depth="{d}" title="accepted draft at depth {d}">'
+                    f"{d}</span>" for d in range(1, k + 1))
+    return ('<div class="provenance-legend"><span class="tok-target legend-target" title="the target\'s own token">'
+            f'target token</span><span class="legend-label">accepted draft at depth</span>{chips}</div>')
+
+
+def provenance_css() -> str:
+    """Styles for the spans above; readable in light and dark themes (only theme variables and translucent fills).
+
+    Colours key off the ``depth-d`` class, not ``data-depth``: Gradio's Chatbot sanitiser drops data attributes."""
+    depth_rules = "\n".join(
+        f".tok-draft.depth-{d} {{ background: {depth_colour(d, 0.3)}; "
+        f"border-bottom: 2px solid {depth_colour(d, 0.95)}; }}"
+        for d in range(1, MAX_K + 1)
+    )
+    return f"""
+.provenance {{ white-space: pre-wrap; overflow-wrap: anywhere; line-height: 1.6;
+  font-family: var(--font-mono, ui-monospace, SFMono-Regular, Menlo, Consolas, monospace); font-size: 0.92em;
+  color: var(--body-text-color, inherit); }}
+.provenance .tok-draft, .provenance .tok-target {{ border-radius: 2px; }}
+.tok-draft {{ color: inherit; }}
+.tok-target {{ color: inherit; }}
+.provenance-legend {{ display: flex; flex-wrap: wrap; gap: 4px; align-items: center; font-size: 0.85em;
+  color: var(--body-text-color-subdued, inherit); }}
+.provenance-legend .tok-draft, .provenance-legend .tok-target {{ padding: 0 6px; border-radius: 3px;
+  font-family: var(--font-mono, monospace); }}
+.provenance-legend .legend-target {{ border: 1px dashed var(--border-color-primary, #999); }}
+.provenance-legend .legend-label {{ margin-left: 10px; }}
+{depth_rules}
+"""

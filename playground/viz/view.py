@@ -1,0 +1,35 @@
+"""What the pictures need to know about one run (live or finished): its events, metrics and measured baseline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from playground.engine import RunMetrics, StepEvent, summarize
+
+
+@dataclass
+class RunView:
+    drafter: str  # display name, e.g. "EAGLE-3.1"
+    plain: bool  # plain decoding: no drafter, so no drafts, acceptance or drift to show
+    k: int
+    events: list[StepEvent]
+    metrics: RunMetrics
+    baseline_tokens_per_second: float | None = None  # plain decoding, same target and machine; None while measuring
+    missing: dict[str, str] = field(default_factory=dict)  # StepEvent fields (and "baseline") the backend cannot
+    # provide, and why: a backend's `missing_fields`
+
+    @classmethod
+    def from_events(cls, drafter: str, plain: bool, k: int, events: list[StepEvent],
+                    baseline_tokens_per_second: float | None = None,
+                    missing: dict[str, str] | None = None) -> "RunView":
+        return cls(drafter, plain, k, events, summarize(events, k), baseline_tokens_per_second, dict(missing or {}))
+
+    @property
+    def label(self) -> str:
+        return self.drafter if self.plain else f"{self.drafter}, k={self.k}"
+
+    @property
+    def speedup(self) -> float | None:
+        """Measured tokens/s over the measured plain-decoding tokens/s (never derived from acceptance length)."""
+        tps, base = self.metrics.tokens_per_second, self.baseline_tokens_per_second
+        return tps / base if tps and base else None

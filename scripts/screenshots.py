@@ -1,0 +1,77 @@
+"""Start the app, run one chat answer and one comparison in headless Chromium, and save small PNG screenshots of
+both tabs to assets/screenshots/ (each under 200 KB).
+
+    python scripts/screenshots.py                  # the real embedded models when present, else tiny test models
+    PLAYGROUND_TEST_REAL_MODELS=1 python scripts/screenshots.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+import tempfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from PIL import Image  # noqa: E402  (installed with gradio)
+from playwright.sync_api import sync_playwright  # noqa: E402
+
+from tests.appserver import models_dir, running_app  # noqa: E402
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+MAX_BYTES = 200_000
+VIEWPORT = {"width": 1280, "height": 1100}
+
+
+def save_small_png(png: bytes, path: Path) -> int:
+    """Quantise to a palette and shrink until the file is under MAX_BYTES; returns its size."""
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    while True:
+        buffer = io.BytesIO()
+        image.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(buffer, format="PNG", optimize=True)
+        if buffer.tell() < MAX_BYTES or image.width < 600:
+            path.write_bytes(buffer.getvalue())
+            return buffer.tell()
+        image = image.resize((image.width * 9 // 10, image.height * 9 // 10), Image.Resampling.LANCZOS)
+
+
+def capture(url: str, out: Path, prompt: str, dark: bool) -> None:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport=VIEWPORT)
+        page.set_default_timeout(300_000)
+        page.goto(url + ("?__theme=dark" if dark else ""))
+        page.locator("#prompt textarea").fill(prompt)
+        page.locator("#send").click()
+        page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
+        page.mouse.move(0, 0)
+        size = save_small_png(page.screenshot(full_page=True), out / "chat.png")
+        print(f"{out / 'chat.png'}: {size} bytes")
+        page.get_by_role("tab", name="Compare").click()
+        page.locator("#compare-prompt textarea").fill(prompt)
+        page.locator("#compare-run").click()
+        page.wait_for_function("document.querySelector('#compare-status').innerText.split('finished').length === 3")
+        size = save_small_png(page.screenshot(full_page=True), out / "compare.png")
+        print(f"{out / 'compare.png'}: {size} bytes")
+        browser.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "assets" / "screenshots")
+    parser.add_argument("--prompt", default="Write a function that reverses a list.")
+    parser.add_argument("--dark", action="store_true", help="the dark theme")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        models = models_dir(Path(scratch) / "models")
+        with running_app(models, Path(scratch) / "app.log") as url:
+            capture(url, args.out, args.prompt, args.dark)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""The app's API through gradio_client, against the real app.py in a subprocess: chat and compare stream text and
+metrics; bad inputs get a clear message and the server keeps serving."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gradio as gr
+import pytest
+from gradio_client import Client
+
+from playground.engine import CheckpointError
+from tests.appserver import long_answer_prompt
+
+PROMPT = long_answer_prompt()
+CHAT_DEFAULTS = dict(drafter="eagle3.1", k=4, preset="embedded", temperature=0.0, top_p=1.0, max_new_tokens=48,
+                     chat_template="default", system="")
+COMPARE_DEFAULTS = dict(left_drafter="eagle3", left_k=4, right_drafter="eagle3.1", right_k=4, preset="embedded",
+                        temperature=0.0, top_p=1.0, max_new_tokens=48, chat_template="default", system="")
+
+
+@pytest.fixture
+def client(app_url: str) -> Client:
+    """A fresh client is a fresh session (its own chat history and stop switch)."""
+    return Client(app_url, verbose=False)
+
+
+def chat(client: Client, prompt: str = PROMPT, **settings) -> list[tuple]:
+    job = client.submit(prompt, **{**CHAT_DEFAULTS, **settings}, api_name="/chat")
+    job.result(timeout=300)
+    return job.outputs()
+
+
+def test_chat_streams_text_and_metrics(client: Client) -> None:
+    outputs = chat(client)
+    assert len(outputs) >= 2, "expected a status update and then tokens"
+    prompt_box, chatbot, status, stats, accept, speedup, position, drift, rms, run = outputs[-1]
+    assert prompt_box == "" and "finished" in status
+    answer = chatbot[-1]["content"]
+    answer = answer[0]["text"] if isinstance(answer, list) else answer
+    assert chatbot[-2]["role"] == "user" and 'class="tok-' in answer
+    assert run["text"] and run["metrics"]["generated_tokens"] == len(run["token_ids"]) > 0
+    assert run["metrics"]["mean_acceptance_length"] >= 1 and run["baseline_tokens_per_second"] > 0
+    assert run["speedup"] > 0 and "mean acceptance length" in stats
+    assert all(fig["type"] == "plotly" for fig in (accept, speedup, position, drift, rms))
+    assert any(trace["type"] == "bar" for trace in json.loads(accept["plot"])["data"])
+
+
+def test_history_stays_plain_text_and_exports(client: Client) -> None:
+    chat(client)
+    chat(client, "And then?", chat_template="alt")
+    json_file, csv_file = client.predict(system="", api_name="/export_chat")
+    exported = json.loads(Path(json_file).read_text())
+    assert [m["role"] for m in exported["messages"]] == ["user", "assistant", "user", "assistant"]
+    assert not any("<" in m["content"] and "tok-" in m["content"] for m in exported["messages"])
+    assert [r["run"] for r in exported["runs"]] == ["turn 1", "turn 2"] and exported["runs"][1]["steps"]
+    assert exported["runs"][1]["settings"]["chat_template"] == "alt"
+    assert Path(csv_file).read_text().startswith("run,drafter,k,step,")
+    regenerated = client.submit(**{**CHAT_DEFAULTS, "drafter": "none"}, api_name="/regenerate")
+    assert "plain decoding" in regenerated.result(timeout=300)[1]
+    runs = json.loads(Path(client.predict(system="", api_name="/export_chat")[0]).read_text())["runs"]
+    assert len(runs) == 2 and runs[1]["settings"]["drafter"] == "none"
+    client.predict(api_name="/clear")
+    with pytest.raises(Exception, match="nothing to export"):
+        client.predict(system="", api_name="/export_chat")
+
+
+def test_sessions_do_not_share_history(app_url: str) -> None:
+    alice, bob = Client(app_url, verbose=False), Client(app_url, verbose=False)
+    chat(alice, "Alice asks")
+    chat(bob, "Bob asks")
+    for client, mine, theirs in ((alice, "Alice asks", "Bob asks"), (bob, "Bob asks", "Alice asks")):
+        messages = json.loads(Path(client.predict(system="", api_name="/export_chat")[0]).read_text())["messages"]
+        assert [m["content"] for m in messages if m["role"] == "user"] == [mine]
+
+
+def test_compare_streams_both_sides(client: Client) -> None:
+    job = client.submit(PROMPT, **COMPARE_DEFAULTS, api_name="/compare")
+    job.result(timeout=300)
+    outputs = job.outputs()
+    assert len(outputs) >= 2
+    left, right, left_stats, right_stats, status, table, position, drift, speedup = outputs[-1]
+    assert "EAGLE-3, k=4" in left and "EAGLE-3.1, k=4" in right
+    assert 'class="tok-' in left and 'class="tok-' in right and status.count("finished") == 2
+    assert [row[0] for row in table["data"]] == ["EAGLE-3", "EAGLE-3.1"] and "speedup" in table["headers"]
+    assert len(json.loads(position["plot"])["data"]) == 2
+    files = client.predict(api_name="/export_compare")
+    assert [r["run"] for r in json.loads(Path(files[0]).read_text())["runs"]] == ["left", "right"]
+
+
+def test_stop_ends_a_long_answer(client: Client) -> None:
+    job = client.submit(PROMPT, **{**CHAT_DEFAULTS, "max_new_tokens": 1024}, api_name="/chat")
+    for output in job:
+        if output[-1] and output[-1]["metrics"]["generated_tokens"] > 0:
+            client.predict(api_name="/stop")
+            break
+    job.result(timeout=300)
+    run = job.outputs()[-1][-1]
+    assert run["finish_reason"] == "cancelled" and run["metrics"]["generated_tokens"] < 1024
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"prompt": "   "}, "prompt is empty"),
+    ({"k": 0}, "less than minimum value 1"),  # Gradio's own bounds check of the k slider
+    ({"k": 11}, "greater than maximum value 10"),
+    ({"drafter": "medusa"}, "medusa"),
+    ({"chat_template": "chatml"}, "chatml"),
+    ({"prompt": "word " * 6000}, "the prompt has .* tokens"),
+    ({"preset": "remote"}, "PLAYGROUND_REMOTE_URL"),  # a preset that cannot run here (no server configured)
+])
+def test_bad_input_gets_a_clear_message(client: Client, change: dict, message: str) -> None:
+    args = {"prompt": PROMPT, **CHAT_DEFAULTS, "max_new_tokens": 4, **change}
+    with pytest.raises(Exception, match=message):
+        client.predict(**args, api_name="/chat")
+    assert chat(client, max_new_tokens=4)[-1][-1]["metrics"]["generated_tokens"] > 0  # still serving
+
+
+def test_engine_errors_become_messages_not_crashes() -> None:
+    from playground.ui.common import report_user_errors
+
+    @report_user_errors
+    def handler():
+        yield "first"
+        raise CheckpointError("drafter does not fit the target: drafter vocab_size 401 != target vocab_size 400")
+
+    stream = handler()
+    assert next(stream) == "first"
+    with pytest.raises(gr.Error, match="does not fit"):
+        next(stream)

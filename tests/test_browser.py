@@ -1,0 +1,107 @@
+"""The app in a real browser (Playwright + Debian's Chromium): tokens stream in coloured by provenance, the charts
+update, Stop stops, and the Compare tab shows both sides and the summary table."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.appserver import long_answer_prompt
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+PROMPT = long_answer_prompt()
+TIMEOUT_MS = 120_000
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
+                                "(apt-get install chromium)")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, app_url: str):
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(app_url)
+    page.locator("#prompt textarea").wait_for()
+    yield page
+    page.close()
+
+
+def tokens(page, where: str = "#chat") -> int:
+    return page.locator(f"{where} .tok-draft, {where} .tok-target").count()
+
+
+def plot_marks(page, elem_id: str) -> int:
+    """Bars drawn in a plotly chart (0 while it shows a message instead)."""
+    return page.locator(f"#{elem_id} .plotly .bars path").count()
+
+
+def test_chat_streams_provenance_and_live_charts(page) -> None:
+    from playwright.sync_api import expect
+
+    expect(page.locator("#accept-plot")).to_contain_text("send a prompt")
+    page.locator("#prompt textarea").fill(PROMPT)
+    page.locator("#send").click()
+    seen_growing, last = False, 0
+    deadline = time.monotonic() + TIMEOUT_MS / 1000
+    while "finished" not in page.locator("#chat-status").inner_text():  # sample while it streams
+        now = tokens(page)
+        seen_growing |= 0 < last < now
+        last = now
+        assert time.monotonic() < deadline, "the answer did not finish"
+        time.sleep(0.1)
+    assert seen_growing, "tokens should appear step by step, not all at once"
+    assert page.locator("#chat .tok-draft").count() > 0 and page.locator("#chat .tok-target").count() > 0
+    assert page.locator('#chat .tok-draft[title*="depth 1"]').count() > 0
+    assert plot_marks(page, "accept-plot") > 0 and plot_marks(page, "drift-plot") > 0
+    expect(page.locator("#speedup")).to_contain_text("tok/s")
+    expect(page.locator("#chat-stats")).to_contain_text("mean acceptance length")
+
+
+def test_stop_stops_the_stream(page) -> None:
+    page.locator("#max-new-tokens input[type=number]").fill("1024")
+    page.locator("#max-new-tokens input[type=number]").press("Enter")
+    page.locator("#prompt textarea").fill(PROMPT)
+    page.locator("#send").click()
+    page.wait_for_function("document.querySelectorAll('#chat .tok-target').length > 0")
+    page.locator("#stop").click()
+    time.sleep(1.5)  # a step or a render in flight may still land
+    stopped_at = tokens(page)
+    time.sleep(2.0)
+    assert tokens(page) == stopped_at, "the answer kept growing after Stop"
+    assert stopped_at < 1024 and "finished" not in page.locator("#chat-status").inner_text(), \
+        "the answer ended by itself before Stop was pressed: pick a longer PROMPT"
+    page.locator("#prompt textarea").fill("And again")  # the session still works after a stop
+    page.locator("#send").click()
+    page.wait_for_function("document.querySelectorAll('#chat [data-testid=user]').length >= 2")
+
+
+def test_compare_shows_both_sides_and_the_table(page) -> None:
+    from playwright.sync_api import expect
+
+    page.get_by_role("tab", name="Compare").click()
+    page.locator("#compare-prompt textarea").fill(PROMPT)
+    page.locator("#compare-run").click()
+    page.wait_for_function("document.querySelector('#compare-status').innerText.split('finished').length === 3")
+    for side, label in (("#compare-left", "EAGLE-3, k=4"), ("#compare-right", "EAGLE-3.1, k=4")):
+        expect(page.locator(side)).to_contain_text(label)
+        assert tokens(page, side) > 0
+    table = page.locator("#compare-table")
+    expect(table).to_contain_text("EAGLE-3.1")
+    expect(table).to_contain_text("mean acceptance length")
+    assert plot_marks(page, "compare-position-plot") > 0
+    expect(page.locator("#compare-speedup")).to_contain_text("tok/s")

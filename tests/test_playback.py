@@ -1,0 +1,152 @@
+"""playground.playback: the runs behind the UI (chat turns, regenerate, comparisons, stop, timing, exports, bad
+requests), on real models and without Gradio."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from playground.backends import shared_backend
+from playground.engine import StepEvent
+from playground.playback import (
+    CSV_COLUMNS, Conversation, RequestError, RunSettings, StopSwitches, _ActiveTimeEvents, chat_turn, compare,
+    export_runs, regenerate_turn,
+)
+from playground.presets import get_preset
+from tests.appserver import long_answer_prompt
+
+PROMPT = long_answer_prompt()
+NEVER = lambda: False  # noqa: E731
+
+
+def answer(conversation: Conversation, prompt: str = PROMPT, **settings) -> list:
+    """Every Run snapshot one chat turn yields."""
+    run_settings = RunSettings(**{"max_new_tokens": 40, **settings})
+    return [replace(run, events=list(run.events)) for run in chat_turn(conversation, prompt, run_settings, NEVER)]
+
+
+def test_chat_keeps_plain_text_history(embedded_models: Path) -> None:
+    conversation = Conversation()
+    snapshots = answer(conversation)
+    run = snapshots[-1]
+    assert snapshots[0].status.startswith("measuring") and run.finished and run.baseline_tokens_per_second > 0
+    backend = shared_backend(get_preset("embedded"))
+    assert run.text == backend.decode(run.token_ids) and run.text
+    assert run.view().metrics.generated_tokens == len(run.token_ids)
+    answer(conversation, "And then?", chat_template="alt", system="Be brief.")
+    messages = conversation.messages("Be brief.", "next")
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert messages[2]["content"] == run.text
+    assert not any("<span" in m["content"] or "tok-" in m["content"] for m in messages)
+
+
+def test_regenerate_replaces_the_last_answer(embedded_models: Path) -> None:
+    conversation = Conversation()
+    answer(conversation)
+    first = conversation.exchanges[0].run
+    runs = list(regenerate_turn(conversation, RunSettings(drafter="none", max_new_tokens=12), NEVER))
+    assert len(conversation.exchanges) == 1 and conversation.exchanges[0].run is runs[-1] is not first
+    assert conversation.exchanges[0].user == PROMPT and runs[-1].settings.drafter == "none"
+    with pytest.raises(RequestError, match="k "):
+        list(regenerate_turn(conversation, RunSettings(k=0), NEVER))
+    assert len(conversation.exchanges) == 1  # a failed regenerate keeps the answer it would have replaced
+    with pytest.raises(RequestError, match="nothing to regenerate"):
+        list(regenerate_turn(Conversation(), RunSettings(), NEVER))
+
+
+def test_stop_ends_the_run_between_steps(embedded_models: Path) -> None:
+    switches = StopSwitches()
+    stop = switches.arm("session", "chat")
+    conversation = Conversation()
+    for run in chat_turn(conversation, PROMPT, RunSettings(max_new_tokens=1024), stop.is_set):
+        if run.events and run.events[-1].total_tokens >= 10:
+            switches.trip("session", "chat")
+    assert run.finish_reason == "cancelled" and run.status == "stopped"
+    assert run.events[-1].total_tokens < 1024
+    assert not switches.arm("session", "chat").is_set()  # a new run starts with a fresh switch
+    switches.forget("session")
+
+
+def test_compare_interleaves_both_runs(embedded_models: Path) -> None:
+    left = RunSettings(drafter="eagle3", k=3, max_new_tokens=40)
+    right = RunSettings(drafter="eagle3.1", k=5, max_new_tokens=40)
+    both_running = False
+    for comparison in compare(PROMPT, left, right, NEVER):
+        runs = (comparison.left, comparison.right)
+        both_running |= all(run.events and not run.finished for run in runs)
+    assert both_running, "the two runs should advance together, not one after the other"
+    assert comparison.left.finished and comparison.right.finished
+    assert comparison.left.baseline_tokens_per_second == comparison.right.baseline_tokens_per_second
+    assert comparison.left.view().label == "EAGLE-3, k=3" and comparison.right.view().label == "EAGLE-3.1, k=5"
+
+
+def test_paused_time_is_not_counted() -> None:
+    def stream():
+        start = time.perf_counter()
+        for step in range(3):
+            yield StepEvent(step=step, drafted=[], accepted=0, emitted=[step],
+                            elapsed_ms=(time.perf_counter() - start) * 1000)
+
+    events = []
+    for event in _ActiveTimeEvents(stream()):
+        events.append(event)
+        time.sleep(0.05)  # the UI rendering, or the other side of a comparison
+    assert events[-1].elapsed_ms < 20
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"k": 0}, "k .* between 1 and 10"), ({"k": 11}, "k .* between 1 and 10"),
+    ({"drafter": "medusa"}, "unknown drafter"), ({"chat_template": "chatml"}, "unknown chat template"),
+    ({"temperature": -1.0}, "temperature"), ({"max_new_tokens": 0}, "max new tokens"),
+    ({"preset": "nope"}, "unknown preset"),
+])
+def test_bad_settings_say_what_is_wrong(change: dict, message: str) -> None:
+    with pytest.raises(RequestError, match=message):
+        RunSettings(**change).checked_preset()
+
+
+def test_bad_prompts_say_what_is_wrong(embedded_models: Path) -> None:
+    with pytest.raises(RequestError, match="empty"):
+        list(chat_turn(Conversation(), "   ", RunSettings(), NEVER))
+    conversation = Conversation()
+    with pytest.raises(ValueError, match="the prompt has .* tokens"):
+        list(chat_turn(conversation, "word " * 6000, RunSettings(), NEVER))
+    assert not conversation.exchanges  # the failed question is not kept
+
+
+def test_missing_or_misfit_drafters_say_so(embedded_models: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "target").symlink_to(embedded_models / "target")
+    shutil.copytree(embedded_models / "eagle3", tmp_path / "eagle3")
+    config = json.loads((tmp_path / "eagle3" / "config.json").read_text())
+    config["vocab_size"] += 1  # no longer the target's vocabulary
+    (tmp_path / "eagle3" / "config.json").write_text(json.dumps(config))
+    monkeypatch.setenv("PLAYGROUND_EMBEDDED_DIR", str(tmp_path))  # eagle3.1/ is missing here
+    with pytest.raises(ValueError, match="eagle3.1"):
+        list(chat_turn(Conversation(), PROMPT, RunSettings(drafter="eagle3.1"), NEVER))
+    with pytest.raises(ValueError, match="vocab"):
+        list(chat_turn(Conversation(), PROMPT, RunSettings(drafter="eagle3"), NEVER))
+
+
+def test_export_writes_json_and_csv(embedded_models: Path, tmp_path: Path) -> None:
+    conversation = Conversation()
+    run = answer(conversation)[-1]
+    json_path, csv_path = export_runs({"turn 1": run}, conversation.messages(""), tmp_path, "run")
+    payload = json.loads(json_path.read_text())
+    record = payload["runs"][0]
+    assert payload["messages"][-1] == {"role": "assistant", "content": run.text}
+    assert record["text"] == run.text and record["settings"]["drafter"] == "eagle3.1"
+    assert len(record["steps"]) == len(run.events) and record["metrics"]["generated_tokens"] == len(run.token_ids)
+    assert record["speedup"] == pytest.approx(run.view().speedup)
+    with csv_path.open() as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == CSV_COLUMNS and len(rows) == len(run.events)
+    assert "".join(r["emitted_text"] for r in rows) == run.text
+    with pytest.raises(RequestError, match="nothing to export"):
+        export_runs({}, [], tmp_path, "empty")

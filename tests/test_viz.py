@@ -1,0 +1,164 @@
+"""playground.viz: token provenance HTML (classes, attributes, escaping, multi-byte text) and figures built from real
+step events, including fields a run or a backend leaves None."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import plotly.graph_objects as go
+import pytest
+from transformers import AutoTokenizer
+
+from playground.backends import shared_backend
+from playground.engine import GenerationConfig, StepEvent
+from playground.presets import get_preset
+from playground.viz import (
+    MEAN_ACCEPTANCE_LENGTH_HELP, SUMMARY_COLUMNS, IncrementalDecoder, RunView, accepted_per_step_figure,
+    acceptance_by_position_figure, attention_drift_figure, hidden_rms_figure, legend_html, provenance_css,
+    provenance_html, speedup_figure, stats_html, summary_table, token_pieces,
+)
+from tests.appserver import long_answer_prompt
+
+# --- provenance, with a scripted decoder (the one test double here) --------------------------------------------
+
+HOSTILE = {1: "<script>alert(1)</script>", 2: "\n", 3: '<img src=x onerror=alert(1)>', 4: " & ok", 5: '"q"'}
+
+
+def scripted_decode(ids: list[int]) -> str:
+    return "".join(HOSTILE[i] for i in ids)
+
+
+SCRIPTED_EVENTS = [
+    StepEvent(step=0, drafted=[], accepted=0, emitted=[1]),  # prefill: the target's token
+    StepEvent(step=1, drafted=[2, 3, 4], accepted=2, emitted=[2, 3, 5], draft_probs=[0.83, 0.5, 0.1]),
+    StepEvent(step=2, drafted=[4, 4], accepted=2, emitted=[4, 4, 1], draft_probs=None, finished=True,
+              finish_reason="length"),
+]
+
+
+def test_model_text_is_escaped() -> None:
+    page = provenance_html(token_pieces(SCRIPTED_EVENTS, scripted_decode))
+    assert "<script" not in page and "<img" not in page
+    assert html.escape("<script>alert(1)</script>") in page
+    assert html.escape("<img src=x onerror=alert(1)>") in page
+    assert "&amp; ok" in page and "&quot;q&quot;" in page
+    assert "\n" not in page and "<br>" in page  # one line of HTML, so Markdown renderers pass it through
+
+
+def test_spans_carry_origin_depth_and_step() -> None:
+    pieces = token_pieces(SCRIPTED_EVENTS, scripted_decode)
+    assert [(p.step, p.depth) for p in pieces] == [(0, None), (1, 1), (1, 2), (1, None), (2, 1), (2, 2), (2, None)]
+    page = provenance_html(pieces)
+    assert page.count('class="tok-target"') == 3 and page.count('class="tok-draft') == 4
+    assert '<span class="tok-draft depth-1" data-depth="1" data-step="1" title="step 1, depth 1, p=0.83">' in page
+    assert '<span class="tok-draft depth-2" data-depth="2" data-step="2" title="step 2, depth 2">' in page
+    assert '<span class="tok-target" data-step="0" title="step 0, target token">' in page
+
+
+def test_legend_and_css_cover_every_depth() -> None:
+    legend, css = legend_html(10), provenance_css()
+    assert all(f'depth-{d}"' in legend for d in range(1, 11))
+    assert all(f".tok-draft.depth-{d} " in css for d in range(1, 11))
+    assert "white-space: pre-wrap" in css and "var(--body-text-color" in css
+
+
+def test_multibyte_characters_are_never_split(embedded_models: Path) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(embedded_models / "target")
+
+    def decode(ids: list[int]) -> str:
+        return tokenizer.decode(ids, skip_special_tokens=True)
+
+    text = "naïve café → 🦅 €5"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    decoder = IncrementalDecoder(decode)
+    parts = [decoder.push(i) for i in ids] + [decoder.flush()]
+    assert "".join(parts) == decode(ids) == text
+    assert not any("\ufffd" in part for part in parts)
+    assert "" in parts[:-1], "expected at least one token that ends inside a character"
+
+
+# --- figures from real runs ---------------------------------------------------------------------------------
+
+
+PROMPT = long_answer_prompt()
+
+
+def _run(drafter: str, k: int = 4, instrument: bool = True) -> list[StepEvent]:
+    backend = shared_backend(get_preset("embedded"))
+    prompt = backend.encode([{"role": "user", "content": PROMPT}])
+    events = list(backend.stream(prompt, drafter, GenerationConfig(max_new_tokens=48, k=k, instrument=instrument)))
+    assert sum(len(e.emitted) for e in events) > 8, "the model stopped at once; pick another PROMPT"
+    return events
+
+
+@pytest.fixture(scope="module")
+def views(embedded_models: Path) -> dict[str, RunView]:
+    return {
+        "eagle3.1": RunView.from_events("EAGLE-3.1", False, 4, _run("eagle3.1"), baseline_tokens_per_second=100.0),
+        "eagle3": RunView.from_events("EAGLE-3", False, 3, _run("eagle3", k=3), baseline_tokens_per_second=100.0),
+        "plain": RunView.from_events("plain decoding", True, 4, _run("none"), baseline_tokens_per_second=100.0),
+        "uninstrumented": RunView.from_events("EAGLE-3", False, 4, _run("eagle3", instrument=False)),
+    }
+
+
+def _message(fig: go.Figure) -> str:
+    return " ".join(a.text for a in fig.layout.annotations)
+
+
+def test_figures_draw_what_a_run_has(views: dict[str, RunView]) -> None:
+    v = views["eagle3.1"]
+    assert v.metrics.drafting_steps > 0 and v.metrics.attention_by_depth and v.metrics.hidden_rms_by_depth
+    accept = accepted_per_step_figure(v)
+    assert len([t for t in accept.data if t.type == "bar"]) == v.k  # one stacked segment per depth
+    assert [s.y0 for s in accept.layout.shapes] == [v.k]  # the ceiling line
+    assert sum(sum(t.y) for t in accept.data) == v.metrics.accepted_tokens
+    position = acceptance_by_position_figure([v])
+    assert list(position.data[0].y) == pytest.approx(v.metrics.per_position_acceptance)
+    drift = attention_drift_figure([v])
+    assert [t.name for t in drift.data] == ["sink (first token)", "context (excl. sink)", "own drafts"]
+    masses = v.metrics.attention_by_depth
+    assert list(drift.data[0].y) == pytest.approx([a.sink for a in masses])
+    assert list(drift.data[1].y) == pytest.approx([a.context - a.sink for a in masses])  # context includes the sink
+    totals = [sum(t.y[d] for t in drift.data) for d in range(v.k)]
+    assert totals == pytest.approx([1.0] * v.k, abs=1e-4)
+    assert len(hidden_rms_figure([v]).data[0].y) == v.k
+    speed = speedup_figure([v])
+    assert list(speed.data[0].y) == ["plain decoding (baseline)", v.label] and "Speedup" in speed.layout.title.text
+
+
+def test_overlaid_runs(views: dict[str, RunView]) -> None:
+    pair = [views["eagle3"], views["eagle3.1"]]
+    assert len(acceptance_by_position_figure(pair).data) == 2
+    drift = attention_drift_figure(pair)
+    assert {t.offsetgroup for t in drift.data} == {"0", "1"}
+    assert [t.name for t in drift.data if t.x == (None,)] == ["EAGLE-3, k=3", "EAGLE-3.1, k=4"]  # pattern key
+    assert len(speedup_figure(pair).data[0].y) == 3
+
+
+def test_missing_fields_are_explained_not_drawn_as_zero(views: dict[str, RunView]) -> None:
+    plain, bare = views["plain"], views["uninstrumented"]
+    assert plain.metrics.per_position_acceptance is None and bare.metrics.attention_by_depth is None
+    for fig in (accepted_per_step_figure(plain), acceptance_by_position_figure([plain]),
+                attention_drift_figure([plain]), hidden_rms_figure([plain])):
+        assert not fig.data and "no drafter" in _message(fig)
+    for fig in (attention_drift_figure([bare]), hidden_rms_figure([bare])):
+        assert not fig.data and "does not report" in _message(fig)
+    told = RunView(bare.drafter, False, 4, bare.events, bare.metrics, None,
+                   {"attention": "vLLM does not expose the drafter's attention weights",
+                    "baseline": "plain decoding needs a second server"})
+    assert "vLLM does not expose" in _message(attention_drift_figure([told]))
+    assert "needs a second server" in _message(speedup_figure([told]))
+    assert "measuring" in speedup_figure([bare]).layout.title.text  # no baseline yet, none missing
+    mixed = attention_drift_figure([views["eagle3.1"], plain])  # one side drawn, the other explained
+    assert mixed.data and "no drafter" in _message(mixed)
+
+
+def test_summary_table_and_stats(views: dict[str, RunView]) -> None:
+    table = summary_table([views["eagle3"], views["plain"]])
+    assert list(table.columns) == SUMMARY_COLUMNS
+    assert table["drafter"].tolist() == ["EAGLE-3", "plain decoding"]
+    assert table.loc[1, "mean acceptance length"] == "—" and table.loc[0, "speedup"] == pytest.approx(
+        views["eagle3"].speedup, abs=0.01)
+    stats = stats_html(views["eagle3.1"])
+    assert html.escape(MEAN_ACCEPTANCE_LENGTH_HELP, quote=True) in stats and "speedup" in stats
