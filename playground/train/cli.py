@@ -95,7 +95,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", default="embedded")
     p.add_argument("--out", type=Path, default=Path("assets/models/embedded/evaluation.json"))
     p.add_argument("--prompts", type=int, default=20, help="number of held-out prompts")
-    p.add_argument("--k", default="1,3,5,8", help="comma list of speculative depths for the acceptance table")
+    p.add_argument("--k", default="1,3,4,5,8", help="comma list of speculative depths for the acceptance table")
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--speed-k", type=int, default=4, help="k used for the speed comparison")
     p.add_argument("--repeats", type=int, default=3)

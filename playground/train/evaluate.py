@@ -57,25 +57,45 @@ def acceptance_table(backend: LocalBackend, prompts: list[list[int]], drafters: 
 
 def speed_table(backend: LocalBackend, prompts: list[list[int]], drafters: list[str], k: int, max_new_tokens: int,
                 repeats: int) -> dict:
-    """tokens/s of plain vs speculative decoding, interleaved per prompt; medians of per-prompt ratios."""
+    """tokens/s of plain vs speculative decoding, interleaved per prompt after a warm-up.
+
+    Two views of the same runs: the median over prompts of the per-prompt ratio (short answers, where the prefill
+    dominates, weigh as much as long ones), and the pooled rate (all tokens / all time) per repeat, median over
+    repeats."""
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, k=k, instrument=False)
-    for name in ["none", *drafters]:  # warm-up
+    names = ["none", *drafters]
+    for name in names:  # warm-up
         _run(backend, prompts[0], name, cfg)
-    rates: dict[str, list[float]] = {name: [] for name in ["none", *drafters]}
+    rates: dict[str, list[float]] = {name: [] for name in names}
     ratios: dict[str, list[float]] = {name: [] for name in drafters}
+    pooled: dict[str, list[float]] = {name: [] for name in names}
     for _ in tqdm(range(repeats), desc="speed", unit="repeat"):
+        tokens = {name: 0 for name in names}
+        seconds = {name: 0.0 for name in names}
         for prompt in prompts:
-            now = {name: summarize(_run(backend, prompt, name, cfg), k).tokens_per_second for name in rates}
+            now = {}
+            for name in names:
+                m = summarize(_run(backend, prompt, name, cfg), k)
+                now[name] = m.tokens_per_second
+                tokens[name] += m.generated_tokens
+                seconds[name] += m.elapsed_ms / 1000
             for name, rate in now.items():
                 rates[name].append(rate)
             for name in drafters:
                 ratios[name].append(now[name] / now["none"])
+        for name in names:
+            pooled[name].append(tokens[name] / seconds[name])
+    pooled_rate = {name: statistics.median(v) for name, v in pooled.items()}
     return {
         "k": k,
         "max_new_tokens": max_new_tokens,
         "runs_per_config": len(rates["none"]),
         "median_tokens_per_second": {name: statistics.median(v) for name, v in rates.items()},
         "median_speedup": {name: statistics.median(v) for name, v in ratios.items()},
+        "pooled_tokens_per_second": pooled_rate,
+        "pooled_speedup": {name: pooled_rate[name] / pooled_rate["none"] for name in drafters},
+        "mean_generated_tokens": statistics.mean(
+            len(_ids(_run(backend, p, "none", cfg))) for p in prompts),
     }
 
 
