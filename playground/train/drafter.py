@@ -187,11 +187,6 @@ def new_drafter(target: Target, generation: str, cfg: DrafterTrainConfig, vocab:
     return drafter
 
 
-def _lr_factor(step: int, progress: float, cfg: DrafterTrainConfig) -> float:
-    warm = min(1.0, (step + 1) / cfg.warmup_steps)
-    return warm * min(1.0, max(0.0, (1.0 - progress) / cfg.decay_fraction))
-
-
 @torch.no_grad()
 def evaluate_ttt(drafter: Eagle3Drafter, target: Target, aux: list[int], tokens: torch.Tensor, masks: torch.Tensor,
                  t2d: torch.Tensor, depth: int, batch_size: int) -> tuple[float, list[float]]:
@@ -219,6 +214,7 @@ def train_drafters(target_dir: Path, out_root: Path, run_dir: Path, cfg: Drafter
 
     from playground.engine.checkpoint import save_drafter
     from playground.train import corpus
+    from playground.train.target import lr_factor
 
     torch.set_num_threads(cfg.threads)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -269,7 +265,7 @@ def train_drafters(target_dir: Path, out_root: Path, run_dir: Path, cfg: Drafter
         rows = order[(torch.arange(cfg.batch_size) + step * cfg.batch_size) % len(order)]
         shared_aux = len({tuple(a) for a in aux.values()}) == 1
         batch = teacher_batch(target, next(iter(aux.values())), train_tokens[rows], train_masks[rows]) if shared_aux else None
-        lr = cfg.lr * _lr_factor(step, progress(), cfg)
+        lr = cfg.lr * lr_factor(step, progress(), cfg)  # warm-up, constant, linear decay: as for the target
         for g, drafter in drafters.items():
             b = batch or teacher_batch(target, aux[g], train_tokens[rows], train_masks[rows])
             loss, acc = ttt_loss(drafter, b, vocab.t2d, cfg.ttt_depth)
