@@ -31,7 +31,10 @@ def use_real_models() -> bool:
 
 def long_answer_prompt() -> str:
     """A prompt the models in use answer at length (the tiny models end at once on many prompts)."""
-    return "Write a Python class for a stack, with docstrings and tests." if use_real_models() else "Hello there"
+    # The embedded target answers most prompts in under 100 tokens; this one sends it into a long greedy loop
+    # (1024 tokens, measured), so Stop always lands mid-answer.
+    return ("Write a Python function `is_prime(n)` that returns True if n is a prime number." if use_real_models()
+            else "Hello there")
 
 
 def models_dir(scratch: Path) -> Path:

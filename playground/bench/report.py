@@ -37,7 +37,7 @@ def _ratio_words(ratio: float) -> str:
     return f"{ratio:.2f}× ({'longer' if ratio > 1 else 'shorter'})"
 
 
-def _pairs(rows: list[Row]) -> list[tuple[Row, Row]]:
+def pairs(rows: list[Row]) -> list[tuple[Row, Row]]:
     """(EAGLE-3 row, EAGLE-3.1 row) measured on the same prompt set, template and k."""
     groups: dict[tuple, dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
@@ -185,10 +185,10 @@ def _depth_findings(pairs: list[tuple[Row, Row]]) -> list[str]:
     return out
 
 
-def _deepest_pairs(pairs: list[tuple[Row, Row]]) -> list[tuple[Row, Row]]:
+def deepest_pairs(matched: list[tuple[Row, Row]]) -> list[tuple[Row, Row]]:
     """Per condition, the pair with the largest k."""
     best: dict[str, tuple[Row, Row]] = {}
-    for pair in pairs:
+    for pair in matched:
         if condition(pair[0]) not in best or pair[0]["k"] > best[condition(pair[0])][0]["k"]:
             best[condition(pair[0])] = pair
     return list(best.values())
@@ -204,11 +204,11 @@ def study_rows(rows: list[Row], study: str) -> list[Row]:
 def findings(rows: list[Row], greedy: bool) -> list[str]:
     """Plain-language statements of the measured numbers."""
     out = _lossless_findings(rows, greedy) + _speed_findings(rows)
-    out += _k_findings(_pairs(study_rows(rows, "k")))
-    out += _context_findings(_pairs(study_rows(rows, "context")))
-    out += _template_findings(_pairs(study_rows(rows, "template")))
-    out += _depth_findings(_deepest_pairs(_pairs(study_rows(rows, "k"))))
-    all_pairs = _pairs(rows)
+    out += _k_findings(pairs(study_rows(rows, "k")))
+    out += _context_findings(pairs(study_rows(rows, "context")))
+    out += _template_findings(pairs(study_rows(rows, "template")))
+    out += _depth_findings(deepest_pairs(pairs(study_rows(rows, "k"))))
+    all_pairs = pairs(rows)
     if all_pairs:
         wins = sum(_al_ratio(p) > 1 for p in all_pairs)
         out.append(f"Overall, EAGLE-3.1 had the longer mean acceptance length in {wins} of {len(all_pairs)} matched "
@@ -227,7 +227,7 @@ def _figures(rows: list[Row]) -> list[tuple[str, list[go.Figure]]]:
     by_k = study_rows(eagle, "k")
     if len({r["k"] for r in by_k}) > 1:
         sections.append(("Acceptance length vs k", [figures.acceptance_vs_k_figure(by_k)]))
-    deepest = [r for pair in _deepest_pairs(_pairs(by_k)) for r in pair] or _deepest_rows(by_k)
+    deepest = [r for pair in deepest_pairs(pairs(by_k)) for r in pair] or deepest_rows(by_k)
     sections.append(("Drift by draft depth (the deepest k of each condition)", [
         figures.per_position_figure(deepest), figures.attention_by_depth_figure(deepest),
         figures.hidden_rms_figure(deepest)]))
@@ -242,7 +242,7 @@ def _figures(rows: list[Row]) -> list[tuple[str, list[go.Figure]]]:
     return sections
 
 
-def _deepest_rows(rows: list[Row]) -> list[Row]:
+def deepest_rows(rows: list[Row]) -> list[Row]:
     deepest = max(r["k"] for r in rows)
     return [r for r in rows if r["k"] == deepest]
 

@@ -1,4 +1,4 @@
-"""Gradio wiring of the playground: a Chat tab and a Compare tab. No decoding or plotting logic lives here."""
+"""Gradio wiring of the playground: Chat, Compare and Benchmark tabs. No decoding or plotting logic lives here."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import gradio as gr
 from playground.presets import default_preset_name, get_preset
 from playground.viz import DRAFT_ACCEPTANCE_RATE_HELP, MEAN_ACCEPTANCE_LENGTH_HELP
 
+from .bench import build_bench_tab
 from .chat import build_chat_tab
 from .common import APP_CSS, STOP_SWITCHES, session_id
 from .compare import build_compare_tab
@@ -52,6 +53,8 @@ def build_app(load_problem: str | None = None) -> gr.Blocks:
                 build_chat_tab(preset)
             with gr.Tab("Compare", id="compare-tab"):
                 build_compare_tab(preset)
+            with gr.Tab("Benchmark", id="bench-tab"):
+                build_bench_tab(preset)
             with gr.Tab("About", id="about-tab"):
                 gr.Markdown(ABOUT)
         demo.unload(_forget_session)

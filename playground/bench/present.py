@@ -1,0 +1,111 @@
+"""What the app's Benchmark tab shows of a bench result: findings as markdown, a table of the key columns, a few
+figures, and the three output files in a fresh folder. No gradio here; the tab only wires these to components.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+from playground.bench.report import deepest_pairs, deepest_rows, pairs, findings, study_rows, write_outputs
+from playground.bench.runner import BenchResult, ProgressCallback
+from playground.viz import bench as figures
+from playground.viz.figures import message_figure
+
+Row = dict
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DRIFT_STUDY = REPO_ROOT / "assets" / "bench" / "drift" / "results.json"
+TAB_COLUMNS = ("drafter", "k", "prompt_set", "template", "context_tokens", "tokens_per_second", "speedup",
+               "mean_acceptance_length", "lossless")
+# (label, profile) for the tab's menu; only names from playground.bench.profiles
+TAB_PROFILES = (
+    ("smoke: 3 prompts, k 1 and 3, 16 tokens (seconds)", "smoke"),
+    ("default: speed beside the peers, k 4, 128 tokens (a few minutes)", "default"),
+    ("drift: EAGLE-3 vs EAGLE-3.1 by k, context, template (takes many minutes)", "drift"),
+)
+
+
+@dataclass
+class BenchView:
+    """A bench result as the tab shows it."""
+
+    findings_markdown: str
+    table: list[list]  # rows of TAB_COLUMNS
+    figures: list[go.Figure]  # speed, acceptance vs k, per-position acceptance (in this order)
+    files: list[Path]  # results.csv, results.json, report.html (empty for a result read from disk)
+
+
+def _cell(value):
+    return round(value, 2) if isinstance(value, float) else value
+
+
+def table_rows(rows: list[Row]) -> list[list]:
+    return [[_cell(r.get(c)) for c in TAB_COLUMNS] for r in rows]
+
+
+def findings_markdown(data: dict, title: str) -> str:
+    config = data.get("config", {})
+    head = (f"### {title}\nprofile **{config.get('profile')}** · preset **{data.get('preset')}** · "
+            f"{data.get('seconds', 0) / 60:.1f} min · started {data.get('started')} · "
+            f"{data.get('machine', {}).get('cpu', 'unknown machine')}")
+    items = data.get("findings")
+    if items is None:
+        items = findings(data["rows"], greedy=config.get("temperature", 0) == 0)
+    return head + "\n\n" + "\n".join(f"- {f}" for f in items)
+
+
+def tab_figures(rows: list[Row]) -> list[go.Figure]:
+    """Speed of every method; mean acceptance length vs k; per-position acceptance at the deepest k."""
+    eagle = [r for r in rows if r["kind"] == "eagle" and r["mean_acceptance_length"] is not None]
+    by_k = study_rows(eagle, "k") or eagle
+    speed = figures.speed_figure(rows)
+    if len({r["k"] for r in by_k}) > 1:
+        vs_k = figures.acceptance_vs_k_figure(by_k)
+    else:
+        vs_k = message_figure("Mean acceptance length vs k", "this profile measures one k only")
+    if by_k:
+        deepest = [r for pair in deepest_pairs(pairs(by_k)) for r in pair] or deepest_rows(by_k)
+        position = figures.per_position_figure(deepest)
+    else:
+        position = message_figure("Per-position acceptance rate", "no EAGLE drafter was measured")
+    return [speed, vs_k, position]
+
+
+def view(data: dict, title: str, files: list[Path] | None = None) -> BenchView:
+    return BenchView(findings_markdown(data, title), table_rows(data["rows"]), tab_figures(data["rows"]),
+                     list(files or []))
+
+
+def load_view(path: Path = DRIFT_STUDY, title: str = "The last full drift study") -> BenchView | None:
+    """A committed results.json as the tab shows it, or None when there is none."""
+    if not path.exists():
+        return None
+    return view(json.loads(path.read_text()), title)
+
+
+def save_and_view(result: BenchResult, out_dir: Path | None = None) -> BenchView:
+    """Write results.csv / results.json / report.html into `out_dir` (a fresh temp folder by default)."""
+    profile = result.config.get("profile") or "custom"
+    out = out_dir or Path(tempfile.mkdtemp(prefix=f"eagle-bench-{profile}-{datetime.now():%Y%m%d-%H%M%S}-"))
+    paths = write_outputs(result, out)
+    data = json.loads(paths["json"].read_text())
+    return view(data, f"This run ({profile})", [paths["csv"], paths["json"], paths["html"]])
+
+
+def run_and_view(profile: str, preset: str, progress: ProgressCallback | None = None) -> BenchView:
+    """Run a profile offered in the tab on a preset; bad names raise ValueError."""
+    from playground.bench import run_profile
+
+    if profile not in {name for _, name in TAB_PROFILES}:
+        raise ValueError(f"unknown bench profile {profile!r}; offered: "
+                         f"{', '.join(name for _, name in TAB_PROFILES)}")
+    try:
+        result = run_profile(profile, preset, progress)
+    except KeyError as err:  # an unknown preset
+        raise ValueError(str(err.args[0]) if err.args else str(err)) from None
+    return save_and_view(result)

@@ -1,0 +1,61 @@
+"""The Benchmark tab: run a bench profile with progress, see its findings, table and charts, download its files;
+and, before any run, the committed drift study. The work is in playground.bench.present."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from playground.bench.present import TAB_COLUMNS, TAB_PROFILES, BenchView, load_view, run_and_view
+from playground.presets import Preset, presets
+from playground.viz.figures import message_figure
+
+from .common import ENGINE, report_user_errors
+
+PLOTS = ("speed", "k", "position")  # elem ids bench-plot-<name>, in the order of BenchView.figures
+
+
+def _outputs(view: BenchView) -> tuple:
+    return (view.findings_markdown, view.table, *view.figures, [str(p) for p in view.files])
+
+
+@report_user_errors
+def run_bench(profile: str, preset: str, progress: gr.Progress = gr.Progress()):
+    progress(0, desc="starting the bench")
+    view = run_and_view(profile, preset, lambda done, total, message: progress((done, total), desc=message))
+    yield _outputs(view)
+
+
+def _results(prefix: str, view: BenchView | None, hint: str) -> list[gr.components.Component]:
+    """Findings, table and the three charts of one result (`view`, or empty ones that say `hint`)."""
+    findings = gr.Markdown(view.findings_markdown if view else hint, elem_id=f"{prefix}findings")
+    table = gr.Dataframe(value=view.table if view else None, headers=list(TAB_COLUMNS), interactive=False,
+                         label="Results", elem_id=f"{prefix}table")
+    def plot(i: int) -> gr.Plot:
+        return gr.Plot(view.figures[i] if view else message_figure("", hint), show_label=False,
+                       elem_id=f"{prefix}plot-{PLOTS[i]}")
+
+    speed = plot(0)  # a bar per method: wide
+    with gr.Row():
+        by_k, position = plot(1), plot(2)
+    return [findings, table, speed, by_k, position]
+
+
+def build_bench_tab(preset: Preset) -> None:
+    with gr.Row():
+        profile = gr.Dropdown([(label, name) for label, name in TAB_PROFILES], value="smoke", label="Profile",
+                              elem_id="bench-profile", scale=3)
+        preset_menu = gr.Dropdown([(p.title, p.name) for p in presets().values()], value=preset.name,
+                                  label="Preset (the bench runs on the local engine)", elem_id="bench-preset",
+                                  scale=2)
+        run_button = gr.Button("Run benchmark", variant="primary", elem_id="bench-run", scale=1)
+    gr.Markdown("Runs every method of the profile on this machine, one after another (chat and compare runs wait "
+                "meanwhile). Speedup = tokens/s over plain decoding of the same target in the same run.",
+                elem_classes="status-line")
+    outputs = _results("bench-", None, "Run a profile to see its findings here.")
+    files = gr.File(label="results.csv · results.json · report.html", file_count="multiple",
+                    elem_id="bench-files")
+    with gr.Accordion("The last full drift study (committed results)", open=True, elem_id="bench-drift-study"):
+        drift = load_view()
+        _results("bench-drift-", drift, "No committed drift study (assets/bench/drift/results.json) in this copy.")
+
+    run_button.click(run_bench, [profile, preset_menu], [*outputs, files], api_name="bench", concurrency_id=ENGINE)

@@ -1,0 +1,30 @@
+"""The Benchmark tab through gradio_client, against the real app.py: the smoke profile runs, fills the table and
+writes its three files; a bad profile gets a clear message."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from gradio_client import Client
+
+from playground.bench.present import TAB_COLUMNS
+
+
+def test_bench_smoke_profile_from_the_ui(app_url: str) -> None:
+    client = Client(app_url, verbose=False)
+    findings, table, speed, by_k, position, files = client.predict("smoke", "embedded", api_name="/bench")
+    assert "This run (smoke)" in findings and "Lossless" in findings
+    assert table["headers"] == list(TAB_COLUMNS)
+    drafters = {row[0] for row in table["data"]}
+    assert {"none", "eagle3", "eagle3.1"} <= drafters
+    assert {row[1] for row in table["data"] if row[0] == "eagle3.1"} == {1, 3}
+    assert all(fig["type"] == "plotly" for fig in (speed, by_k, position))
+    assert len(json.loads(by_k["plot"])["data"]) == 2  # one line per EAGLE drafter
+    names = sorted(Path(f).name for f in files)
+    assert names == ["report.html", "results.csv", "results.json"] and all(Path(f).stat().st_size for f in files)
+    saved = json.loads(next(Path(f) for f in files if f.endswith(".json")).read_text())
+    assert saved["config"]["profile"] == "smoke" and len(saved["rows"]) == len(table["data"])
+    with pytest.raises(Exception, match="bench runs on the local engine|remote"):
+        client.predict("smoke", "remote", api_name="/bench")
