@@ -24,7 +24,7 @@ def test_step_events_and_settings_pickle() -> None:
 
 def test_stream_local_yields_picklable_events(tiny_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PLAYGROUND_EMBEDDED_DIR", str(tiny_root))
-    from playground.backends.local import shared_backend
+    from playground.backends import shared_backend
     from playground.presets import get_preset
 
     backend = shared_backend(get_preset("embedded"))

@@ -71,10 +71,6 @@ def shared_backend(preset: Preset) -> Backend:
     reason = backend_unavailable_reason(preset)
     if reason:
         raise BackendUnavailable(reason)
-    if preset.backend == "local":
-        from .local import shared_backend as shared_local
-
-        return shared_local(preset)
     with _SHARED_LOCK:
         if preset.name not in _SHARED or _SHARED[preset.name].preset != preset:
             _SHARED[preset.name] = open_backend(preset)

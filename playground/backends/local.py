@@ -106,16 +106,4 @@ class LocalBackend:
         return self._baseline[key]
 
 
-_BACKENDS: dict[str, LocalBackend] = {}
-_BACKENDS_LOCK = threading.Lock()
-
-
-def shared_backend(preset: Preset) -> LocalBackend:
-    """One backend (so one copy of the weights) per preset for the whole process."""
-    with _BACKENDS_LOCK:
-        if preset.name not in _BACKENDS or _BACKENDS[preset.name].preset != preset:
-            _BACKENDS[preset.name] = LocalBackend(preset)
-        return _BACKENDS[preset.name]
-
-
-__all__ = ["CheckpointError", "LocalBackend", "LoadedDrafter", "shared_backend"]
+__all__ = ["CheckpointError", "LocalBackend", "LoadedDrafter"]

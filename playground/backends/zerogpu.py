@@ -46,6 +46,6 @@ def lease_seconds(preset_name: str, prompt_ids: list[int], drafter: str, cfg: Ge
 @gpu(duration=lease_seconds)
 def stream_local(preset_name: str, prompt_ids: list[int], drafter: str, cfg: GenerationConfig) -> Iterator[StepEvent]:
     """The local engine's step events for one request, on the lent GPU when on ZeroGPU."""
-    from .local import shared_backend
+    from . import shared_backend
 
     yield from shared_backend(get_preset(preset_name)).stream(prompt_ids, drafter, cfg)

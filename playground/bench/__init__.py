@@ -5,7 +5,7 @@ For the app:  result = run_profile("smoke", "embedded", progress_callback);  wri
 
 from __future__ import annotations
 
-from playground.backends.local import shared_backend
+from playground.backends import shared_backend
 from playground.bench.methods import Runner
 from playground.bench.profiles import get_profile, profiles
 from playground.bench.prompts import PromptRecord, PromptSet, builtin_sets, load_prompt_set
