@@ -88,6 +88,8 @@ def test_chat_streams_provenance_and_live_charts(page) -> None:
 def test_stop_stops_the_stream(page) -> None:
     page.locator("#max-new-tokens input[type=number]").fill("1024")
     page.locator("#max-new-tokens input[type=number]").press("Enter")
+    page.locator("#k input[type=number]").fill("1")  # one draft per step: the longest answer takes seconds
+    page.locator("#k input[type=number]").press("Enter")
     page.locator("#prompt textarea").fill(PROMPT)
     page.locator("#send").click()
     page.wait_for_function("document.querySelectorAll('#chat .tok-target').length > 0")
