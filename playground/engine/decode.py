@@ -76,7 +76,7 @@ class _Stopper:
 def _choose(logits: torch.Tensor, cfg: GenerationConfig, generator: torch.Generator | None) -> int:
     if cfg.greedy:
         return int(logits.argmax())
-    return sample(probabilities(logits, cfg.temperature, cfg.top_p), generator)
+    return int(sample(probabilities(logits, cfg.temperature, cfg.top_p), generator))
 
 
 def _generator(cfg: GenerationConfig, device: torch.device) -> torch.Generator | None:
@@ -120,7 +120,7 @@ def plain_generate(target: Target, prompt_ids: list[int], cfg: GenerationConfig,
 
 @dataclass
 class _Chain:
-    drafted: list[int]
+    drafted: torch.Tensor  # [k] target ids, on the device (read back once, after verification)
     draft_probs: list[torch.Tensor]  # greedy: probability of each draft; sampling: full q over the target vocab
     attention: list[torch.Tensor]  # per depth [sink, context, draft]
     hidden_rms: list[torch.Tensor]
@@ -130,35 +130,40 @@ class _Chain:
 def _draft_chain(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list[int], pending_aux: torch.Tensor,
                  pending_start: int, k: int, cfg: GenerationConfig, vocab_map: torch.Tensor, vocab_size: int,
                  generator: torch.Generator | None) -> _Chain:
-    """Draft k tokens. Depth 1 feeds the pending target features; deeper steps feed the drafter's own state."""
+    """Draft k tokens. Depth 1 feeds the pending target features; deeper steps feed the drafter's own state.
+
+    Tokens stay on the device from one depth to the next: no host sync inside the chain."""
     device = pending_aux.device
     context = len(tokens) - 1
-    chain = _Chain([], [], [], [])
+    drafted, chain = [], _Chain(torch.empty(0, dtype=torch.long, device=device), [], [], [])
     draft_cache.crop(pending_start)
     hidden = drafter.project(pending_aux)[None]
     ids = torch.tensor([tokens[pending_start + 1 :]], device=device)
-    positions = torch.arange(pending_start, context, device=device)
+    positions = torch.arange(pending_start, context + k, device=device)
+    step_positions = positions[context - pending_start :]  # the position of each deeper step
+    positions = positions[: context - pending_start]
     for depth in range(k):
         if cfg.instrument:
             chain.hidden_rms.append(hidden[0, -1].pow(2).mean().sqrt())
         out = drafter(ids, hidden, positions, draft_cache, want_attention=cfg.instrument)
         logits = out.logits[0, -1].float()  # bf16/fp16 drafters: probabilities in float32, like the target's
         if cfg.greedy:
-            choice = int(logits.argmax())
+            choice = logits.argmax()
             if cfg.instrument:
                 chain.draft_probs.append(torch.softmax(logits, -1)[choice])
         else:
             q = probabilities(logits, cfg.temperature, cfg.top_p)
             choice = sample(q, generator)
             chain.draft_probs.append(torch.zeros(vocab_size, device=device).index_copy_(0, vocab_map, q))
-        token = int(vocab_map[choice])
-        chain.drafted.append(token)
+        token = vocab_map[choice]
+        drafted.append(token)
         if cfg.instrument:
             row = out.last_row_attention[0].mean(0)  # this depth's query, averaged over heads
             chain.attention.append(torch.stack([row[0], row[:context].sum(), row[context:].sum()]))
         hidden = out.feedback[:, -1:]
-        ids = torch.tensor([[token]], device=device)
-        positions = torch.tensor([context + depth], device=device)
+        ids = token.view(1, 1)
+        positions = step_positions[depth : depth + 1]
+    chain.drafted = torch.stack(drafted)
     return chain
 
 
@@ -173,7 +178,8 @@ def speculative_generate(target: Target, drafter: Eagle3Drafter, aux_layers: lis
     _check_prompt(target, prompt_ids)
     stopper, generator = _Stopper(target, cfg, len(prompt_ids)), _generator(cfg, target.device)
     vocab_map = drafter.to_target_ids(torch.arange(drafter.config.draft_vocab_size, device=target.device))
-    cache, draft_cache = target.new_cache(), DrafterCache()
+    no_drafts = torch.empty(0, dtype=torch.long, device=target.device)
+    cache, draft_cache = target.new_cache(), drafter.new_cache()
     start = target.clock()
 
     # Prefill: target features for every prompt position, and the first token from the target alone.
@@ -199,21 +205,22 @@ def speculative_generate(target: Target, drafter: Eagle3Drafter, aux_layers: lis
 
         t0 = target.clock()
         chain = _draft_chain(drafter, draft_cache, tokens, pending_aux, pending_start, k, cfg, vocab_map,
-                             target.vocab_size, generator) if k > 0 else _Chain([], [], [], [])
-        drafted = chain.drafted
+                             target.vocab_size, generator) if k > 0 else _Chain(no_drafts, [], [], [])
         t1 = target.clock()
 
         # Verify all k+1 positions in one target forward, then keep the accepted prefix.
-        verify = target.forward([tokens[-1]] + drafted, cache, aux_layers)
+        verify = target.forward(torch.cat([no_drafts.new_tensor([tokens[-1]]), chain.drafted]), cache, aux_layers)
         if cfg.greedy:
-            accepted, bonus = accept_greedy(drafted, verify.logits)
-            probs_of_drafts = [float(p) for p in chain.draft_probs] if cfg.instrument else None
+            accepted, bonus = accept_greedy(chain.drafted, verify.logits)
+            probs_of_drafts = ((torch.stack(chain.draft_probs).tolist() if chain.draft_probs else [])
+                               if cfg.instrument else None)
         else:
             target_probs = probabilities(verify.logits, cfg.temperature, cfg.top_p)
-            q_all = (torch.stack(chain.draft_probs) if drafted
+            q_all = (torch.stack(chain.draft_probs) if k > 0
                      else torch.empty(0, target.vocab_size, device=target.device))
-            accepted, bonus = accept_sampled(drafted, q_all, target_probs, generator)
-            probs_of_drafts = [float(q_all[i, t]) for i, t in enumerate(drafted)]
+            accepted, bonus = accept_sampled(chain.drafted, q_all, target_probs, generator)
+            probs_of_drafts = q_all[torch.arange(k, device=q_all.device), chain.drafted].tolist()
+        drafted = chain.drafted.tolist()
         target.rollback(cache, context + accepted + 1)
         pending_aux, pending_start = verify.aux[: accepted + 1], context
         emitted, reason = stopper.clip(generated, drafted[:accepted] + [bonus])

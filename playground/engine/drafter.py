@@ -84,17 +84,17 @@ class Attention(nn.Module):
         self,
         x: torch.Tensor,
         rope: tuple[torch.Tensor, torch.Tensor],
-        past: tuple[torch.Tensor, torch.Tensor] | None,
+        cache: "LayerCache | None",
         mask: torch.Tensor | None,
         want_last_row_probs: bool,
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
         q, k = apply_rotary_pos_emb(q, k, *rope)
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        if cache is not None:
+            k, v = cache.extend(k, v)
         if mask is None and t > 1:  # causal over the new queries, full view of the cache
             mask = torch.ones(t, k.shape[2], dtype=torch.bool, device=x.device).tril(k.shape[2] - t)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_kv != self.n_heads)
@@ -106,7 +106,7 @@ class Attention(nn.Module):
                 scores = scores.masked_fill(~mask[..., -1:, :], float("-inf")) if mask.dtype == torch.bool else scores + mask[..., -1:, :]
             probs = scores.softmax(-1)[:, :, 0]  # [b, heads, keys]
         out = out.transpose(1, 2).reshape(b, t, -1)
-        return self.o_proj(out), (k, v), probs
+        return self.o_proj(out), probs
 
 
 class MLP(nn.Module):
@@ -134,40 +134,69 @@ class DecoderLayer(nn.Module):
         if first:
             self.hidden_norm = nn.RMSNorm(h, eps=eps)
 
-    def forward(self, embeds, hidden, rope, past, mask, want_probs):
+    def forward(self, embeds, hidden, rope, cache, mask, want_probs):
         if self.first:
             normed_hidden = self.hidden_norm(hidden)
             residual = normed_hidden if self.norm_before_residual else hidden
             x = torch.cat([self.input_layernorm(embeds), normed_hidden], dim=-1)
         else:
             residual, x = hidden, self.input_layernorm(hidden)
-        attn, kv, probs = self.self_attn(x, rope, past, mask, want_probs)
+        attn, probs = self.self_attn(x, rope, cache, mask, want_probs)
         h = residual + attn
-        return h + self.mlp(self.post_attention_layernorm(h)), kv, probs
+        return h + self.mlp(self.post_attention_layernorm(h)), probs
 
 
 @dataclass
 class DraftOutput:
-    logits: torch.Tensor  # [b, t, draft_vocab]
+    logits: torch.Tensor | None  # [b, t, draft_vocab]; None when not asked for
     hidden: torch.Tensor  # [b, t, H] pre-norm output
     normed: torch.Tensor  # [b, t, H] norm(hidden), what lm_head reads
     feedback: torch.Tensor  # what the next draft step is fed: `normed` (EAGLE-3.1) or `hidden` (EAGLE-3)
     last_row_attention: torch.Tensor | None  # [b, heads, keys] of the last query, averaged over layers
 
 
+class LayerCache:
+    """One layer's keys and values [b, kv_heads, length, head_dim].
+
+    At inference they live in a buffer that grows by doubling: appending writes in place and cropping only moves
+    the end, so a draft step copies nothing. Under autograd (training), earlier keys must stay unmodified for the
+    backward pass, so appending concatenates instead."""
+
+    def __init__(self) -> None:
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+        self.length = 0
+
+    def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        end = self.length + k.shape[2]
+        if torch.is_grad_enabled() or self.keys is None or self.keys.shape[:2] != k.shape[:2]:
+            if self.keys is not None and self.length:
+                k, v = torch.cat([self.keys[:, :, : self.length], k], 2), torch.cat([self.values[:, :, : self.length], v], 2)
+            self.keys, self.values, self.length = k, v, end
+            return k, v
+        if end > self.keys.shape[2]:
+            grown = max(end, 2 * self.keys.shape[2], 64)
+            self.keys = torch.cat([self.keys[:, :, : self.length], self.keys.new_empty(*k.shape[:2], grown - self.length, k.shape[3])], 2)
+            self.values = torch.cat([self.values[:, :, : self.length], self.values.new_empty(*v.shape[:2], grown - self.length, v.shape[3])], 2)
+        self.keys[:, :, self.length : end] = k
+        self.values[:, :, self.length : end] = v
+        self.length = end
+        return self.keys[:, :, :end], self.values[:, :, :end]
+
+
 class DrafterCache:
     """Per-layer keys/values of the drafter; roll back by length."""
 
-    def __init__(self) -> None:
-        self.layers: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+    def __init__(self, num_layers: int) -> None:
+        self.layers = [LayerCache() for _ in range(num_layers)]
 
     @property
     def length(self) -> int:
-        return 0 if self.layers is None else self.layers[0][0].shape[2]
+        return self.layers[0].length
 
     def crop(self, length: int) -> None:
-        if self.layers is not None and length < self.length:
-            self.layers = [(k[:, :, :length], v[:, :, :length]) for k, v in self.layers]
+        for layer in self.layers:
+            layer.length = min(layer.length, length)
 
 
 class Eagle3Drafter(nn.Module):
@@ -186,6 +215,9 @@ class Eagle3Drafter(nn.Module):
         self.lm_head = nn.Linear(h, cfg.draft_vocab_size, bias=False)
         self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
         self.rotary = LlamaRotaryEmbedding(cfg.rope_config())
+
+    def new_cache(self) -> DrafterCache:
+        return DrafterCache(len(self.layers))
 
     def use_target_embeddings(self, embedding: nn.Embedding) -> None:
         """Share the target's input embedding (drafters that ship without `embed_tokens`)."""
@@ -211,21 +243,19 @@ class Eagle3Drafter(nn.Module):
         cache: DrafterCache | None = None,
         mask: torch.Tensor | None = None,
         want_attention: bool = False,
+        with_logits: bool = True,  # training scores a subset of positions and calls lm_head itself
     ) -> DraftOutput:
         embeds = self.embed_tokens(input_ids)
         rope = self.rotary(hidden, positions[None])
-        past_layers = cache.layers if cache is not None and cache.layers is not None else [None] * len(self.layers)
-        new_layers, probs = [], []
+        caches = cache.layers if cache is not None else [None] * len(self.layers)
+        probs = []
         h = hidden
-        for layer, past in zip(self.layers, past_layers):
-            h, kv, p = layer(embeds, h, rope, past, mask, want_attention)
-            new_layers.append(kv)
+        for layer, layer_cache in zip(self.layers, caches):
+            h, p = layer(embeds, h, rope, layer_cache, mask, want_attention)
             probs.append(p)
-        if cache is not None:
-            cache.layers = new_layers
         normed = self.norm(h)
         return DraftOutput(
-            logits=self.lm_head(normed),
+            logits=self.lm_head(normed) if with_logits else None,
             hidden=h,
             normed=normed,
             feedback=normed if self.config.norm_output else h,

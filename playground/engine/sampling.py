@@ -17,33 +17,38 @@ def probabilities(logits: torch.Tensor, temperature: float, top_p: float = 1.0) 
     return nucleus / nucleus.sum(-1, keepdim=True)
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
-    return int(torch.multinomial(probs, 1, generator=generator))
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One token id drawn from `probs` [V], as a 0-dim tensor (no host sync)."""
+    return torch.multinomial(probs, 1, generator=generator)[0]
 
 
-def accept_greedy(drafted: list[int], target_logits: torch.Tensor) -> tuple[int, int]:
-    """Accept the longest prefix of `drafted` that equals the target's argmax; return (accepted, bonus)."""
-    choices = target_logits.argmax(-1).tolist()  # k+1 target predictions
-    n = 0
-    while n < len(drafted) and drafted[n] == choices[n]:
-        n += 1
-    return n, choices[n]
+def accept_greedy(drafted: torch.Tensor, target_logits: torch.Tensor) -> tuple[int, int]:
+    """Accept the longest prefix of `drafted` [k] that equals the target's argmax; return (accepted, bonus).
+
+    Decided with tensor ops; the one host sync is the final `tolist()`."""
+    choices = target_logits.argmax(-1)  # k+1 target predictions
+    k = drafted.numel()
+    accepted = (drafted == choices[:k]).cumprod(0).sum() if k else choices.new_zeros(())
+    n, bonus = torch.stack([accepted, choices[accepted]]).tolist()
+    return n, bonus
 
 
-def accept_sampled(drafted: list[int], draft_probs: torch.Tensor, target_probs: torch.Tensor,
+def accept_sampled(drafted: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
                    generator: torch.Generator | None) -> tuple[int, int]:
     """Speculative rejection sampling (Leviathan et al. 2023; Chen et al. 2023).
 
     Draft i is kept with probability min(1, p_i(x) / q_i(x)); at the first rejection the replacement comes
     from normalise(max(0, p_i - q_i)); if all k are kept the bonus comes from p_k. The output tokens are
     then distributed exactly as the target's own samples. `draft_probs` is [k, V], `target_probs` [k+1, V].
+    All k uniforms are drawn at once (those after the first rejection go unused, which changes nothing).
     """
-    for i, token in enumerate(drafted):
-        p, q = float(target_probs[i, token]), float(draft_probs[i, token])
-        u = float(torch.rand((), generator=generator, device=target_probs.device))  # the generator's device
-        if u * q < p:  # u < p/q without dividing by zero
-            continue
-        residual = (target_probs[i] - draft_probs[i]).clamp_min(0.0)
-        total = float(residual.sum())
-        return i, sample(residual / total if total > 0 else target_probs[i], generator)
-    return len(drafted), sample(target_probs[len(drafted)], generator)
+    k = drafted.numel()
+    rows = torch.arange(k, device=target_probs.device)
+    p, q = target_probs[rows, drafted], draft_probs[rows, drafted]
+    u = torch.rand(k, generator=generator, device=target_probs.device, dtype=p.dtype)  # the generator's device
+    accepted = int((u * q < p).cumprod(0).sum()) if k else 0  # u < p/q without dividing by zero
+    if accepted == k:
+        return k, int(sample(target_probs[k], generator))
+    residual = (target_probs[accepted] - draft_probs[accepted]).clamp_min(0.0)
+    total = residual.sum()
+    return accepted, int(sample(torch.where(total > 0, residual / total, target_probs[accepted]), generator))
