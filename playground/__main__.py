@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from playground import cli, serve
@@ -18,6 +19,11 @@ def main(argv: list[str] | None = None) -> int:
     train_cli.register(commands)
     bench_cli.register(commands)
     args = parser.parse_args(argv)
+    threads = getattr(args, "threads", None) or os.environ.get("PLAYGROUND_THREADS")
+    import torch
+
+    if threads:
+        torch.set_num_threads(int(threads))
     from playground.engine import CheckpointError, TargetError
 
     try:

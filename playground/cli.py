@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from playground.engine import MAX_K, GenerationConfig, summarize
+from playground.engine.templates import CHAT_TEMPLATES
 from playground.presets import Preset, default_preset_name, get_preset
 
 
@@ -31,7 +32,6 @@ def resolve_preset(args: argparse.Namespace) -> Preset:
         merged["device"] = "cuda"
     if merged["backend"] == "remote":
         merged["url"] = merged["url"] or os.environ.get("PLAYGROUND_REMOTE_URL") or None
-    merged["requires_gpu"] = merged["device"] == "cuda" and merged["backend"] != "remote"
     return Preset(**merged)
 
 
@@ -99,9 +99,14 @@ def generate(args: argparse.Namespace) -> dict:
     return result
 
 
+def add_threads_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: PLAYGROUND_THREADS, else torch's); "
+                        "1 holds up better on a busy machine")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("generate", help="generate one answer with a drafter, print text or JSON")
-    p.add_argument("--preset", help="named target+drafter pair (default: PLAYGROUND_DEFAULT_PRESET or embedded)")
+    p.add_argument("--preset", help="named target+drafter pair (default: PLAYGROUND_DEFAULT_PRESET or smollm2-135m)")
     p.add_argument("--target", help="a Hugging Face model folder or Hub id instead of the preset's target")
     p.add_argument("--drafter", help="none, or a drafter name of the preset (default: eagle3.1 where it has one)")
     p.add_argument("--drafter-path", help="a drafter folder (official, vLLM-export or speculators layout) or Hub id")
@@ -113,7 +118,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt")
     p.add_argument("--prompt-file")
     p.add_argument("--system", help="system prompt")
-    p.add_argument("--chat-template", help="a named chat template of the tokenizer (e.g. alt)")
+    p.add_argument("--chat-template", choices=CHAT_TEMPLATES, default="default",
+                   help="the tokenizer's own (default) or llama3 (Llama-3-style headers, unfamiliar to SmolLM2)")
     p.add_argument("--raw", action="store_true", help="no chat template: the prompt text as is")
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     p.add_argument("--backend", choices=["local", "vllm", "remote"], help="default: the preset's")
@@ -121,4 +127,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: the preset's")
     p.add_argument("--no-instrument", action="store_true", help="skip attention / hidden-RMS capture")
     p.add_argument("--json", action="store_true", help="print one JSON object (schema in the README)")
+    add_threads_flag(p)
     p.set_defaults(func=generate)

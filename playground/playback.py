@@ -21,13 +21,13 @@ from typing import Callable, Iterable, Iterator
 from playground.backends import Backend, backend_unavailable_reason, shared_backend
 from playground.backends.availability import on_zerogpu
 from playground.engine import GenerationConfig, StepEvent
+from playground.engine.templates import CHAT_TEMPLATES
 from playground.presets import DRAFTER_LABELS, Preset, default_preset_name, get_preset
 from playground.viz import ProvenanceBuilder, RunView, TokenPiece
 
 UI_MAX_K = 10
 MAX_NEW_TOKENS = 1024
-CHAT_TEMPLATES = ("default", "alt")
-RENDER_INTERVAL_S = 0.15  # at most ~7 UI updates a second; a step is a few ms on the embedded model
+RENDER_INTERVAL_S = 0.15  # at most ~7 UI updates a second; a UI update costs more than a decode step
 
 
 class RequestError(ValueError):
@@ -44,7 +44,7 @@ class RunSettings:
     temperature: float = 0.0
     top_p: float = 1.0
     max_new_tokens: int = 256
-    chat_template: str = "default"  # a named template of the tokenizer
+    chat_template: str = "default"  # "default" (the tokenizer's) or a shipped one (engine.templates)
     system: str = ""
 
     @property

@@ -32,8 +32,9 @@ from jinja2 import TemplateError
 from playground.backends import backend_unavailable_reason
 from playground.backends.local import LocalBackend
 from playground.backends.specstats import SpecCounters, render_prometheus, request_metrics
+from playground.cli import add_threads_flag
 from playground.engine import MAX_K, GenerationConfig, StepEvent
-from playground.presets import get_preset
+from playground.presets import DEFAULT, get_preset
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "cancelled": "abort"}
 
@@ -353,7 +354,8 @@ def vllm_command(args: argparse.Namespace) -> None:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("serve", help="an OpenAI-compatible server over the local engine (vLLM's metrics)")
-    p.add_argument("--preset", default="embedded", help="a local-engine preset (default: embedded)")
+    p.add_argument("--preset", default=DEFAULT, help=f"a local-engine preset (default: {DEFAULT})")
+    add_threads_flag(p)
     p.add_argument("--drafter", default="eagle3.1", help="none, or a drafter name of the preset")
     p.add_argument("--k", type=int, default=4, help="speculative tokens per step (fixed for the server, as in vLLM)")
     p.add_argument("--host", default="127.0.0.1")

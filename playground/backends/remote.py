@@ -27,6 +27,7 @@ from typing import Callable, Iterator
 import httpx
 
 from playground.engine import GenerationConfig, StepEvent
+from playground.engine.templates import raw_prompt, resolve_template
 from playground.presets import SERVER_DRAFTER, Preset
 
 from .fit import check_drafter_fits
@@ -225,12 +226,12 @@ class RemoteBackend:
 
     def encode(self, messages: list[dict], chat_template: str | None = None, raw: bool = False) -> list[int]:
         if raw:
-            text = "\n".join(m["content"] for m in messages)
-            body = {"model": self.model, "prompt": text, "add_special_tokens": True}
+            body = {"model": self.model, "prompt": raw_prompt(messages), "add_special_tokens": True}
         else:
             body = {"model": self.model, "messages": messages, "add_generation_prompt": True}
-            if chat_template:
-                body["chat_template"] = chat_template
+            template = resolve_template(chat_template)  # the server's tokenizer knows no names of ours
+            if template:
+                body["chat_template"] = template
         return list(self._request("POST", "/tokenize", body).json()["tokens"])
 
     def remember_text(self, ids: list[int], text: str) -> None:

@@ -26,6 +26,7 @@ import uuid
 from typing import Any, Callable, Container, Iterable, Iterator
 
 from playground.engine import GenerationConfig, StepEvent
+from playground.engine.templates import encode_chat
 from playground.presets import Preset
 
 from .fit import check_drafter_fits
@@ -112,15 +113,6 @@ def counters_from_snapshot(metrics: Iterable[Any]) -> SpecCounters | None:
         elif isinstance(getattr(metric, "value", None), (int, float)):
             samples.append(Sample(metric.name, labels, float(metric.value)))
     return SpecCounters.from_samples(samples)
-
-
-def encode_chat(tokenizer: Any, messages: list[dict], chat_template: str | None = None, raw: bool = False) -> list[int]:
-    """The prompt ids the local engine would build (Target.encode_chat), from a tokenizer alone."""
-    if raw:
-        return list(tokenizer("\n".join(m["content"] for m in messages), add_special_tokens=True)["input_ids"])
-    kwargs = {"chat_template": chat_template} if chat_template else {}
-    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False,
-                                              **kwargs))
 
 
 # --- the thin part that touches vLLM -----------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from playground.bench.profiles import get_profile, profiles
 from playground.bench.prompts import builtin_sets
 from playground.bench.report import write_outputs
 from playground.bench.runner import TEMPLATES_HELP, Bench, BenchConfig, run_bench, with_overrides
-from playground.cli import UsageError, resolve_preset
+from playground.cli import UsageError, add_threads_flag, resolve_preset
 from playground.engine import MAX_K
 from playground.presets import DEVICES, DTYPES, REPO_ROOT, Preset
 
@@ -89,9 +89,10 @@ def bench(args: argparse.Namespace) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("bench", help="benchmark drafters and peers; write results.csv/json and report.html",
                               description="Flags override the profile's fields (for every sweep of the profile).")
+    add_threads_flag(p)
     p.add_argument("--profile", default="default", choices=sorted(profiles()),
                    help="smoke: seconds; default: speed vs peers; drift: EAGLE-3 vs 3.1 by k, context, template")
-    p.add_argument("--preset", help="named target+drafter pair (default: PLAYGROUND_DEFAULT_PRESET or embedded)")
+    p.add_argument("--preset", help="named target+drafter pair (default: PLAYGROUND_DEFAULT_PRESET or smollm2-135m)")
     p.add_argument("--target", help="a Hugging Face model folder or Hub id instead of the preset's target")
     p.add_argument("--drafters", help=f"comma list: none, preset drafter names, drafter folders, {', '.join(PEERS)}")
     p.add_argument("--k", help=f"comma list of speculative tokens per step (1..{MAX_K})")

@@ -36,7 +36,7 @@ from playground.bench.prompts import PromptRecord, PromptSet, load_prompt_set
 from playground.engine import GenerationConfig, summarize
 
 ProgressCallback = Callable[[int, int, str], None]
-TEMPLATES_HELP = "default (the tokenizer's), raw (no template), or a named template of the tokenizer (alt)"
+TEMPLATES_HELP = "default (the tokenizer's), raw (no template), or llama3 (Llama-3-style headers, unfamiliar to SmolLM2)"
 WARMUP_TOKENS = 16
 
 

@@ -16,6 +16,7 @@ from transformers.utils import logging as hf_logging
 
 from .checkpoint import CheckpointError
 from .drafter import Eagle3Drafter
+from .templates import encode_chat
 
 
 class TargetError(ValueError):
@@ -120,29 +121,29 @@ class Target:
     def new_cache(self) -> DynamicCache:
         return DynamicCache(config=self.config)
 
+    def capture_layers(self, layer_ids, run):
+        """Call `run()` (a forward of this target's model) and return (its output, {layer id: captured state})."""
+        self._capture.wanted, self._capture.found = set(layer_ids), {}
+        try:
+            return run(), dict(self._capture.found)
+        finally:
+            self._capture.wanted, self._capture.found = None, {}
+
     @torch.inference_mode()
     def forward(self, input_ids: list[int] | torch.Tensor, cache: DynamicCache, aux_layers: list[int] | None = None,
                 last_only: bool = False) -> TargetOutput:
         """Run new tokens through the model, appending to `cache`; capture the aux hidden states of `aux_layers`."""
         ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device).view(1, -1)
-        self._capture.wanted, self._capture.found = set(aux_layers or ()), {}
-        try:
-            out = self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1 if last_only else 0)
-            aux = torch.cat([self._capture.found[i][0] for i in aux_layers], dim=-1) if aux_layers else None
-        finally:
-            self._capture.wanted, self._capture.found = None, {}
+        out, found = self.capture_layers(aux_layers or (), lambda: self.model(
+            input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1 if last_only else 0))
+        aux = torch.cat([found[i][0] for i in aux_layers], dim=-1) if aux_layers else None
         return TargetOutput(logits=out.logits[0].float(), aux=aux)
 
     @torch.no_grad()
     def features(self, tokens: torch.Tensor, aux_layers: list[int]) -> TargetOutput:
         """Batched forward without a cache, for training drafters: logits [b, t, V] and aux [b, t, n*H]."""
-        self._capture.wanted, self._capture.found = set(aux_layers), {}
-        try:
-            out = self.model(input_ids=tokens.to(self.device), use_cache=False)
-            aux = torch.cat([self._capture.found[i] for i in aux_layers], dim=-1)
-        finally:
-            self._capture.wanted, self._capture.found = None, {}
-        return TargetOutput(logits=out.logits.float(), aux=aux)
+        out, found = self.capture_layers(aux_layers, lambda: self.model(input_ids=tokens.to(self.device), use_cache=False))
+        return TargetOutput(logits=out.logits.float(), aux=torch.cat([found[i] for i in aux_layers], dim=-1))
 
     @staticmethod
     def rollback(cache: DynamicCache, length: int) -> None:
@@ -160,12 +161,7 @@ class Target:
         return time.perf_counter()
 
     def encode_chat(self, messages: list[dict], chat_template: str | None = None, raw: bool = False) -> list[int]:
-        if raw:
-            text = "\n".join(m["content"] for m in messages)
-            return self.tokenizer(text, add_special_tokens=True)["input_ids"]
-        kwargs = {"chat_template": chat_template} if chat_template else {}
-        return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                       return_dict=False, **kwargs))
+        return encode_chat(self.tokenizer, messages, chat_template, raw)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)

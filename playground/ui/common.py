@@ -12,7 +12,8 @@ from typing import Callable, Iterator
 import gradio as gr
 
 from playground.backends import backend_unavailable_reason
-from playground.playback import CHAT_TEMPLATES, MAX_NEW_TOKENS, UI_MAX_K, Run, RunSettings, StopSwitches, export_runs
+from playground.engine.templates import CHAT_TEMPLATES
+from playground.playback import MAX_NEW_TOKENS, UI_MAX_K, Run, RunSettings, StopSwitches, export_runs
 from playground.presets import DRAFTER_LABELS, Preset, get_preset, presets
 from playground.viz import provenance_css, stats_css
 
