@@ -4,7 +4,7 @@
 #   docker run --gpus all -p 7860:7860 -e HF_TOKEN=hf_... eagle-playground
 # Presets: PLAYGROUND_PRESETS / PLAYGROUND_DEFAULT_PRESET (e.g. -e PLAYGROUND_DEFAULT_PRESET=llama-3.1-8b-vllm);
 # a remote server: -e PLAYGROUND_REMOTE_URL=http://host:8000. vLLM pins its own torch and transformers, under which
-# the local engine is refused; the embedded models run here through vLLM (preset embedded-vllm).
+# the local engine is refused; the default pair runs here through vLLM (preset smollm2-135m-vllm).
 ARG VLLM_VERSION=v0.32.0
 FROM vllm/vllm-openai:${VLLM_VERSION}
 
@@ -28,8 +28,8 @@ ENV HOME=/home/user \
     HF_HOME=/home/user/.cache/huggingface \
     GRADIO_SERVER_NAME=0.0.0.0 \
     GRADIO_SERVER_PORT=7860 \
-    PLAYGROUND_PRESETS=embedded-vllm,llama-3.1-8b-vllm,remote \
-    PLAYGROUND_DEFAULT_PRESET=embedded-vllm
+    PLAYGROUND_PRESETS=smollm2-135m-vllm,llama-3.1-8b-vllm,remote \
+    PLAYGROUND_DEFAULT_PRESET=smollm2-135m-vllm
 WORKDIR /home/user/app
 
 # Embedded models first (they change least), then the code.

@@ -1,6 +1,6 @@
 """EAGLE Playground: build the Gradio UI and serve it (GRADIO_SERVER_NAME / GRADIO_SERVER_PORT are honoured).
 
-Environment: PLAYGROUND_EMBEDDED_DIR (models folder), PLAYGROUND_THREADS (torch CPU threads),
+Environment: PLAYGROUND_MODELS_DIR (models folder), PLAYGROUND_THREADS (torch CPU threads),
 PLAYGROUND_CONCURRENCY (model runs at once; default 1 so measured speeds are not shared with another run).
 """
 

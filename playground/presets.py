@@ -1,9 +1,10 @@
 """Named target + drafter pairs, as data. One place; the UI, CLI and bench all read it.
 
 Environment:
-- PLAYGROUND_EMBEDDED_DIR: where the embedded models live (tests point it at tiny models).
+- PLAYGROUND_MODELS_DIR: a folder with target/, eagle3/ and eagle3.1/ that replaces the default pair's models (the
+  tests point it at tiny models; you can point it at a pair of your own).
 - PLAYGROUND_PRESETS: comma list of the presets to offer (default: all of them); PLAYGROUND_DEFAULT_PRESET: the one
-  selected first (default: embedded, else the first offered).
+  selected first (default: smollm2-135m, else the first offered).
 - PLAYGROUND_REMOTE_URL / PLAYGROUND_REMOTE_API_KEY: the `remote` preset's vLLM server and its key (the key is read
   when connecting and never stored in a preset); PLAYGROUND_REMOTE_DRAFTER: the drafter the server runs (folder or Hub
   id), to check that it fits the target; PLAYGROUND_REMOTE_K: the server's num_speculative_tokens.
@@ -15,6 +16,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from playground.smollm2 import HUB_ID  # resolved to a local copy when loaded
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SERVER_DRAFTER = "server"  # a remote preset's drafter source when the server's drafter is not named
@@ -41,7 +44,6 @@ class Preset:
     dtype: str = "float32"
     description: str = ""
     tensor_parallel_size: int = 1  # GPUs per engine (vLLM)
-    requires_gpu: bool = False
     gated: bool = False  # the target needs HF_TOKEN of an account that accepted its licence
     trust_remote_code: bool = False
     url: str | None = None  # remote: the server's base URL
@@ -55,41 +57,55 @@ class Preset:
         return ["none", *self.drafters]
 
     @property
+    def requires_gpu(self) -> bool:
+        """A local GPU is needed: CUDA presets, except a remote server's (the GPU is the server's)."""
+        return self.device == "cuda" and self.backend != "remote"
+
+    @property
     def default_drafter(self) -> str:
         if "eagle3.1" in self.drafters:
             return "eagle3.1"
         return next(iter(self.drafters), "none")
 
 
-def embedded_dir() -> Path:
-    return Path(os.environ.get("PLAYGROUND_EMBEDDED_DIR", REPO_ROOT / "assets" / "models" / "embedded"))
+DEFAULT = "smollm2-135m"
+SHIPPED_DRAFTERS = REPO_ROOT / "assets" / "models" / "smollm2-135m"
 
 
-def _embedded() -> Preset:
-    root = embedded_dir()
+def default_pair() -> tuple[str, dict[str, str]]:
+    """The default target and its drafters: SmolLM2 with ours, or the pair in PLAYGROUND_MODELS_DIR."""
+    override = os.environ.get("PLAYGROUND_MODELS_DIR")
+    if override:
+        root = Path(override)
+        return str(root / "target"), {"eagle3": str(root / "eagle3"), "eagle3.1": str(root / "eagle3.1")}
+    return HUB_ID, {"eagle3": str(SHIPPED_DRAFTERS / "eagle3"), "eagle3.1": str(SHIPPED_DRAFTERS / "eagle3.1")}
+
+
+def _smollm2() -> Preset:
+    target, drafters = default_pair()
     return Preset(
-        name="embedded",
-        title="Embedded: PyStdlib-Llama 12×256 (CPU)",
-        target=str(root / "target"),
-        drafters={"eagle3": str(root / "eagle3"), "eagle3.1": str(root / "eagle3.1")},
-        description="Our own small chat target trained on Python's standard library, with EAGLE-3 and EAGLE-3.1 "
-        "drafters trained identically except for fc_norm and norm_output. Runs on a laptop CPU, no download.",
+        name=DEFAULT,
+        title="SmolLM2-135M-Instruct with our EAGLE-3 / EAGLE-3.1 drafters (CPU)",
+        target=target,
+        drafters=drafters,
+        description="Hugging Face's SmolLM2-135M-Instruct (Llama architecture, 30 layers, 8k context), installed from "
+        "the package registry, with EAGLE-3 and EAGLE-3.1 drafters we trained on its own answers, identically except "
+        "for fc_norm and norm_output. Runs on a laptop CPU, no model hub.",
     )
 
 
-def _embedded_vllm() -> Preset:
-    embedded = _embedded()
+def _smollm2_vllm() -> Preset:
+    local = _smollm2()
     return Preset(
-        name="embedded-vllm",
-        title="Embedded pair through vLLM (GPU)",
-        target=embedded.target,
-        drafters=dict(embedded.drafters),
+        name=f"{DEFAULT}-vllm",
+        title="SmolLM2-135M-Instruct and our drafters through vLLM (GPU)",
+        target=local.target,
+        drafters=dict(local.drafters),
         backend="vllm",
         device="cuda",
         dtype="bfloat16",
-        description="The embedded target and drafters served by vLLM, as a deployment would: per-step acceptance "
-        "and tokens/s, no attention or hidden-state charts. Needs no download or token.",
-        requires_gpu=True,
+        description="The default pair served by vLLM, as a deployment would: per-step acceptance and tokens/s, no "
+        "attention or hidden-state charts. Needs no token.",
         notes="The Docker image's default: its vLLM pins an older transformers, under which the local engine is "
         "refused.",
     )
@@ -100,7 +116,7 @@ LLAMA_8B_EAGLE3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 NO_PUBLIC_LLAMA_EAGLE31 = (
     "No public EAGLE-3.1 drafter for Llama-3.1-8B-Instruct is known. The project's trainer "
     "(`python -m playground train drafter --target DIR --out OUT --generations eagle3.1`) writes one in the official "
-    "layout, but it runs on the CPU and is sized for the embedded model; for an 8B target train with a GPU trainer "
+    "layout, but it runs on the CPU and is sized for small targets; for an 8B target train with a GPU trainer "
     "that has the two flags (NeMo AutoModel's EAGLE-3 recipe with fc_norm and norm_output, or vLLM speculators) and "
     "load the result with --drafter-path."
 )
@@ -121,7 +137,6 @@ def _llama(name: str, backend: str) -> Preset:
         device="cuda",
         dtype="bfloat16",
         description=f"Meta's Llama-3.1-8B-Instruct with the EAGLE-3 authors' drafter, run through {through}.",
-        requires_gpu=True,
         gated=True,
         engine_options={} if local else {"max_model_len": 8192},
         missing_drafters={"eagle3.1": NO_PUBLIC_LLAMA_EAGLE31},
@@ -142,7 +157,6 @@ def _kimi() -> Preset:
         description="Moonshot's Kimi K2.6 (1T-parameter MoE) with lightseekorg's MLA drafters, EAGLE-3 and EAGLE-3.1, "
         "through vLLM with tensor parallelism 4.",
         tensor_parallel_size=4,
-        requires_gpu=True,
         trust_remote_code=True,
         engine_options={"max_model_len": 32768},
         notes="NVFP4 needs Blackwell GPUs (e.g. 4× B200); on Hopper use moonshotai/Kimi-K2.6 with more GPUs. "
@@ -169,7 +183,7 @@ def _remote() -> Preset:
 
 def all_presets() -> dict[str, Preset]:
     """Every built-in preset, whatever PLAYGROUND_PRESETS selects (the CLI may name any of them)."""
-    items = [_embedded(), _embedded_vllm(), _llama("llama-3.1-8b", "local"), _llama("llama-3.1-8b-vllm", "vllm"),
+    items = [_smollm2(), _smollm2_vllm(), _llama("llama-3.1-8b", "local"), _llama("llama-3.1-8b-vllm", "vllm"),
              _kimi(), _remote()]
     return {p.name: p for p in items}
 
@@ -198,17 +212,7 @@ def default_preset_name() -> str:
         if name not in offered:
             raise ValueError(f"PLAYGROUND_DEFAULT_PRESET={name!r} is not offered; offered: {', '.join(offered)}")
         return name
-    return "embedded" if "embedded" in offered else next(iter(offered))
-
-
-def _default_at_import() -> str:
-    try:
-        return default_preset_name()
-    except ValueError:  # a bad PLAYGROUND_PRESETS / _DEFAULT_PRESET is reported where presets() is called
-        return "embedded"
-
-
-DEFAULT_PRESET = _default_at_import()  # read once at import; default_preset_name() re-reads the environment
+    return DEFAULT if DEFAULT in offered else next(iter(offered))
 
 
 def get_preset(name: str) -> Preset:
@@ -233,10 +237,6 @@ def validate_preset(preset: Preset) -> list[str]:
         problems.append("the local engine runs on one device: tensor_parallel_size must be 1")
     if preset.backend == "vllm" and preset.device != "cuda":
         problems.append("a vLLM preset runs on CUDA: device must be 'cuda'")
-    if preset.device == "cuda" and not preset.requires_gpu:
-        problems.append("a CUDA preset must set requires_gpu")
-    if preset.backend == "remote" and preset.requires_gpu:
-        problems.append("a remote preset needs no local GPU: requires_gpu must be false")
     if not preset.target and preset.backend != "remote":
         problems.append("target is empty")
     for name in preset.drafters:

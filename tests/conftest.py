@@ -1,6 +1,6 @@
 """Shared fixtures.
 
-- the models to test against (tiny, or the real embedded ones; see tests/appserver.py) and a running app for the
+- the models to test against (tiny, or the real default pair; see tests/appserver.py) and a running app for the
   API and browser tests;
 - the engine tests' tiny models (tests/tiny.py), built once per session, and a loaded target with both drafters.
 
@@ -26,22 +26,19 @@ torch.set_num_threads(int(os.environ["PLAYGROUND_THREADS"]) if os.environ.get("P
 
 
 @pytest.fixture(scope="session")
-def embedded_models(request: pytest.FixtureRequest) -> Iterator[Path]:
-    """The real embedded models or the session's tiny ones (the switch: tests/appserver.py); in-process tests use
-    them too, as PLAYGROUND_EMBEDDED_DIR points at them for the whole session."""
-    from tests.appserver import REAL_MODELS, use_real_models
-
-    folder = REAL_MODELS if use_real_models() else request.getfixturevalue("tiny_root")
+def pair_models(tiny_root: Path) -> Iterator[Path]:
+    """The session's tiny pair as the default preset's models (PLAYGROUND_MODELS_DIR) for in-process tests."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PLAYGROUND_EMBEDDED_DIR", str(folder))
-        yield folder
+        patch.setenv("PLAYGROUND_MODELS_DIR", str(tiny_root))
+        yield tiny_root
 
 
 @pytest.fixture(scope="session")
-def app_url(embedded_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from tests.appserver import running_app
+def app_url(tiny_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A running app: on the tiny pair, or on the real default pair with PLAYGROUND_TEST_REAL_MODELS=1."""
+    from tests.appserver import running_app, use_real_models
 
-    with running_app(embedded_models, tmp_path_factory.mktemp("app") / "app.log") as url:
+    with running_app(None if use_real_models() else tiny_root, tmp_path_factory.mktemp("app") / "app.log") as url:
         yield url
 
 
@@ -68,9 +65,9 @@ class TinyModels:
 @pytest.fixture(scope="session")
 def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """target/, eagle3/, eagle3.1/ written by tests/tiny.py (about 6 s)."""
-    from tests.tiny import build_tiny_embedded
+    from tests.tiny import build_tiny_pair
 
-    return build_tiny_embedded(tmp_path_factory.mktemp("tiny"))
+    return build_tiny_pair(tmp_path_factory.mktemp("tiny"))
 
 
 @pytest.fixture(scope="session")

@@ -14,9 +14,9 @@ from playground.engine import CheckpointError
 from tests.appserver import long_answer_prompt
 
 PROMPT = long_answer_prompt()
-CHAT_DEFAULTS = dict(drafter="eagle3.1", k=4, preset="embedded", temperature=0.0, top_p=1.0, max_new_tokens=48,
+CHAT_DEFAULTS = dict(drafter="eagle3.1", k=4, preset="smollm2-135m", temperature=0.0, top_p=1.0, max_new_tokens=48,
                      chat_template="default", system="")
-COMPARE_DEFAULTS = dict(left_drafter="eagle3", left_k=4, right_drafter="eagle3.1", right_k=4, preset="embedded",
+COMPARE_DEFAULTS = dict(left_drafter="eagle3", left_k=4, right_drafter="eagle3.1", right_k=4, preset="smollm2-135m",
                         temperature=0.0, top_p=1.0, max_new_tokens=48, chat_template="default", system="")
 
 
@@ -49,13 +49,13 @@ def test_chat_streams_text_and_metrics(client: Client) -> None:
 
 def test_history_stays_plain_text_and_exports(client: Client) -> None:
     chat(client)
-    chat(client, "And then?", chat_template="alt")
+    chat(client, "And then?", chat_template="llama3")
     json_file, csv_file = client.predict(system="", api_name="/export_chat")
     exported = json.loads(Path(json_file).read_text())
     assert [m["role"] for m in exported["messages"]] == ["user", "assistant", "user", "assistant"]
     assert not any("<" in m["content"] and "tok-" in m["content"] for m in exported["messages"])
     assert [r["run"] for r in exported["runs"]] == ["turn 1", "turn 2"] and exported["runs"][1]["steps"]
-    assert exported["runs"][1]["settings"]["chat_template"] == "alt"
+    assert exported["runs"][1]["settings"]["chat_template"] == "llama3"
     assert Path(csv_file).read_text().startswith("run,drafter,k,step,")
     regenerated = client.submit(**{**CHAT_DEFAULTS, "drafter": "none"}, api_name="/regenerate")
     assert "plain decoding" in regenerated.result(timeout=300)[1]

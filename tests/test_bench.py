@@ -33,8 +33,8 @@ RECORDS = [
 
 
 @pytest.fixture
-def embedded(tiny_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PLAYGROUND_EMBEDDED_DIR", str(tiny_root))
+def tiny_pair(tiny_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("PLAYGROUND_MODELS_DIR", str(tiny_root))
     return tiny_root
 
 
@@ -43,7 +43,7 @@ def _jsonl(path: Path) -> Path:
     return path
 
 
-def test_smoke_profile_writes_three_outputs(embedded: Path, tmp_path: Path) -> None:
+def test_smoke_profile_writes_three_outputs(tiny_pair: Path, tmp_path: Path) -> None:
     out = tmp_path / "smoke"
     assert main(["bench", "--profile", "smoke", "--out", str(out)]) == 0
 
@@ -59,7 +59,7 @@ def test_smoke_profile_writes_three_outputs(embedded: Path, tmp_path: Path) -> N
 
     assert rows[("none", None)]["speedup"] == pytest.approx(1.0)
     for (name, k), row in rows.items():
-        if name == "hf-assisted":  # no draft model exists for the embedded target: said, not faked
+        if name == "hf-assisted":  # no draft model exists for this target: said, not faked
             assert row["tokens_per_second"] is None and "no small draft model" in row["note"]
             continue
         assert row["lossless"] is True, (name, k)
@@ -93,7 +93,7 @@ def test_prompt_sets_load_from_parquet_and_jsonl(tmp_path: Path) -> None:
         {"role": "assistant", "content": "It joins paths."},
         {"role": "user", "content": "And `os.path.split`?"},
     ]
-    for name in ("embedded", "humaneval", "mt-bench", "embedded-long-1k", "embedded-unfamiliar-system"):
+    for name in ("held-out", "humaneval", "mt-bench", "long-1k", "long-4k", "unfamiliar-system"):
         assert name in builtin_sets()
     assert len(load_prompt_set("humaneval").records) == 164
     assert all(len(r.turns) == 2 for r in load_prompt_set("mt-bench").records)
@@ -101,7 +101,7 @@ def test_prompt_sets_load_from_parquet_and_jsonl(tmp_path: Path) -> None:
         load_prompt_set("no-such-set")
 
 
-def test_lossless_flag_catches_a_broken_verifier(embedded: Path, tmp_path: Path,
+def test_lossless_flag_catches_a_broken_verifier(tiny_pair: Path, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     def accept_one_wrong_token(drafted, target_logits):
         accepted, bonus = real(drafted, target_logits)
@@ -114,7 +114,7 @@ def test_lossless_flag_catches_a_broken_verifier(embedded: Path, tmp_path: Path,
     config = BenchConfig(sweeps=[Sweep((str(_jsonl(tmp_path / "set.jsonl")),), ("eagle3", "eagle3.1"), (3,))],
                          max_new_tokens=12, repeats=1)
     calls: list[tuple[int, int]] = []
-    result = run_profile(config, get_preset("embedded"), lambda done, total, message: calls.append((done, total)))
+    result = run_profile(config, get_preset("smollm2-135m"), lambda done, total, message: calls.append((done, total)))
 
     rows = {r.drafter: r for r in result.rows}
     assert rows["none"].lossless is True and rows["none"].turns == 3  # the multi-turn record ran both turns
@@ -122,7 +122,7 @@ def test_lossless_flag_catches_a_broken_verifier(embedded: Path, tmp_path: Path,
     assert calls[-1][0] == calls[-1][1] == len(calls)  # progress reached its total, one call per run
 
 
-def _row(generation: str, k: int, al: float, prompt_set: str = "embedded", template: str = "default") -> dict:
+def _row(generation: str, k: int, al: float, prompt_set: str = "held-out", template: str = "default") -> dict:
     return {"drafter": generation.lower(), "label": generation, "kind": "eagle", "generation": generation, "k": k,
             "prompt_set": prompt_set, "template": template, "studies": ["k"], "context_tokens": 100, "prompts": 2,
             "tokens_per_second": 10.0 * al, "baseline_tokens_per_second": 10.0, "speedup": al,

@@ -14,7 +14,7 @@ from playground.bench.present import TAB_COLUMNS
 
 def test_bench_smoke_profile_from_the_ui(app_url: str) -> None:
     client = Client(app_url, verbose=False)
-    findings, table, speed, by_k, position, files = client.predict("smoke", "embedded", api_name="/bench")
+    findings, table, speed, by_k, position, files = client.predict("smoke", "smollm2-135m", api_name="/bench")
     assert "This run (smoke)" in findings and "Lossless" in findings
     assert table["headers"] == list(TAB_COLUMNS)
     drafters = {row[0] for row in table["data"]}

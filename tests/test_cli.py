@@ -65,7 +65,7 @@ def parse(done: subprocess.CompletedProcess) -> dict:
 def processes(tiny: TinyModels, broken_drafter: Path) -> dict[str, subprocess.CompletedProcess]:
     """The subprocess runs, started together (each pays for importing torch and transformers)."""
     root = tiny.root
-    preset = {"PLAYGROUND_EMBEDDED_DIR": str(root)}
+    preset = {"PLAYGROUND_MODELS_DIR": str(root)}
     started = {
         "eagle3-by-path": start_cli(*json_args("--target", str(root / "target"), "--drafter-path", str(root / "eagle3"))),
         "eagle3.1-preset": start_cli(*json_args("--drafter", "eagle3.1"), env=preset),
@@ -133,13 +133,13 @@ def test_generate_json_with_target_and_drafter_path(outputs: dict[str, dict], ti
 def test_generate_json_with_preset(outputs: dict[str, dict], tiny: TinyModels) -> None:
     result = outputs["eagle3.1-preset"]
     check_speculative_json(result, tiny)
-    assert result["preset"] == "embedded" and result["drafter"] == "eagle3.1"
+    assert result["preset"] == "smollm2-135m" and result["drafter"] == "eagle3.1"
     assert result["target"] == str(tiny.root / "target")
 
 
 def test_drafter_none_gives_the_same_greedy_tokens(outputs: dict[str, dict], tiny: TinyModels,
                                                    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PLAYGROUND_EMBEDDED_DIR", str(tiny.root))
+    monkeypatch.setenv("PLAYGROUND_MODELS_DIR", str(tiny.root))
     plain = parse(run_in_process(capsys, *json_args("--drafter", "none")))
     assert plain["mean_acceptance_length"] is None
     assert all(s["drafted"] == [] and len(s["emitted"]) == 1 for s in plain["steps"])
@@ -174,7 +174,7 @@ def test_errors_are_one_line_on_stderr(tiny: TinyModels, broken_drafter: Path, t
                                        capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same main() as the subprocess runs above, in process: exit code 2 and one `error:` line, no exception."""
     root = tiny.root
-    monkeypatch.setenv("PLAYGROUND_EMBEDDED_DIR", str(root))
+    monkeypatch.setenv("PLAYGROUND_MODELS_DIR", str(root))
     by_path = ("--target", str(root / "target"), "--prompt", PROMPT, "--max-new-tokens", "4", "--json")
 
     assert "k must be between 1 and" in _one_line_error(run_in_process(capsys, "--prompt", PROMPT, "--k", "0"))

@@ -1,57 +1,77 @@
-"""The drafter training stage runs end to end on a tiny target (and resumes), and the shipped drafters differ
-from each other exactly in the two EAGLE-3.1 flags."""
+"""The drafter pipeline runs end to end on a tiny target: the target answers prompts (distill, with its features
+recorded), then EAGLE-3 and EAGLE-3.1 train in lockstep on those records, resume, and save the official layout."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 from playground.engine import Target, load_drafter
-from playground.presets import REPO_ROOT
-from playground.train.drafter import DrafterTrainConfig, assistant_mask, train_drafters
-
-SHIPPED = REPO_ROOT / "assets" / "models" / "embedded"
-
-
-def _conversations(n: int) -> list[dict]:
-    return [{"messages": [{"role": "system", "content": "You are helpful."},
-                          {"role": "user", "content": f"Write add{i}"},
-                          {"role": "assistant", "content": f"def add{i}(a, b):\n    return a + b\n" * 3}]}
-            for i in range(n)]
+from playground.train.distill import DistillConfig, distill
+from playground.train.drafter import DrafterTrainConfig, train_drafters
+from playground.train.prompts import PromptItem, build_prompts, prompts_for, split_of
 
 
-def test_assistant_mask_covers_answers_only() -> None:
-    assistant, end = 5, 1
-    ids = [0, 4, 9, 9, 1, 9, assistant, 9, 7, 8, end, 9]
-    assert assistant_mask(ids, assistant, end) == [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0]
+def _items(n: int, follow_ups: bool) -> list[PromptItem]:
+    return [PromptItem("code", [{"role": "user", "content": f"Write add{i}"}],
+                       "Why?" if follow_ups and i % 2 else None) for i in range(n)]
 
 
-def test_train_drafters_runs_resumes_and_saves_both_generations(tiny_root: Path, tmp_path: Path) -> None:
-    data = (_conversations(40), _conversations(8))
-    settings = dict(seq_len=64, batch_size=4, draft_vocab_size=200, eval_every=2, eval_blocks=2, threads=1)
-    first = train_drafters(tiny_root / "target", tmp_path / "out", tmp_path / "run",
-                           DrafterTrainConfig(steps=2, **settings), data=data)
+def test_prompt_set_is_diverse_deterministic_and_split() -> None:
+    items = build_prompts()
+    assert items == build_prompts()
+    kinds = {item.kind for item in items}
+    assert {"code", "explain", "writing", "maths", "reasoning", "library"} <= kinds
+    assert any(item.follow_up for item in items) and any(item.messages[0]["role"] == "system" for item in items)
+    train, held_out = prompts_for("train"), prompts_for("validation")
+    assert len(train) + len(held_out) == len(items) and 0.02 < len(held_out) / len(items) < 0.07
+    assert all(split_of(item.messages[-1]["content"]) == "validation" for item in held_out)
+    assert not {i.messages[-1]["content"] for i in train} & {i.messages[-1]["content"] for i in held_out}
+
+
+def test_distill_records_answers_and_features(tiny_root: Path, tmp_path: Path) -> None:
+    cfg = DistillConfig(max_new_tokens=6, batch_size=4)
+    distill(str(tiny_root / "target"), tmp_path, "train", cfg, items=_items(8, follow_ups=True))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["turn1-00000.safetensors", "turn1-00001.safetensors",
+                                                          "turn2-00000.safetensors"]
+    shard = load_file(tmp_path / "turn1-00000.safetensors")
+    target = Target.load(str(tiny_root / "target"))
+    offsets = shard["offsets"].tolist()
+    first = shard["tokens"][offsets[0] : offsets[1]].tolist()
+    prompt = target.encode_chat([{"role": "user", "content": "Write add0"}])
+    assert first[: len(prompt)] == prompt and shard["loss_mask"][: len(prompt)].sum() == 0
+    # the recorded features are those of a plain forward over the same tokens (the last token is never fed)
+    aux_layers = target.default_aux_layer_ids()
+    fresh = target.features(torch.tensor([first[:-1]]), aux_layers).aux[0]
+    assert torch.allclose(shard["aux"][: len(first) - 1].float(), fresh, atol=0.05, rtol=0.02)
+    assert shard["aux"][len(first) - 1].abs().sum() == 0
+    assert len(load_file(tmp_path / "turn2-00000.safetensors")["offsets"]) - 1 == 4  # items 1, 3, 5, 7
+
+
+def test_train_drafters_runs_resumes_and_saves_both_variants(tiny_root: Path, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    cfg = DistillConfig(max_new_tokens=24, batch_size=8)
+    distill(str(tiny_root / "target"), data / "train", "train", cfg, items=_items(16, follow_ups=False))
+    distill(str(tiny_root / "target"), data / "validation", "validation", cfg, items=_items(4, follow_ups=False))
+    settings = dict(seq_len=32, batch_size=2, draft_vocab_size=200, eval_every=2, eval_blocks=2, warmup_steps=2)
+    first = train_drafters(str(tiny_root / "target"), data, tmp_path / "out", tmp_path / "run",
+                           DrafterTrainConfig(steps=2, **settings))
     assert first["steps"] == 2 and set(first["final"]) == {"eagle3", "eagle3.1"}
-    resumed = train_drafters(tiny_root / "target", tmp_path / "out", tmp_path / "run",
-                             DrafterTrainConfig(steps=4, **settings), resume=True, data=data)
+    resumed = train_drafters(str(tiny_root / "target"), data, tmp_path / "out", tmp_path / "run",
+                             DrafterTrainConfig(steps=4, **settings), resume=True)
     assert resumed["steps"] == 4 and len(resumed["history"]) == 2  # evaluations at steps 2 and 4
     target = Target.load(str(tiny_root / "target"))
-    for generation, flag in (("eagle3", False), ("eagle3.1", True)):
-        drafter, layout = load_drafter(tmp_path / "out" / generation)
+    for variant, flag in (("eagle3", False), ("eagle3.1", True)):
+        drafter, layout = load_drafter(tmp_path / "out" / variant)
         target.attach(drafter)
-        assert layout == "official"
+        assert layout == "official" and drafter.config.draft_vocab_size == 200
         assert (drafter.config.fc_norm, drafter.config.norm_output) == (flag, flag)
-
-
-def test_shipped_drafters_differ_only_in_the_eagle31_flags() -> None:
-    configs = {g: json.loads((SHIPPED / g / "config.json").read_text()) for g in ("eagle3", "eagle3.1")}
-    assert (configs["eagle3"]["fc_norm"], configs["eagle3"]["norm_output"]) == (False, False)
-    assert (configs["eagle3.1"]["fc_norm"], configs["eagle3.1"]["norm_output"]) == (True, True)
-    rest = [{k: v for k, v in c.items() if k not in ("fc_norm", "norm_output")} for c in configs.values()]
-    assert rest[0] == rest[1]
-    target = Target.load(str(SHIPPED / "target"), dtype=torch.float32)
-    for generation in configs:
-        drafter, layout = load_drafter(SHIPPED / generation)
-        assert layout == "official" and target.attach(drafter) == target.default_aux_layer_ids()
+        assert load_file(tmp_path / "out" / variant / "model.safetensors")["fc.weight"].dtype == torch.float16
+    # a new session without the run folder continues from the shipped weights (and their draft vocabulary)
+    shipped = load_file(tmp_path / "out" / "eagle3.1" / "model.safetensors")
+    again = train_drafters(str(tiny_root / "target"), data, tmp_path / "again", tmp_path / "run2",
+                           DrafterTrainConfig(steps=1, init_from=str(tmp_path / "out"), **settings))
+    assert again["steps"] == 1
+    assert torch.equal(load_file(tmp_path / "again" / "eagle3.1" / "model.safetensors")["d2t"], shipped["d2t"])

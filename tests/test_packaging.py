@@ -82,7 +82,7 @@ def test_dockerfile_structure() -> None:
     assert set(offered) <= set(all_presets()) and default in offered
     assert by_name["CMD"] == ['["python3", "app.py"]']
     copied = [c.split()[-2] for c in by_name["COPY"]]
-    assert "assets/" in copied  # the embedded models are baked in
+    assert "assets/" in copied  # the shipped drafters are baked in
     for source in copied:
         assert (ROOT / source).exists(), f"COPY {source}: missing"
     assert ".venv" in (ROOT / ".dockerignore").read_text().split()

@@ -31,22 +31,22 @@ def answer(conversation: Conversation, prompt: str = PROMPT, **settings) -> list
     return [replace(run, events=list(run.events)) for run in chat_turn(conversation, prompt, run_settings, NEVER)]
 
 
-def test_chat_keeps_plain_text_history(embedded_models: Path) -> None:
+def test_chat_keeps_plain_text_history(pair_models: Path) -> None:
     conversation = Conversation()
     snapshots = answer(conversation)
     run = snapshots[-1]
     assert snapshots[0].status.startswith("measuring") and run.finished and run.baseline_tokens_per_second > 0
-    backend = shared_backend(get_preset("embedded"))
+    backend = shared_backend(get_preset("smollm2-135m"))
     assert run.text == backend.decode(run.token_ids) and run.text
     assert run.view().metrics.generated_tokens == len(run.token_ids)
-    answer(conversation, "And then?", chat_template="alt", system="Be brief.")
+    answer(conversation, "And then?", chat_template="llama3", system="Be brief.")
     messages = conversation.messages("Be brief.", "next")
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant", "user"]
     assert messages[2]["content"] == run.text
     assert not any("<span" in m["content"] or "tok-" in m["content"] for m in messages)
 
 
-def test_regenerate_replaces_the_last_answer(embedded_models: Path) -> None:
+def test_regenerate_replaces_the_last_answer(pair_models: Path) -> None:
     conversation = Conversation()
     answer(conversation)
     first = conversation.exchanges[0].run
@@ -60,7 +60,7 @@ def test_regenerate_replaces_the_last_answer(embedded_models: Path) -> None:
         list(regenerate_turn(Conversation(), RunSettings(), NEVER))
 
 
-def test_stop_ends_the_run_between_steps(embedded_models: Path) -> None:
+def test_stop_ends_the_run_between_steps(pair_models: Path) -> None:
     switches = StopSwitches()
     stop = switches.arm("session", "chat")
     conversation = Conversation()
@@ -73,7 +73,7 @@ def test_stop_ends_the_run_between_steps(embedded_models: Path) -> None:
     switches.forget("session")
 
 
-def test_compare_interleaves_both_runs(embedded_models: Path) -> None:
+def test_compare_interleaves_both_runs(pair_models: Path) -> None:
     left = RunSettings(drafter="eagle3", k=3, max_new_tokens=40)
     right = RunSettings(drafter="eagle3.1", k=5, max_new_tokens=40)
     both_running = False
@@ -111,7 +111,7 @@ def test_bad_settings_say_what_is_wrong(change: dict, message: str) -> None:
         RunSettings(**change).checked_preset()
 
 
-def test_bad_prompts_say_what_is_wrong(embedded_models: Path) -> None:
+def test_bad_prompts_say_what_is_wrong(pair_models: Path) -> None:
     with pytest.raises(RequestError, match="empty"):
         list(chat_turn(Conversation(), "   ", RunSettings(), NEVER))
     conversation = Conversation()
@@ -120,21 +120,21 @@ def test_bad_prompts_say_what_is_wrong(embedded_models: Path) -> None:
     assert not conversation.exchanges  # the failed question is not kept
 
 
-def test_missing_or_misfit_drafters_say_so(embedded_models: Path, tmp_path: Path,
+def test_missing_or_misfit_drafters_say_so(pair_models: Path, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "target").symlink_to(embedded_models / "target")
-    shutil.copytree(embedded_models / "eagle3", tmp_path / "eagle3")
+    (tmp_path / "target").symlink_to(pair_models / "target")
+    shutil.copytree(pair_models / "eagle3", tmp_path / "eagle3")
     config = json.loads((tmp_path / "eagle3" / "config.json").read_text())
     config["vocab_size"] += 1  # no longer the target's vocabulary
     (tmp_path / "eagle3" / "config.json").write_text(json.dumps(config))
-    monkeypatch.setenv("PLAYGROUND_EMBEDDED_DIR", str(tmp_path))  # eagle3.1/ is missing here
+    monkeypatch.setenv("PLAYGROUND_MODELS_DIR", str(tmp_path))  # eagle3.1/ is missing here
     with pytest.raises(ValueError, match="eagle3.1"):
         list(chat_turn(Conversation(), PROMPT, RunSettings(drafter="eagle3.1"), NEVER))
     with pytest.raises(ValueError, match="vocab"):
         list(chat_turn(Conversation(), PROMPT, RunSettings(drafter="eagle3"), NEVER))
 
 
-def test_export_writes_json_and_csv(embedded_models: Path, tmp_path: Path) -> None:
+def test_export_writes_json_and_csv(pair_models: Path, tmp_path: Path) -> None:
     conversation = Conversation()
     run = answer(conversation)[-1]
     json_path, csv_path = export_runs({"turn 1": run}, conversation.messages(""), tmp_path, "run")

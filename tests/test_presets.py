@@ -18,7 +18,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_every_builtin_preset_is_well_formed() -> None:
     table = all_presets()
-    assert list(table)[:1] == ["embedded"]
+    assert list(table)[:1] == ["smollm2-135m"]
     for name, preset in table.items():
         assert preset.name == name
         assert validate_preset(preset) == [], name
@@ -36,7 +36,7 @@ def test_gpu_presets_say_what_they_need() -> None:
     assert kimi.drafters == {"eagle3": "lightseekorg/kimi-k2.6-eagle3-mla",
                              "eagle3.1": "lightseekorg/kimi-k2.6-eagle3.1-mla"}
     assert all(p.requires_gpu for p in (llama, llama_vllm, kimi))
-    assert not get_preset("embedded").requires_gpu
+    assert not get_preset("smollm2-135m").requires_gpu
 
 
 def test_remote_preset_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -55,10 +55,10 @@ def test_remote_preset_reads_the_environment(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_selection_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert list(presets()) == list(all_presets())
-    assert default_preset_name() == "embedded"
-    monkeypatch.setenv("PLAYGROUND_PRESETS", "llama-3.1-8b-vllm, embedded")
-    assert list(presets()) == ["llama-3.1-8b-vllm", "embedded"]
-    assert default_preset_name() == "embedded"
+    assert default_preset_name() == "smollm2-135m"
+    monkeypatch.setenv("PLAYGROUND_PRESETS", "llama-3.1-8b-vllm, smollm2-135m")
+    assert list(presets()) == ["llama-3.1-8b-vllm", "smollm2-135m"]
+    assert default_preset_name() == "smollm2-135m"
     monkeypatch.setenv("PLAYGROUND_DEFAULT_PRESET", "llama-3.1-8b-vllm")
     assert default_preset_name() == "llama-3.1-8b-vllm"
     assert get_preset("kimi-k2.6").name == "kimi-k2.6"  # the CLI may still name any built-in preset
@@ -67,7 +67,7 @@ def test_selection_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         default_preset_name()
     monkeypatch.delenv("PLAYGROUND_DEFAULT_PRESET")
     assert default_preset_name() == "kimi-k2.6"
-    monkeypatch.setenv("PLAYGROUND_PRESETS", "embedded,gpt-5")
+    monkeypatch.setenv("PLAYGROUND_PRESETS", "smollm2-135m,gpt-5")
     with pytest.raises(ValueError, match="unknown preset.*gpt-5"):
         presets()
     with pytest.raises(KeyError, match="unknown preset 'gpt-5'"):
@@ -76,7 +76,6 @@ def test_selection_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("change, problem", [
     ({"backend": "tgi"}, "backend 'tgi'"),
-    ({"device": "cuda"}, "must set requires_gpu"),
     ({"dtype": "int8"}, "dtype 'int8'"),
     ({"tensor_parallel_size": 2}, "runs on one device"),
     ({"backend": "vllm"}, "device must be 'cuda'"),

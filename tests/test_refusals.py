@@ -61,14 +61,14 @@ def test_reasons_for_the_ui(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "vLLM, which is not installed" in backend_unavailable_reason(get_preset("kimi-k2.6"))
     monkeypatch.setattr(availability, "_has_token_or_cache", lambda repo: True)
     assert backend_unavailable_reason(get_preset("llama-3.1-8b")) is None
-    assert backend_unavailable_reason(get_preset("embedded")) is None
+    assert backend_unavailable_reason(get_preset("smollm2-135m")) is None
     monkeypatch.setattr(availability, "on_zerogpu", lambda: True)
     assert "does not work on ZeroGPU" in backend_unavailable_reason(get_preset("llama-3.1-8b-vllm"))
     assert backend_unavailable_reason(get_preset("llama-3.1-8b")) is None  # the local engine on a lent GPU
     monkeypatch.setattr(availability, "local_engine_problem", lambda: "the local engine needs transformers 5.24")
-    assert "transformers 5.24" in backend_unavailable_reason(get_preset("embedded"))
+    assert "transformers 5.24" in backend_unavailable_reason(get_preset("smollm2-135m"))
     with pytest.raises(BackendUnavailable, match="transformers 5.24"):
-        open_backend(get_preset("embedded"))
+        open_backend(get_preset("smollm2-135m"))
 
 
 def test_this_environment_runs_the_local_engine() -> None:
@@ -105,7 +105,7 @@ def test_vllm_backend_refuses_a_misfit_before_starting_vllm(tmp_path: Path, tiny
     bad = _write(tmp_path / "bad", {**json.loads((tiny_root / "eagle3.1" / "config.json").read_text()),
                                     "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 9]}})
     preset = Preset(name="t", title="t", target=str(tiny_root / "target"), drafters={"eagle3": bad}, backend="vllm",
-                    device="cuda", requires_gpu=True)
+                    device="cuda")
     backend = VllmBackend(preset)  # vllm is not importable here: the check must come first
     with pytest.raises(DrafterMismatch, match=r"aux layer ids \[9\] are outside the target's 0..4"):
         backend.engine("eagle3", 4)

@@ -30,8 +30,8 @@ MESSAGES = [{"role": "user", "content": "def add(a, b):"}]
 
 @pytest.fixture(scope="module")
 def server(tiny_root: Path) -> Iterator[str]:
-    env = {**os.environ, "PLAYGROUND_EMBEDDED_DIR": str(tiny_root), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "playground", "serve", "--preset", "embedded", "--drafter", "eagle3.1",
+    env = {**os.environ, "PLAYGROUND_MODELS_DIR": str(tiny_root), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "playground", "serve", "--preset", "smollm2-135m", "--drafter", "eagle3.1",
                "--k", str(K), "--port", "0"]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     selector = selectors.DefaultSelector()
@@ -67,7 +67,7 @@ def test_base_url() -> None:
 def test_remote_stream_equals_the_local_engine(server: str, tiny) -> None:
     backend = remote(server)
     backend.preload()
-    assert backend.model == "embedded"
+    assert backend.model == "smollm2-135m"
     chat_ids = backend.encode(MESSAGES)
     assert chat_ids == tiny.target.encode_chat(MESSAGES)  # the server applies the same chat template
     for prompt_ids in [chat_ids, *tiny.training_prompts[:2]]:
@@ -92,7 +92,7 @@ def test_remote_stream_equals_the_local_engine(server: str, tiny) -> None:
 
 
 def test_chat_completions_endpoint_streams_token_ids(server: str, tiny) -> None:
-    body = {"model": "embedded", "messages": MESSAGES, "max_tokens": 24, "temperature": 0, "return_token_ids": True}
+    body = {"model": "smollm2-135m", "messages": MESSAGES, "max_tokens": 24, "temperature": 0, "return_token_ids": True}
     whole = httpx.post(server + "/v1/chat/completions", json=body, timeout=60).json()
     chunks = []
     with httpx.stream("POST", server + "/v1/chat/completions", json={**body, "stream": True}, timeout=60) as response:

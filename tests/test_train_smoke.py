@@ -11,7 +11,6 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from playground.train import corpus
-from playground.train.target import ModelSize, TrainConfig, train_target
 from playground.train.tokenizer import train_tokenizer, training_texts
 
 MESSAGES = [
@@ -53,28 +52,3 @@ def test_chat_templates_round_trip(tokenizer_dir: Path) -> None:
     alt = tok.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False, chat_template="alt")
     assert alt.startswith("<|bos|>### System\n") and alt.endswith("### Assistant\n")
     assert tok.eos_token == "<|end|>" and tok.pad_token == "<|pad|>"
-
-
-def test_target_trains_saves_and_resumes(tokenizer_dir: Path, tmp_path: Path) -> None:
-    train = corpus.build_conversations("train")[:40]
-    docs = corpus.build_documents("train")[:3]
-    val = corpus.build_conversations("validation")[:4]
-    data = (train, docs, val, [])
-    size = ModelSize(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     num_key_value_heads=2, intermediate_size=64, max_position_embeddings=128)
-    out, run = tmp_path / "out", tmp_path / "run"
-
-    def cfg(steps: int) -> TrainConfig:
-        # One thread: these tests often share the 2 cores with a real training run.
-        return TrainConfig(steps=steps, seq_len=64, batch_size=2, warmup_steps=2, eval_every=2,
-                           eval_blocks=2, threads=1)
-
-    train_target(tokenizer_dir, out, run, cfg(3), size, data=data)
-    assert (run / "checkpoint.pt").exists()
-    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
-    assert model.config.num_hidden_layers == 2 and model.generation_config.eos_token_id == 1
-    assert AutoTokenizer.from_pretrained(out).chat_template is not None
-
-    log = train_target(tokenizer_dir, out, run, cfg(5), size, resume=True, data=data)
-    assert log["steps"] == 5 and log["tokens_seen"] == 5 * 2 * 64
-    assert json.loads((out / "training_log.json").read_text())["steps"] == 5

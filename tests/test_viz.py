@@ -63,8 +63,8 @@ def test_legend_and_css_cover_every_depth() -> None:
     assert "white-space: pre-wrap" in css and "var(--body-text-color" in css
 
 
-def test_multibyte_characters_are_never_split(embedded_models: Path) -> None:
-    tokenizer = AutoTokenizer.from_pretrained(embedded_models / "target")
+def test_multibyte_characters_are_never_split(pair_models: Path) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(pair_models / "target")
 
     def decode(ids: list[int]) -> str:
         return tokenizer.decode(ids, skip_special_tokens=True)
@@ -85,7 +85,7 @@ PROMPT = long_answer_prompt()
 
 
 def _run(drafter: str, k: int = 4, instrument: bool = True) -> list[StepEvent]:
-    backend = shared_backend(get_preset("embedded"))
+    backend = shared_backend(get_preset("smollm2-135m"))
     prompt = backend.encode([{"role": "user", "content": PROMPT}])
     events = list(backend.stream(prompt, drafter, GenerationConfig(max_new_tokens=48, k=k, instrument=instrument)))
     assert sum(len(e.emitted) for e in events) > 8, "the model stopped at once; pick another PROMPT"
@@ -93,7 +93,7 @@ def _run(drafter: str, k: int = 4, instrument: bool = True) -> list[StepEvent]:
 
 
 @pytest.fixture(scope="module")
-def views(embedded_models: Path) -> dict[str, RunView]:
+def views(pair_models: Path) -> dict[str, RunView]:
     return {
         "eagle3.1": RunView.from_events("EAGLE-3.1", False, 4, _run("eagle3.1"), baseline_tokens_per_second=100.0),
         "eagle3": RunView.from_events("EAGLE-3", False, 3, _run("eagle3", k=3), baseline_tokens_per_second=100.0),

@@ -23,14 +23,14 @@ def test_step_events_and_settings_pickle() -> None:
 
 
 def test_stream_local_yields_picklable_events(tiny_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PLAYGROUND_EMBEDDED_DIR", str(tiny_root))
+    monkeypatch.setenv("PLAYGROUND_MODELS_DIR", str(tiny_root))
     from playground.backends import shared_backend
     from playground.presets import get_preset
 
-    backend = shared_backend(get_preset("embedded"))
+    backend = shared_backend(get_preset("smollm2-135m"))
     prompt = backend.encode([{"role": "user", "content": "def add"}])
     cfg = GenerationConfig(max_new_tokens=12, k=3)
-    events = list(zerogpu.stream_local("embedded", prompt, "eagle3.1", cfg))  # identity off ZeroGPU
+    events = list(zerogpu.stream_local("smollm2-135m", prompt, "eagle3.1", cfg))  # identity off ZeroGPU
     direct = list(backend.stream(prompt, "eagle3.1", cfg))
     assert [(e.emitted, e.accepted) for e in events] == [(e.emitted, e.accepted) for e in direct]
     assert all(pickle.loads(pickle.dumps(e)).emitted == e.emitted for e in events)
@@ -57,6 +57,6 @@ def test_gpu_decorator_uses_spaces_only_on_zerogpu(monkeypatch: pytest.MonkeyPat
 
 
 def test_lease_is_bounded() -> None:
-    short = zerogpu.lease_seconds("embedded", [1] * 10, "eagle3.1", GenerationConfig(max_new_tokens=64))
+    short = zerogpu.lease_seconds("smollm2-135m", [1] * 10, "eagle3.1", GenerationConfig(max_new_tokens=64))
     assert 20 <= short < 40
     assert zerogpu.lease_seconds("x", [1] * 100_000, "none", GenerationConfig(max_new_tokens=4096)) == 120

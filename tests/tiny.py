@@ -64,7 +64,7 @@ def train_tiny_drafter(target: Target, data: torch.Tensor, fc_norm: bool, norm_o
     g = torch.Generator().manual_seed(seed)
     for _ in range(steps):
         rows = data[torch.randint(0, len(data), (8,), generator=g)]
-        loss, _ = ttt_loss(drafter, teacher_batch(target, aux, rows, torch.ones_like(rows)), vocab.t2d, depth=3)
+        loss, _ = ttt_loss(drafter, teacher_batch(target, aux, rows, torch.ones_like(rows), vocab.t2d), depth=3)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -72,7 +72,7 @@ def train_tiny_drafter(target: Target, data: torch.Tensor, fc_norm: bool, norm_o
     return drafter.eval()
 
 
-def build_tiny_embedded(root: Path, steps: int = 120) -> Path:
+def build_tiny_pair(root: Path, steps: int = 120) -> Path:
     """Write target/, eagle3/, eagle3.1/ under root in the shipped layouts; returns root."""
     tokenizer = train_tokenizer(SAMPLE_TEXT, vocab_size=400)
     model = tiny_target(tokenizer)

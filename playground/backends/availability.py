@@ -12,6 +12,7 @@ import inspect
 import os
 from pathlib import Path
 
+from playground import smollm2
 from playground.presets import Preset
 
 
@@ -73,7 +74,7 @@ def backend_unavailable_reason(preset: Preset) -> str | None:
             return (f"{where} needs vLLM, which is not installed here: use the Docker image, or install "
                     "requirements-vllm.txt in its own environment")
     elif preset.backend == "local":
-        problem = local_engine_problem()
+        problem = local_engine_problem() or (smollm2.unavailable_reason() if preset.target == smollm2.HUB_ID else None)
         if problem:
             return f"{where}: {problem}"
     if preset.gated and not Path(preset.target).is_dir() and not _has_token_or_cache(preset.target):

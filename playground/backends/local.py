@@ -13,6 +13,7 @@ from playground.engine import (
     speculative_generate, summarize,
 )
 from playground.presets import Preset
+from playground.smollm2 import local_folder
 
 
 @dataclass
@@ -43,7 +44,7 @@ class LocalBackend:
     def target(self) -> Target:
         with self._lock:
             if self._target is None:
-                self._target = Target.load(self.preset.target, device=self.device, dtype=self.dtype)
+                self._target = Target.load(local_folder(self.preset.target), device=self.device, dtype=self.dtype)
             return self._target
 
     def drafter(self, name: str) -> LoadedDrafter:

@@ -1,6 +1,6 @@
 """Benchmarks: prompt sets (SPEED-Bench schema), sweeps of drafters x k x context x template, peers, report.
 
-For the app:  result = run_profile("smoke", "embedded", progress_callback);  write_outputs(result, out_dir)
+For the app:  result = run_profile("smoke", "smollm2-135m", progress_callback);  write_outputs(result, out_dir)
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from playground.bench.profiles import get_profile, profiles
 from playground.bench.prompts import PromptRecord, PromptSet, builtin_sets, load_prompt_set
 from playground.bench.report import findings, write_outputs
 from playground.bench.runner import BenchConfig, BenchResult, BenchRow, ProgressCallback, Sweep, run_bench
-from playground.presets import Preset, get_preset
+from playground.presets import DEFAULT, Preset, get_preset
 
 
-def run_profile(profile: str | BenchConfig, preset: str | Preset = "embedded",
+def run_profile(profile: str | BenchConfig, preset: str | Preset = DEFAULT,
                 progress_callback: ProgressCallback | None = None) -> BenchResult:
     """Run a named profile (or a BenchConfig) on a preset's shared backend (the app's copy of the weights).
 

@@ -13,23 +13,24 @@ def profiles() -> dict[str, BenchConfig]:
     return {
         # A few prompts, k 1 and 3, tiny answers: tests and the app's Benchmark tab.
         "smoke": BenchConfig(
-            sweeps=[Sweep(("embedded",), PEERS_AND_EAGLES, (1, 3), study="speed")],
+            sweeps=[Sweep(("held-out",), PEERS_AND_EAGLES, (1, 3), study="speed")],
             max_new_tokens=16, repeats=1, limit=3, profile="smoke",
         ),
-        # The speed comparison: our EAGLE drafters beside transformers' generate peers.
+        # The speed comparison: our EAGLE drafters beside transformers' generate peers, on held-out, MT-Bench and
+        # HumanEval prompts.
         "default": BenchConfig(
-            sweeps=[Sweep(("embedded",), PEERS_AND_EAGLES, (4,), study="speed")],
-            max_new_tokens=128, repeats=3, profile="default",
+            sweeps=[Sweep(("held-out", "mt-bench", "humaneval"), PEERS_AND_EAGLES, (4,), study="speed")],
+            max_new_tokens=128, repeats=3, limit=6, profile="default",
         ),
         # EAGLE-3 vs EAGLE-3.1: acceptance by k, by context length, by depth, under template changes.
         "drift": BenchConfig(
             sweeps=[
-                Sweep(("embedded",), EAGLES, tuple(range(1, 11)), study="k"),
-                Sweep(("embedded", "embedded-long-1k", "embedded-long-2k"), EAGLES, (DRIFT_K,), study="context"),
-                Sweep(("embedded", "embedded-unfamiliar-system"), EAGLES, (DRIFT_K,), templates=("default", "alt"),
+                Sweep(("held-out",), EAGLES, (1, 2, 3, 4, 6, 8), study="k"),
+                Sweep(("held-out", "long-1k", "long-4k"), EAGLES, (DRIFT_K,), study="context"),
+                Sweep(("held-out", "unfamiliar-system"), EAGLES, (DRIFT_K,), templates=("default", "llama3"),
                       study="template"),
             ],
-            max_new_tokens=40, repeats=2, limit=4, profile="drift",
+            max_new_tokens=40, repeats=1, limit=2, profile="drift",
         ),
     }
 

@@ -7,7 +7,7 @@ One record = one conversation of user turns, in NVIDIA SPEED-Bench's columns::
 plus one optional extension, `system` (a system prompt), which SPEED-Bench does not have (its files read as
 `system=None`). The chat template is not part of a prompt set: it is a bench dimension (`--templates`).
 
-Built-in sets live in `assets/prompts/<name>.jsonl` and are named by file stem (`embedded`, `humaneval`, ...).
+Built-in sets live in `assets/prompts/<name>.jsonl` and are named by file stem (`held-out`, `humaneval`, ...).
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""Offline training of the embedded target model: corpus, tokenizer and trainer."""
+"""Offline training of the drafters: prompt set, self-distillation records, TTT trainer, evaluation, model card."""

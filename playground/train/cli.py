@@ -1,10 +1,12 @@
-"""``python -m playground train ...`` subcommands (corpus, tokenizer, target, drafter, evaluate, card)."""
+"""``python -m playground train ...`` subcommands (corpus, tokenizer, distill, drafter, evaluate, card)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
+
+from playground.smollm2 import HUB_ID
 
 
 def _corpus(args: argparse.Namespace) -> None:
@@ -20,20 +22,26 @@ def _tokenizer(args: argparse.Namespace) -> None:
     print(f"saved tokenizer ({len(tok)} tokens) to {args.out}")
 
 
-def _target(args: argparse.Namespace) -> None:
-    from playground.train.target import TrainConfig, train_target
-
-    cfg = TrainConfig(minutes=args.minutes, steps=args.steps, seed=args.seed, threads=args.threads)
-    train_target(args.tokenizer, args.out, args.run_dir, cfg, resume=args.resume)
-
-
 def _drafter(args: argparse.Namespace) -> None:
     from playground.train.drafter import DrafterTrainConfig, train_drafters
 
+    from playground.smollm2 import local_folder
+
     cfg = DrafterTrainConfig(minutes=args.minutes, steps=args.steps, seed=args.seed, ttt_depth=args.ttt_depth,
-                             generations=tuple(args.generations.split(",")), draft_vocab_size=args.draft_vocab_size,
-                             batch_size=args.batch_size, threads=args.threads)
-    train_drafters(args.target, args.out, args.run_dir, cfg, resume=args.resume)
+                             variants=tuple(args.variants.split(",")), draft_vocab_size=args.draft_vocab_size,
+                             batch_size=args.batch_size, lr=args.lr, threads=args.threads,
+                             init_from=str(args.init_from) if args.init_from else None)
+    train_drafters(local_folder(args.target), args.data, args.out, args.run_dir, cfg, resume=args.resume)
+
+
+def _distill(args: argparse.Namespace) -> None:
+    from playground.smollm2 import local_folder
+    from playground.train.distill import DistillConfig, distill
+
+    cfg = DistillConfig(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, threads=args.threads,
+                        shard=args.shard, shards=args.shards)
+    for split in args.splits.split(","):
+        distill(local_folder(args.target), args.out / split, split, cfg)
 
 
 def _evaluate(args: argparse.Namespace) -> None:
@@ -41,7 +49,7 @@ def _evaluate(args: argparse.Namespace) -> None:
 
     main(args.out, preset_name=args.preset, n_prompts=args.prompts, ks=[int(k) for k in args.k.split(",")],
          max_new_tokens=args.max_new_tokens, speed_k=args.speed_k, repeats=args.repeats, threads=args.threads,
-         chat_template=args.chat_template)
+         speed_prompts=args.speed_prompts, speed_tokens=args.speed_tokens)
 
 
 def _card(args: argparse.Namespace) -> None:
@@ -63,47 +71,51 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--vocab-size", type=int, default=4096)
     p.set_defaults(func=_tokenizer)
 
-    p = stages.add_parser("target", help="train the target model from scratch")
-    p.add_argument("--tokenizer", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--run-dir", type=Path, default=Path("runs/target"))
+    p = stages.add_parser("drafter", help="train EAGLE-3 and EAGLE-3.1 drafters (TTT) on distilled records")
+    p.add_argument("--target", default=HUB_ID, help="the target the records came from (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--data", type=Path, default=Path("runs/smollm2/distill"), help="distill's OUT (train/, validation/)")
+    p.add_argument("--out", type=Path, default=Path("assets/models/smollm2-135m"), help="writes OUT/eagle3, OUT/eagle3.1")
+    p.add_argument("--run-dir", type=Path, default=Path("runs/smollm2/drafters"))
     budget = p.add_mutually_exclusive_group(required=True)
-    budget.add_argument("--minutes", type=float, help="wall-clock training budget")
+    budget.add_argument("--minutes", type=float, help="wall-clock training budget (shared by all variants)")
     budget.add_argument("--steps", type=int, help="number of optimizer steps")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt")
-    p.add_argument("--threads", type=int, default=2, help="torch threads (1 holds up better on a busy machine)")
-    p.set_defaults(func=_target)
-
-    p = stages.add_parser("drafter", help="train EAGLE-3 and EAGLE-3.1 drafters (TTT) against a frozen target")
-    p.add_argument("--target", type=Path, required=True, help="the final target's HF folder")
-    p.add_argument("--out", type=Path, required=True, help="writes OUT/eagle3 and OUT/eagle3.1")
-    p.add_argument("--run-dir", type=Path, default=Path("runs/drafters"))
-    budget = p.add_mutually_exclusive_group(required=True)
-    budget.add_argument("--minutes", type=float, help="wall-clock training budget (shared by all generations)")
-    budget.add_argument("--steps", type=int, help="number of optimizer steps")
-    p.add_argument("--generations", default="eagle3,eagle3.1", help="comma list of eagle3, eagle3.1")
+    p.add_argument("--variants", default="eagle3,eagle3.1", help="comma list of eagle3, eagle3.1")
     p.add_argument("--ttt-depth", type=int, default=3, help="training-time-test unroll depth")
-    p.add_argument("--draft-vocab-size", type=int, default=2048)
+    p.add_argument("--draft-vocab-size", type=int, default=8192)
     p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt")
-    p.add_argument("--threads", type=int, default=2, help="torch threads (1 holds up better on a busy machine)")
+    p.add_argument("--init-from", type=Path, help="start from shipped drafters (e.g. assets/models/smollm2-135m): "
+                   "weights and draft vocabulary, a fresh optimizer; for a new session without RUN_DIR")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1 holds up better on a busy machine)")
     p.set_defaults(func=_drafter)
 
+    p = stages.add_parser("distill", help="the target answers the prompt set; keep its features for drafter training")
+    p.add_argument("--target", default=HUB_ID, help="the target: an HF folder or Hub id (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--out", type=Path, default=Path("runs/smollm2/distill"), help="writes OUT/<split>/*.safetensors")
+    p.add_argument("--splits", default="train,validation", help="comma list of prompt-set splits to answer")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--shard", type=int, default=0, help="this process's share: batches shard, shard+shards, ...")
+    p.add_argument("--shards", type=int, default=1, help="number of processes sharing the work")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    p.set_defaults(func=_distill)
+
     p = stages.add_parser("evaluate", help="held-out acceptance, drift and speedup of a preset's drafters")
-    p.add_argument("--preset", default="embedded")
-    p.add_argument("--out", type=Path, default=Path("assets/models/embedded/evaluation.json"))
-    p.add_argument("--prompts", type=int, default=20, help="number of held-out prompts")
-    p.add_argument("--k", default="1,3,4,5,8", help="comma list of speculative depths for the acceptance table")
-    p.add_argument("--max-new-tokens", type=int, default=96)
-    p.add_argument("--speed-k", type=int, default=4, help="k used for the speed comparison")
+    p.add_argument("--preset", default="smollm2-135m")
+    p.add_argument("--out", type=Path, default=Path("assets/models/smollm2-135m/evaluation.json"))
+    p.add_argument("--prompts", type=int, default=12, help="number of held-out prompts for the acceptance table")
+    p.add_argument("--k", default="1,2,3,4,5,6,7,8", help="comma list of speculative depths for the acceptance table")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="answer budget of the acceptance table")
+    p.add_argument("--speed-k", type=int, default=4, help="k of the speed comparison and of the unfamiliar template")
+    p.add_argument("--speed-prompts", type=int, default=3, help="prompts per speed set (held-out, MT-Bench, HumanEval)")
+    p.add_argument("--speed-tokens", type=int, default=128, help="answer budget of the speed comparison")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--chat-template", help="evaluate under a named chat template (e.g. alt)")
     p.set_defaults(func=_evaluate)
 
     p = stages.add_parser("card", help="render the model card from the training and evaluation logs")
-    p.add_argument("--root", type=Path, default=Path("assets/models/embedded"))
+    p.add_argument("--root", type=Path, default=Path("assets/models/smollm2-135m"))
     p.add_argument("--out", type=Path, default=Path("assets/models/README.md"))
     p.set_defaults(func=_card)

@@ -1,8 +1,10 @@
 """Measure trained drafters on held-out prompts: acceptance by k, drift by depth, losslessness and speedup.
 
-Acceptance and drift come from an instrumented greedy pass; speed from separate un-instrumented passes, plain
-and speculative interleaved prompt by prompt after a warm-up, so both see the same machine load. The numbers feed
-the model card (`assets/models/README.md`).
+Acceptance and drift come from an instrumented greedy pass over the held-out split of the prompt set
+(assets/prompts/held-out.jsonl), under the default template and under an unfamiliar one. Speed comes from separate
+un-instrumented passes on held-out, MT-Bench and HumanEval prompts whose plain answers run to the full token budget,
+plain and speculative interleaved prompt by prompt after a warm-up, so both see the same machine load. The numbers
+feed the model card (`assets/models/README.md`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from tqdm import tqdm
 from playground.backends.local import LocalBackend
 from playground.engine import GenerationConfig, StepEvent, summarize
 from playground.presets import get_preset
-from playground.train.corpus import held_out_prompts
+from playground.bench.prompts import load_prompt_set
 
 
 def _run(backend: LocalBackend, prompt: list[int], drafter: str, cfg: GenerationConfig) -> list[StepEvent]:
@@ -98,22 +100,49 @@ def speed_table(backend: LocalBackend, prompts: list[list[int]], drafters: list[
     }
 
 
+def first_turns(prompt_set: str) -> list[list[dict]]:
+    return [record.messages([]) for record in load_prompt_set(prompt_set).records]
+
+
+def long_answer_prompts(backend: LocalBackend, sets: tuple[str, ...], per_set: int, max_new_tokens: int) -> list[list[int]]:
+    """Up to `per_set` prompts of each set whose plain greedy answer fills `max_new_tokens` (a speed comparison
+    on answers too short to amortise the prefill would measure the prefill)."""
+    chosen = []
+    for name in sets:
+        found = 0
+        for messages in first_turns(name):
+            prompt = backend.encode(messages)
+            if len(_ids(_run(backend, prompt, "none", GenerationConfig(max_new_tokens=max_new_tokens,
+                                                                         instrument=False)))) == max_new_tokens:
+                chosen.append(prompt)
+                found += 1
+            if found == per_set:
+                break
+    return chosen
+
+
 def evaluate(preset_name: str, n_prompts: int, ks: list[int], max_new_tokens: int, speed_k: int, repeats: int,
-             threads: int, chat_template: str | None = None) -> dict:
+             threads: int, speed_prompts: int, speed_tokens: int, unfamiliar_template: str = "llama3") -> dict:
     torch.set_num_threads(threads)
     preset = get_preset(preset_name)
     backend = LocalBackend(preset)
     drafters = list(preset.drafters)
-    prompts = [backend.encode(m, chat_template=chat_template) for m in held_out_prompts(n_prompts)]
+    held_out = first_turns("held-out")[:n_prompts]
+    prompts = [backend.encode(m) for m in held_out]
+    unfamiliar = [backend.encode(m, chat_template=unfamiliar_template) for m in held_out]
+    speed_sets = ("held-out", "mt-bench", "humaneval")
+    speed_prompts_ids = long_answer_prompts(backend, speed_sets, speed_prompts, speed_tokens)
     return {
         "preset": preset.name,
-        "prompts": {"source": "held-out validation split (playground.train.corpus.held_out_prompts)",
-                    "count": len(prompts), "chat_template": chat_template or "default",
-                    "mean_prompt_tokens": statistics.mean(map(len, prompts))},
+        "prompts": {"source": "assets/prompts/held-out.jsonl (first turns; never trained on)",
+                    "count": len(prompts), "mean_prompt_tokens": statistics.mean(map(len, prompts)),
+                    "speed_sets": list(speed_sets), "speed_count": len(speed_prompts_ids)},
         "machine": {"processor": platform.processor() or platform.machine(), "threads": threads,
                     "torch": torch.__version__, "python": platform.python_version()},
         "acceptance": acceptance_table(backend, prompts, drafters, ks, max_new_tokens),
-        "speed": speed_table(backend, prompts, drafters, speed_k, max_new_tokens, repeats),
+        "unfamiliar_template": {"template": unfamiliar_template, "k": speed_k,
+                                "acceptance": acceptance_table(backend, unfamiliar, drafters, [speed_k], max_new_tokens)},
+        "speed": speed_table(backend, speed_prompts_ids, drafters, speed_k, speed_tokens, repeats),
     }
 
 

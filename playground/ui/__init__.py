@@ -24,10 +24,19 @@ them all in one forward pass. Guesses it agrees with are kept for free.
 - **Coloured tokens** were drafted and accepted, coloured by depth (1 = the first guess of a step). **Plain tokens**
   are the target's own (the bonus token of each step, or every token with plain decoding). Hover a token for its
   step, depth and the drafter's probability.
-- **EAGLE-3** drafters fuse three of the target's hidden layers and feed their own output back for deeper guesses;
-  their attention drifts from the context to their own drafts as depth grows. **EAGLE-3.1** adds `fc_norm` (an
-  RMSNorm on each fused hidden state) and `norm_output` (feed back the normalised state), which keeps deep drafts
-  stable. The drift chart shows where the drafter looks at each depth; the RMS chart, how large the carried state is.
+- **EAGLE-3** drafters fuse three of the target's hidden layers and feed their own output back for deeper guesses.
+  **EAGLE-3.1** adds `fc_norm` (an RMSNorm on each fused hidden state) and `norm_output` (feed back the normalised
+  state). The drift chart shows where the drafter looks at each depth; the RMS chart, how large the carried state is.
+
+### On the shipped pair (SmolLM2-135M-Instruct and our drafters; study in `assets/bench/drift/`)
+- The carried state's RMS grows with depth for EAGLE-3 (about 9 → 15 over depths 1–8) and stays near 1 for EAGLE-3.1.
+- At depth 8, EAGLE-3 puts about half of its attention on its own drafts, EAGLE-3.1 about a third; both give the
+  first (sink) token about 1 %.
+- Under the unfamiliar `llama3` template EAGLE-3.1 keeps more of its acceptance length than EAGLE-3 (97 % vs 87 %).
+- But our drafters are young (170 training steps on a CPU): they accept little beyond the second draft, their mean
+  acceptance lengths are close (1.6–1.8), and on a 2-core CPU speculative decoding is **slower** than plain decoding
+  with them (0.6–1.0× in our runs) — verifying k+1 tokens costs this CPU well over one plain step. The Speed chart shows
+  this run's measured figure, never an estimate.
 
 ### Metric definitions (vLLM's)
 - {MEAN_ACCEPTANCE_LENGTH_HELP}

@@ -91,7 +91,7 @@ def build_chat_tab(preset: Preset) -> None:
                                  placeholder="Ask something about Python: coloured tokens came from accepted drafts.")
             legend = gr.HTML(legend_html(4), elem_id="chat-legend")
             prompt = gr.Textbox(elem_id="prompt", show_label=False, lines=2, max_lines=8, autofocus=True,
-                                placeholder="Ask about Python's standard library… (Enter to send, Shift+Enter for "
+                                placeholder="Ask anything: code, explanations, writing… (Enter to send, Shift+Enter for "
                                 "a new line)")
             with gr.Row():
                 send = gr.Button("Send", variant="primary", elem_id="send", scale=2)
