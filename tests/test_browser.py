@@ -31,14 +31,32 @@ def browser() -> Iterator[object]:
         browser.close()
 
 
-@pytest.fixture
-def page(browser, app_url: str):
+def open_page(browser, url: str):
     page = browser.new_page(viewport={"width": 1280, "height": 1000})
     page.set_default_timeout(TIMEOUT_MS)
-    page.goto(app_url)
+    page.goto(url)
     page.locator("#prompt textarea").wait_for()
+    return page
+
+
+@pytest.fixture
+def page(browser, app_url: str):
+    page = open_page(browser, app_url)
     yield page
     page.close()
+
+
+@pytest.fixture(scope="module")
+def real_app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The app on the real default pair: slow enough on a CPU (~10 tokens/s) that Stop always lands mid-answer;
+    the tiny models write 1024 tokens before a click can reach the server."""
+    from playground.smollm2 import unavailable_reason
+    from tests.appserver import running_app
+
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
+    with running_app(None, tmp_path_factory.mktemp("real-app") / "app.log") as url:
+        yield url
 
 
 def tokens(page, where: str = "#chat") -> int:
@@ -85,12 +103,13 @@ def test_chat_streams_provenance_and_live_charts(page) -> None:
     expect(page.locator("#chat-stats")).to_contain_text("mean acceptance length")
 
 
-def test_stop_stops_the_stream(page) -> None:
+def test_stop_stops_the_stream(browser, real_app_url: str) -> None:
+    page = open_page(browser, real_app_url)
     page.locator("#max-new-tokens input[type=number]").fill("1024")
     page.locator("#max-new-tokens input[type=number]").press("Enter")
     page.locator("#k input[type=number]").fill("1")  # one draft per step: the longest answer takes seconds
     page.locator("#k input[type=number]").press("Enter")
-    page.locator("#prompt textarea").fill(PROMPT)
+    page.locator("#prompt textarea").fill("Write a long story about a dragon who learns to paint.")
     page.locator("#send").click()
     page.wait_for_function("document.querySelectorAll('#chat .tok-target').length > 0")
     page.locator("#stop").click()
@@ -98,10 +117,11 @@ def test_stop_stops_the_stream(page) -> None:
     time.sleep(2.0)
     assert tokens(page) == stopped_at, "the answer kept growing after Stop"
     assert stopped_at < 1024 and "finished" not in page.locator("#chat-status").inner_text(), \
-        "the answer ended by itself before Stop was pressed: pick a longer PROMPT"
+        "the answer ended by itself before Stop was pressed: pick a longer prompt"
     page.locator("#prompt textarea").fill("And again")  # the session still works after a stop
     page.locator("#send").click()
     page.wait_for_function("document.querySelectorAll('#chat [data-testid=user]').length >= 2")
+    page.close()
 
 
 def test_compare_shows_both_sides_and_the_table(page) -> None:
