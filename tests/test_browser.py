@@ -48,8 +48,8 @@ def page(browser, app_url: str):
 
 @pytest.fixture(scope="module")
 def real_app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The app on the real default pair: slow enough on a CPU (~10 tokens/s) that Stop always lands mid-answer;
-    the tiny models write 1024 tokens before a click can reach the server."""
+    """The app on the real default pair: slow enough on a CPU (~10 tokens/s) that streaming is visible and Stop lands
+    mid-answer; the tiny models write 1024 tokens before a click can reach the server."""
     from playground.smollm2 import unavailable_reason
     from tests.appserver import running_app
 
@@ -81,11 +81,15 @@ def plot_marks(page, elem_id: str) -> int:
     return page.locator(f"#{elem_id} .plotly .bars path").count()
 
 
-def test_chat_streams_provenance_and_live_charts(page) -> None:
+def test_chat_streams_provenance_and_live_charts(browser, real_app_url: str) -> None:
+    """On the real pair: the tiny models can finish an answer between two samples of the page."""
     from playwright.sync_api import expect
 
+    page = open_page(browser, real_app_url)
     expect(page.locator("#accept-plot")).to_contain_text("send a prompt")
-    page.locator("#prompt textarea").fill(PROMPT)
+    page.locator("#max-new-tokens input[type=number]").fill("64")
+    page.locator("#max-new-tokens input[type=number]").press("Enter")
+    page.locator("#prompt textarea").fill("Write a function that reverses a list.")
     page.locator("#send").click()
     seen_growing, last = False, 0
     deadline = time.monotonic() + TIMEOUT_MS / 1000
@@ -101,6 +105,7 @@ def test_chat_streams_provenance_and_live_charts(page) -> None:
     assert plot_marks(page, "accept-plot") > 0 and plot_marks(page, "drift-plot") > 0
     expect(page.locator("#speedup")).to_contain_text("tok/s")
     expect(page.locator("#chat-stats")).to_contain_text("mean acceptance length")
+    page.close()
 
 
 def test_stop_stops_the_stream(browser, real_app_url: str) -> None:
