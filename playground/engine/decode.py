@@ -139,9 +139,8 @@ def _draft_chain(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list
     draft_cache.crop(pending_start)
     hidden = drafter.project(pending_aux)[None]
     ids = torch.tensor([tokens[pending_start + 1 :]], device=device)
-    positions = torch.arange(pending_start, context + k, device=device)
-    step_positions = positions[context - pending_start :]  # the position of each deeper step
-    positions = positions[: context - pending_start]
+    all_positions = torch.arange(pending_start, context + k, device=device)  # pending features, then one per depth
+    positions = all_positions[: context - pending_start]
     for depth in range(k):
         if cfg.instrument:
             chain.hidden_rms.append(hidden[0, -1].pow(2).mean().sqrt())
@@ -162,7 +161,7 @@ def _draft_chain(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list
             chain.attention.append(torch.stack([row[0], row[:context].sum(), row[context:].sum()]))
         hidden = out.feedback[:, -1:]
         ids = token.view(1, 1)
-        positions = step_positions[depth : depth + 1]
+        positions = all_positions[context - pending_start + depth :][:1]
     chain.drafted = torch.stack(drafted)
     return chain
 
@@ -209,7 +208,8 @@ def speculative_generate(target: Target, drafter: Eagle3Drafter, aux_layers: lis
         t1 = target.clock()
 
         # Verify all k+1 positions in one target forward, then keep the accepted prefix.
-        verify = target.forward(torch.cat([no_drafts.new_tensor([tokens[-1]]), chain.drafted]), cache, aux_layers)
+        verify = target.forward(torch.cat([torch.tensor([tokens[-1]], device=target.device), chain.drafted]), cache,
+                                aux_layers)
         if cfg.greedy:
             accepted, bonus = accept_greedy(chain.drafted, verify.logits)
             probs_of_drafts = ((torch.stack(chain.draft_probs).tolist() if chain.draft_probs else [])

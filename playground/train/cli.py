@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from playground.smollm2 import HUB_ID
+from playground.smollm2 import HUB_ID, local_folder
 
 
 def _corpus(args: argparse.Namespace) -> None:
@@ -25,8 +25,6 @@ def _tokenizer(args: argparse.Namespace) -> None:
 def _drafter(args: argparse.Namespace) -> None:
     from playground.train.drafter import DrafterTrainConfig, train_drafters
 
-    from playground.smollm2 import local_folder
-
     cfg = DrafterTrainConfig(minutes=args.minutes, steps=args.steps, seed=args.seed, ttt_depth=args.ttt_depth,
                              variants=tuple(args.variants.split(",")), draft_vocab_size=args.draft_vocab_size,
                              batch_size=args.batch_size, lr=args.lr, threads=args.threads,
@@ -35,7 +33,6 @@ def _drafter(args: argparse.Namespace) -> None:
 
 
 def _distill(args: argparse.Namespace) -> None:
-    from playground.smollm2 import local_folder
     from playground.train.distill import DistillConfig, distill
 
     cfg = DistillConfig(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, threads=args.threads,

@@ -61,16 +61,16 @@ def generate_batch(target: Target, prompts: list[list[int]], aux_layers: list[in
     feats: list[tuple[torch.Tensor, torch.Tensor]] = []
     answers: list[list[int]] = [[] for _ in prompts]
     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
+    eos = torch.tensor(sorted(target.eos_ids), device=device)
     for _ in range(max_new_tokens):
-        found = target.capture_layers(capture, lambda: model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                                              cache=cache, use_cache=True, logits_to_keep=1))
-        out, states = found
+        out, states = target.capture_layers(capture, lambda: model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1))
         feats.append((torch.cat([states[i] for i in aux_layers], -1).to(FEATURE_DTYPE),
                       states[target.num_layers].to(FEATURE_DTYPE)))
         choice = out.logits[:, -1].argmax(-1)
         for row in (~done).nonzero().flatten().tolist():
             answers[row].append(int(choice[row]))
-        done |= torch.isin(choice, torch.tensor(sorted(target.eos_ids), device=device))
+        done |= torch.isin(choice, eos)
         if bool(done.all()):
             break
         ids = choice[:, None]

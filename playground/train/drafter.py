@@ -40,6 +40,13 @@ class DraftVocab:
     d2t: torch.Tensor  # offsets: target id = draft id + d2t[draft id]
     t2d: torch.Tensor  # bool[V]: target id is in the draft vocabulary
 
+    @classmethod
+    def of(cls, used: torch.Tensor, vocab_size: int) -> "DraftVocab":
+        """The draft vocabulary made of the sorted target ids `used`."""
+        t2d = torch.zeros(vocab_size, dtype=torch.bool)
+        t2d[used] = True
+        return cls(used=used, d2t=used - torch.arange(len(used)), t2d=t2d)
+
 
 def build_draft_vocab(counts: Counter[int], draft_vocab_size: int, vocab_size: int) -> DraftVocab:
     """The `draft_vocab_size` most frequent tokens (ties broken by id), sorted ascending, as EAGLE builds it."""
@@ -50,10 +57,7 @@ def build_draft_vocab(counts: Counter[int], draft_vocab_size: int, vocab_size: i
             break
         if token not in counts:
             chosen.append(token)
-    used = torch.tensor(sorted(chosen), dtype=torch.long)
-    t2d = torch.zeros(vocab_size, dtype=torch.bool)
-    t2d[used] = True
-    return DraftVocab(used=used, d2t=used - torch.arange(len(used)), t2d=t2d)
+    return DraftVocab.of(torch.tensor(sorted(chosen), dtype=torch.long), vocab_size)
 
 
 @dataclass
@@ -247,19 +251,17 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
     if len(train) < cfg.batch_size or len(val) == 0:
         raise ValueError("not enough distilled data for one training batch and one validation block")
     counts = train.answer_token_counts()
-    if cfg.init_from:  # keep the draft vocabulary the weights were trained with
-        d2t = load_drafter(Path(cfg.init_from) / cfg.variants[0])[0].d2t
-        used = torch.arange(len(d2t)) + d2t
-        vocab = DraftVocab(used=used, d2t=d2t, t2d=torch.zeros(target.vocab_size, dtype=torch.bool).index_fill_(0, used, True))
+    shipped = {v: load_drafter(Path(cfg.init_from) / v)[0] for v in cfg.variants} if cfg.init_from else {}
+    if shipped:  # keep the draft vocabulary the weights were trained with
+        first = next(iter(shipped.values()))
+        vocab = DraftVocab.of(first.to_target_ids(torch.arange(first.config.draft_vocab_size)), target.vocab_size)
     else:
         vocab = build_draft_vocab(counts, cfg.draft_vocab_size, target.vocab_size)
     coverage = sum(counts[t] for t in vocab.used.tolist()) / max(1, sum(counts.values()))
     head = TargetHead(target, vocab.used)
     drafters = {v: new_drafter(target, v, cfg, vocab) for v in cfg.variants}
-    if cfg.init_from:  # weights only: the optimizer starts afresh (its state is not shipped)
-        for v, drafter in drafters.items():
-            shipped, _ = load_drafter(Path(cfg.init_from) / v)
-            drafter.load_state_dict({k: x.float() for k, x in shipped.state_dict().items()}, strict=False)
+    for v, weights in shipped.items():  # weights only: the optimizer starts afresh (its state is not shipped)
+        drafters[v].load_state_dict({k: x.float() for k, x in weights.state_dict().items()}, strict=False)
     for drafter in drafters.values():
         target.attach(drafter)
     trainable = {v: [p for n, p in d.named_parameters() if not n.startswith("embed_tokens")] for v, d in drafters.items()}
@@ -274,7 +276,7 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
         state = ckpt["state"]
         print(f"resumed from {ckpt_path} at step {state['step']}", flush=True)
     print(f"drafters {list(drafters)}: {len(train)} train blocks of {cfg.seq_len} from {train.sequences} answers, "
-          f"{int(train.signal.sum())} answer tokens; draft vocab {cfg.draft_vocab_size} covers {coverage:.1%}",
+          f"{int(train.signal.sum())} answer tokens; draft vocab {len(vocab.used)} covers {coverage:.1%}",
           flush=True)
 
     def save_checkpoint() -> None:
