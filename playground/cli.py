@@ -11,6 +11,7 @@ from pathlib import Path
 
 from playground.engine import MAX_K, GenerationConfig, summarize
 from playground.engine.templates import CHAT_TEMPLATES
+from playground.engine.text import IncrementalDecoder
 from playground.presets import Preset, default_preset_name, get_preset
 
 
@@ -70,11 +71,12 @@ def generate(args: argparse.Namespace) -> dict:
     prompt_ids = backend.encode(_messages(args), chat_template=args.chat_template, raw=args.raw)
     events, ids = [], []
     stream = backend.stream(prompt_ids, drafter, cfg)
+    decoder = IncrementalDecoder(backend.decode)
     for event in stream:
         events.append(event)
         ids += event.emitted
         if not args.json:
-            sys.stdout.write(backend.decode(ids)[len(backend.decode(ids[: len(ids) - len(event.emitted)])):])
+            sys.stdout.write(decoder.extend(event.emitted) + (decoder.flush() if event.finished else ""))
             sys.stdout.flush()
     metrics = summarize(events, getattr(stream, "k", cfg.k))  # vLLM / remote: the engine's k
     result = {

@@ -1,4 +1,5 @@
-"""Start the real app (app.py) in a subprocess on a free port: for the API and browser tests and the screenshot script.
+"""Start the real app (app.py) or `python -m playground serve` in a subprocess on a free port: for the API, server and
+browser tests and the screenshot script.
 
 Models: tiny real models built in a few seconds (the default, so the suite stays fast on a CPU), or the real default
 pair — SmolLM2-135M-Instruct and the shipped drafters — with PLAYGROUND_TEST_REAL_MODELS=1.
@@ -7,6 +8,7 @@ pair — SmolLM2-135M-Instruct and the shipped drafters — with PLAYGROUND_TEST
 from __future__ import annotations
 
 import os
+import selectors
 import socket
 import subprocess
 import sys
@@ -84,3 +86,26 @@ def running_app(models: Path | None, log_path: Path, timeout_s: float = 180.0) -
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+@contextmanager
+def running_server(models: Path, *flags: str, timeout_s: float = 240.0) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`python -m playground serve` over `models` (one torch thread, any free port): yields (URL, process) once it
+    prints its URL. Its stderr is left to the caller to read after the server has stopped."""
+    env = {**os.environ, "PLAYGROUND_MODELS_DIR": str(models), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "playground", "serve", "--preset", "smollm2-135m", "--port", "0", *flags]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    deadline, line = time.monotonic() + timeout_s, ""
+    while not line.startswith("serving") and time.monotonic() < deadline and proc.poll() is None:
+        if selector.select(timeout=0.5):
+            line = proc.stdout.readline()
+    if not line.startswith("serving"):
+        proc.kill()
+        raise RuntimeError(f"the server did not start: {proc.stderr.read()[-2000:]}")
+    try:
+        yield line.split(" on ")[-1].strip(), proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -7,11 +7,6 @@ not verified here (no GPU)."""
 from __future__ import annotations
 
 import json
-import os
-import selectors
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -20,9 +15,10 @@ import pytest
 
 from playground.backends.fit import DrafterMismatch
 from playground.backends.remote import RemoteBackend, RemoteError, base_url
-from playground.backends.specstats import SpecCounters, request_metrics
-from playground.engine import GenerationConfig, speculative_generate, summarize
+from playground.backends.specstats import request_metrics
+from playground.engine import GenerationConfig, SpecCounters, speculative_generate, summarize
 from playground.presets import Preset
+from tests.appserver import running_server
 
 K = 4
 MESSAGES = [{"role": "user", "content": "def add(a, b):"}]
@@ -30,24 +26,8 @@ MESSAGES = [{"role": "user", "content": "def add(a, b):"}]
 
 @pytest.fixture(scope="module")
 def server(tiny_root: Path) -> Iterator[str]:
-    env = {**os.environ, "PLAYGROUND_MODELS_DIR": str(tiny_root), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "playground", "serve", "--preset", "smollm2-135m", "--drafter", "eagle3.1",
-               "--k", str(K), "--port", "0"]
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    selector = selectors.DefaultSelector()
-    selector.register(proc.stdout, selectors.EVENT_READ)
-    deadline, line = time.monotonic() + 240, ""
-    while not line.startswith("serving") and time.monotonic() < deadline and proc.poll() is None:
-        if selector.select(timeout=0.5):
-            line = proc.stdout.readline()
-    if not line.startswith("serving"):
-        proc.kill()
-        pytest.fail(f"the server did not start: {proc.stderr.read()[-2000:]}")
-    try:
-        yield line.split(" on ")[-1].strip()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with running_server(tiny_root, "--drafter", "eagle3.1", "--k", str(K)) as (url, _):
+        yield url
 
 
 def remote(url: str, drafter: str = "server") -> RemoteBackend:
@@ -96,7 +76,7 @@ def test_chat_completions_endpoint_streams_token_ids(server: str, tiny) -> None:
     whole = httpx.post(server + "/v1/chat/completions", json=body, timeout=60).json()
     chunks = []
     with httpx.stream("POST", server + "/v1/chat/completions", json={**body, "stream": True}, timeout=60) as response:
-        assert response.headers["content-type"] == "text/event-stream"
+        assert response.headers["content-type"].startswith("text/event-stream")
         for line in response.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
                 chunks.append(json.loads(line[len("data: "):]))

@@ -1,4 +1,4 @@
-"""Prometheus text parsing and vLLM's spec-decode counters."""
+"""vLLM's spec-decode counters: counted once (engine.trace.SpecCounters), read from and written as Prometheus text."""
 
 from __future__ import annotations
 
@@ -6,10 +6,12 @@ import math
 
 import pytest
 
+from prometheus_client.samples import Sample
+
 from playground.backends.specstats import (
-    Sample, SpecCounters, parse_prometheus, render_prometheus, request_metrics,
+    ServedCounters, counters_from_samples, parse_prometheus, render_prometheus, request_metrics,
 )
-from playground.engine import StepEvent, summarize
+from playground.engine import SpecCounters, StepEvent, summarize
 
 VLLM_TEXT = """\
 # HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
@@ -39,49 +41,47 @@ def test_parse_prometheus_text() -> None:
         'http_requests_total{method="post",path="/a \\"quoted\\", b\\\\c\\nd"} 1027 1395066363000\n'
         'weird_gauge NaN\n'
         'big{le="+Inf"} +Inf\n'
-        'no_labels_total 3e2\n'
-        'empty_labels{} -1.5\n'
     )
     samples = parse_prometheus(text)
-    assert samples[0] == Sample("http_requests_total", {"method": "post", "path": '/a "quoted", b\\c\nd'}, 1027.0)
+    assert (samples[0].name, samples[0].labels, samples[0].value) == (
+        "http_requests_total", {"method": "post", "path": '/a "quoted", b\\c\nd'}, 1027.0)
     assert math.isnan(samples[1].value)
-    assert samples[2] == Sample("big", {"le": "+Inf"}, math.inf)
-    assert samples[3] == Sample("no_labels_total", {}, 300.0)
-    assert samples[4] == Sample("empty_labels", {}, -1.5)
+    assert (samples[2].labels, samples[2].value) == ({"le": "+Inf"}, math.inf)
 
 
 @pytest.mark.parametrize("line", ["9bad 1", 'x{a=1} 2', 'x{a="1" 2', "x_total"])
 def test_parse_prometheus_rejects_malformed_lines(line: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not Prometheus text"):
         parse_prometheus(line)
 
 
 def test_counters_sum_engines_and_read_positions() -> None:
-    counters = SpecCounters.from_samples(parse_prometheus(VLLM_TEXT))
+    counters = counters_from_samples(parse_prometheus(VLLM_TEXT))
     assert counters == SpecCounters(drafts=12, draft_tokens=48, accepted_tokens=28, accepted_per_pos=[11, 8, 5, 4])
     assert counters.mean_acceptance_length == pytest.approx(1 + 28 / 12)
     assert counters.per_position_acceptance == pytest.approx([11 / 12, 8 / 12, 5 / 12, 4 / 12])
     assert counters.draft_acceptance_rate == pytest.approx(28 / 48)
-    assert SpecCounters.from_samples(parse_prometheus(VLLM_TEXT), model_name="other") is None
-    assert SpecCounters.from_samples(parse_prometheus("vllm:num_requests_running 0")) is None  # not speculating
+    assert counters_from_samples(parse_prometheus(VLLM_TEXT), model_name="other") is None
+    assert counters_from_samples(parse_prometheus("vllm:num_requests_running 0")) is None  # not speculating
     in_process = [Sample("vllm:spec_decode_num_drafts", {}, 3), Sample("vllm:spec_decode_num_accepted_tokens", {}, 2)]
-    assert SpecCounters.from_samples(in_process) == SpecCounters(3, 0, 2, [])  # reader names carry no _total
+    assert counters_from_samples(in_process) == SpecCounters(3, 0, 2, [])  # reader names carry no _total
 
 
-def test_render_then_parse_round_trips_and_diffs() -> None:
+def test_exposition_round_trips_and_diffs() -> None:
     before = SpecCounters(4, 16, 6, [3, 2, 1, 0])
     after = SpecCounters(9, 36, 15, [8, 4, 2, 1])
-    text = render_prometheus(after, {"engine": "0", "model_name": 'my "model"'}, {"vllm:generation_tokens": ("x", 7)})
-    assert "# TYPE vllm:spec_decode_num_drafts counter" in text
+    text = render_prometheus(ServedCounters({"engine": "0", "model_name": 'my "model"'}, lambda: (after, 11, 7)))
     labels = 'engine="0",model_name="my \\"model\\"",position="3"'
     assert f"vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels}}} 1.0" in text
-    assert SpecCounters.from_samples(parse_prometheus(text)) == after
+    assert 'vllm:prompt_tokens_total{engine="0",model_name="my \\"model\\""} 11.0' in text
+    assert counters_from_samples(parse_prometheus(text)) == after
     assert after - before == SpecCounters(5, 20, 9, [5, 2, 1, 1])
     assert (after - before) + before == after and before + SpecCounters() == SpecCounters(4, 16, 6, [3, 2, 1, 0])
-    assert SpecCounters.from_samples(parse_prometheus(render_prometheus(None, {}))) is None
+    plain = render_prometheus(ServedCounters({}, lambda: (None, 3, 4)))
+    assert counters_from_samples(parse_prometheus(plain)) is None and "vllm:generation_tokens_total 4.0" in plain
 
 
-def test_counters_and_request_metrics_agree_with_summarize() -> None:
+def test_vllm_definitions_on_a_hand_counted_run() -> None:
     k = 3
     events = [
         StepEvent(step=0, drafted=[], accepted=0, emitted=[5]),
@@ -93,9 +93,9 @@ def test_counters_and_request_metrics_agree_with_summarize() -> None:
     run = summarize(events, k)
     counters = SpecCounters.from_events(events, k)
     assert counters == SpecCounters(3, 9, 5, [2, 2, 1])
-    assert counters.mean_acceptance_length == run.mean_acceptance_length
-    assert counters.per_position_acceptance == run.per_position_acceptance
-    assert counters.draft_acceptance_rate == run.draft_acceptance_rate
+    assert run.mean_acceptance_length == pytest.approx(1 + 5 / 3)  # the prefill and the plain last step: no drafts
+    assert run.per_position_acceptance == pytest.approx([2 / 3, 2 / 3, 1 / 3])
+    assert run.draft_acceptance_rate == pytest.approx(5 / 9) and run.generated_tokens == 10
     metrics = request_metrics(events, k)
     assert metrics["acceptance_histogram"] == [1, 0, 1, 1]
     assert metrics["per_step_accepted"] == [2, 0, 3] and metrics["per_step_drafted"] == [3, 3, 3]

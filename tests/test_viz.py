@@ -12,9 +12,10 @@ from transformers import AutoTokenizer
 
 from playground.backends import shared_backend
 from playground.engine import GenerationConfig, StepEvent
+from playground.engine.text import IncrementalDecoder
 from playground.presets import get_preset
 from playground.viz import (
-    MEAN_ACCEPTANCE_LENGTH_HELP, SUMMARY_COLUMNS, IncrementalDecoder, RunView, accepted_per_step_figure,
+    MEAN_ACCEPTANCE_LENGTH_HELP, SUMMARY_COLUMNS, RunView, accepted_per_step_figure,
     acceptance_by_position_figure, attention_drift_figure, hidden_rms_figure, legend_html, provenance_css,
     provenance_html, speedup_figure, stats_html, summary_table, token_pieces,
 )

@@ -8,12 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from playground.backends.specstats import SpecCounters
 from playground.backends.steps import UNKNOWN_DRAFT, DeltaStepper, finish_reason
 from playground.backends.vllm_backend import (
     counters_from_snapshot, engine_kwargs, read_output, sampling_kwargs, serve_command, speculative_config,
 )
-from playground.engine import GenerationConfig, summarize
+from playground.engine import GenerationConfig, SpecCounters, summarize
 from playground.presets import get_preset
 
 

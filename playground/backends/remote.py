@@ -26,12 +26,12 @@ from typing import Callable, Iterator
 
 import httpx
 
-from playground.engine import GenerationConfig, StepEvent
+from playground.engine import GenerationConfig, SpecCounters, StepEvent
 from playground.engine.templates import raw_prompt, resolve_template
 from playground.presets import SERVER_DRAFTER, Preset
 
 from .fit import check_drafter_fits
-from .specstats import SpecCounters, parse_prometheus
+from .specstats import counters_from_samples, parse_prometheus
 from .steps import MISSING_FIELDS, DeltaStepper, finish_reason
 
 
@@ -209,7 +209,7 @@ class RemoteBackend:
 
     def spec_counters(self) -> SpecCounters | None:
         """The server's cumulative spec-decode counters; None if it is not speculating."""
-        return SpecCounters.from_samples(parse_prometheus(self._request("GET", "/metrics").text))
+        return counters_from_samples(parse_prometheus(self._request("GET", "/metrics").text))
 
     def spec_counters_after(self, before: SpecCounters, expected_drafts: int, attempts: int = 5) -> SpecCounters:
         """The counters' growth over a request. vLLM records a step's stats around the time it streams the step, so

@@ -25,12 +25,12 @@ import threading
 import uuid
 from typing import Any, Callable, Container, Iterable, Iterator
 
-from playground.engine import GenerationConfig, StepEvent
+from playground.engine import GenerationConfig, SpecCounters, StepEvent
 from playground.engine.templates import encode_chat
 from playground.presets import Preset
 
 from .fit import check_drafter_fits
-from .specstats import Sample, SpecCounters
+from .specstats import Sample, counters_from_samples
 from .steps import MISSING_FIELDS, DeltaStepper, finish_reason
 
 OPTIONAL_ENGINE_ARGS = {"per_request_spec_decode_metrics": "detailed"}  # passed only where this vLLM has them
@@ -112,7 +112,7 @@ def counters_from_snapshot(metrics: Iterable[Any]) -> SpecCounters | None:
             samples += [Sample(metric.name, {**labels, "position": str(i)}, float(v)) for i, v in enumerate(values)]
         elif isinstance(getattr(metric, "value", None), (int, float)):
             samples.append(Sample(metric.name, labels, float(metric.value)))
-    return SpecCounters.from_samples(samples)
+    return counters_from_samples(samples)
 
 
 # --- the thin part that touches vLLM -----------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """The step event: the one contract shared by the engine, backends, UI, bench and exports.
 
-Metric definitions (vLLM's, so numbers match the engines people deploy) live here and nowhere else:
+Metric definitions (vLLM's, so numbers match the engines people deploy) live here and nowhere else. Acceptance is
+counted by one accumulator, `SpecCounters.observe` (vLLM's `SpecDecodingStats.observe_draft`), which feeds run
+summaries, the server's `/metrics` and per-request usage, and reads back vLLM's own counters:
 
 - mean acceptance length = 1 + accepted / drafting steps   (the +1 is the target's bonus token)
 - per-position acceptance rate[i] = drafts accepted at position i / drafting steps
@@ -13,6 +15,7 @@ A field a backend cannot provide is None, never zero, so that the UI can say why
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Iterable
 
 
 @dataclass
@@ -74,6 +77,60 @@ class RunMetrics:
         return asdict(self)
 
 
+@dataclass
+class SpecCounters:
+    """Cumulative speculative-decoding counters (or the difference of two snapshots). Positions are 0-based."""
+
+    drafts: int = 0  # drafting steps
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)
+
+    def observe(self, event: StepEvent) -> None:
+        """Count one engine step; plain steps (nothing drafted, e.g. the prefill) count nothing."""
+        if not event.drafted:
+            return
+        k = len(event.drafted)
+        self.accepted_per_pos += [0] * (k - len(self.accepted_per_pos))
+        self.drafts += 1
+        self.draft_tokens += k
+        self.accepted_tokens += event.accepted
+        for i in range(event.accepted):
+            self.accepted_per_pos[i] += 1
+
+    @classmethod
+    def from_events(cls, events: Iterable[StepEvent], k: int) -> "SpecCounters":
+        counters = cls(accepted_per_pos=[0] * k)
+        for event in events:
+            counters.observe(event)
+        return counters
+
+    def _combine(self, other: "SpecCounters", sign: int) -> "SpecCounters":
+        n = max(len(self.accepted_per_pos), len(other.accepted_per_pos))
+        mine, theirs = (xs + [0] * (n - len(xs)) for xs in (self.accepted_per_pos, other.accepted_per_pos))
+        return SpecCounters(self.drafts + sign * other.drafts, self.draft_tokens + sign * other.draft_tokens,
+                            self.accepted_tokens + sign * other.accepted_tokens,
+                            [a + sign * b for a, b in zip(mine, theirs, strict=True)])
+
+    def __add__(self, other: "SpecCounters") -> "SpecCounters":
+        return self._combine(other, 1)
+
+    def __sub__(self, before: "SpecCounters") -> "SpecCounters":
+        return self._combine(before, -1)
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        return 1 + self.accepted_tokens / self.drafts if self.drafts else None
+
+    @property
+    def per_position_acceptance(self) -> list[float] | None:
+        return [c / self.drafts for c in self.accepted_per_pos] if self.drafts else None
+
+    @property
+    def draft_acceptance_rate(self) -> float | None:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+
 def _mean_by_depth(rows: list[list[float]], k: int) -> list[float | None]:
     out: list[float | None] = []
     for d in range(k):
@@ -84,17 +141,10 @@ def _mean_by_depth(rows: list[list[float]], k: int) -> list[float | None]:
 
 def summarize(events: list[StepEvent], k: int) -> RunMetrics:
     """Aggregate step events into run-level metrics."""
+    counters = SpecCounters.from_events(events, k)
     drafting = [e for e in events if e.drafted]
-    n_draft_steps = len(drafting)
-    drafted = sum(len(e.drafted) for e in drafting)
-    accepted = sum(e.accepted for e in drafting)
     generated = sum(len(e.emitted) for e in events)
     elapsed_ms = events[-1].elapsed_ms if events else 0.0
-
-    counts = [0] * k
-    for e in drafting:
-        for i in range(min(e.accepted, k)):
-            counts[i] += 1
 
     attention = hidden = None
     with_attention = [e.attention for e in drafting if e.attention]
@@ -110,16 +160,16 @@ def summarize(events: list[StepEvent], k: int) -> RunMetrics:
     return RunMetrics(
         k=k,
         steps=len(events),
-        drafting_steps=n_draft_steps,
-        drafted_tokens=drafted,
-        accepted_tokens=accepted,
+        drafting_steps=counters.drafts,
+        drafted_tokens=counters.draft_tokens,
+        accepted_tokens=counters.accepted_tokens,
         generated_tokens=generated,
-        mean_acceptance_length=1 + accepted / n_draft_steps if n_draft_steps else None,
-        per_position_acceptance=[c / n_draft_steps for c in counts] if n_draft_steps else None,
-        draft_acceptance_rate=accepted / drafted if drafted else None,
+        mean_acceptance_length=counters.mean_acceptance_length,
+        per_position_acceptance=counters.per_position_acceptance,
+        draft_acceptance_rate=counters.draft_acceptance_rate,
         tokens_per_second=generated / (elapsed_ms / 1000) if elapsed_ms > 0 else None,
         elapsed_ms=elapsed_ms,
         attention_by_depth=attention,
         hidden_rms_by_depth=hidden,
-        per_position_counts=counts,
+        per_position_counts=counters.accepted_per_pos,
     )

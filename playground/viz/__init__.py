@@ -8,7 +8,7 @@ from .figures import (
     message_figure, speedup_figure,
 )
 from .provenance import (
-    IncrementalDecoder, ProvenanceBuilder, TokenPiece, depth_colour, legend_html, provenance_css, provenance_html,
+    ProvenanceBuilder, TokenPiece, depth_colour, legend_html, provenance_css, provenance_html,
     token_pieces,
 )
 from .summary import (
@@ -17,8 +17,8 @@ from .summary import (
 from .view import RunView
 
 __all__ = [
-    "DRAFT_ACCEPTANCE_RATE_HELP", "MEAN_ACCEPTANCE_LENGTH_HELP", "SUMMARY_COLUMNS", "TITLES", "IncrementalDecoder",
-    "ProvenanceBuilder", "RunView", "TokenPiece", "accepted_per_step_figure", "acceptance_by_position_figure",
+    "DRAFT_ACCEPTANCE_RATE_HELP", "MEAN_ACCEPTANCE_LENGTH_HELP", "SUMMARY_COLUMNS", "TITLES", "ProvenanceBuilder",
+    "RunView", "TokenPiece", "accepted_per_step_figure", "acceptance_by_position_figure",
     "attention_drift_figure", "depth_colour", "hidden_rms_figure", "legend_html", "message_figure",
     "provenance_css", "provenance_html", "speedup_figure", "stats_css", "stats_html", "summary_table",
     "token_pieces",

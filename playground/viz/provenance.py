@@ -4,7 +4,7 @@ Built from token ids in StepEvents, never from string matching: ``event.emitted 
 so ``emitted[i]`` for ``i < accepted`` is a draft accepted at depth ``i + 1`` and the last one is the target's own
 (bonus) token. The prefill event has no drafts, so its token is the target's.
 
-Text is decoded incrementally from ids (vLLM's prefix/read-offset scheme): a token whose bytes end inside a
+Text is decoded incrementally from ids (`engine.text.IncrementalDecoder`): a token whose bytes end inside a
 multi-byte character contributes no text, and the character is shown on the token that completes it.
 All model text is HTML-escaped.
 """
@@ -16,10 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from playground.engine import MAX_K, StepEvent
-
-REPLACEMENT_CHAR = "\ufffd"
-MAX_PENDING_TOKENS = 4  # a UTF-8 character has at most 4 bytes; longer invalid runs are shown as U+FFFD
-
+from playground.engine.text import IncrementalDecoder
 
 COLOURED_DEPTHS = 10  # depths beyond this share the last colour
 
@@ -45,36 +42,6 @@ class TokenPiece:
     @property
     def from_draft(self) -> bool:
         return self.depth is not None
-
-
-class IncrementalDecoder:
-    """Decodes one token id at a time without splitting multi-byte characters."""
-
-    def __init__(self, decode: Callable[[list[int]], str]) -> None:
-        self._decode = decode
-        self._ids: list[int] = []
-        self._prefix_offset = 0  # start of the window decoded for context (keeps spacing rules right)
-        self._read_offset = 0  # tokens before this have had their text handed out
-
-    def push(self, token_id: int) -> str:
-        """Add a token; returns the new text it completes ("" if its character is not finished yet)."""
-        self._ids.append(token_id)
-        if self._pending_is_partial() and len(self._ids) - self._read_offset < MAX_PENDING_TOKENS:
-            return ""
-        return self._take()
-
-    def flush(self) -> str:
-        """Text still held back at the end of the stream (an unfinished character, shown as U+FFFD)."""
-        return self._take() if len(self._ids) > self._read_offset else ""
-
-    def _pending_is_partial(self) -> bool:
-        return self._decode(self._ids[self._prefix_offset :]).endswith(REPLACEMENT_CHAR)
-
-    def _take(self) -> str:
-        before = self._decode(self._ids[self._prefix_offset : self._read_offset])
-        after = self._decode(self._ids[self._prefix_offset :])
-        self._prefix_offset, self._read_offset = self._read_offset, len(self._ids)
-        return after[len(before) :]
 
 
 class ProvenanceBuilder:

@@ -1,0 +1,283 @@
+"""The HTTP side of `python -m playground serve`: a FastAPI app over one ServedEngine.
+
+Every request gets an answer in the OpenAI error shape when it cannot be served: a body over the size limit is
+refused from its Content-Length (or as soon as it grows past the limit) with 413; a body that arrives too slowly
+with 408; invalid fields with 400 (pydantic, `requests.py`); a prompt outside the vocabulary or the context with
+400 before any decoding; a full server with 429. At most `max_running` requests decode at once; up to
+`max_waiting` more wait without holding a thread. Decoding stops within one step of the client leaving, streamed
+or not. An unexpected error is one log line and a 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Awaitable, Callable
+
+import anyio
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from jinja2 import TemplateError
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from playground.backends.specstats import render_prometheus
+from playground.engine import GenerationConfig, StepEvent
+from playground.engine.text import IncrementalDecoder
+
+from .engine import Limits, ServedEngine
+from .requests import ChatCompletionRequest, CompletionRequest, DetokenizeRequest, Sampling, TokenizeRequest
+from .responses import Reply, error_body
+
+log = logging.getLogger("playground.serve")
+
+
+class ApiError(HTTPException):
+    """A request this server answers with an OpenAI-style error (status, one-line message, the parameter)."""
+
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        super().__init__(status, message)
+        self.param = param
+
+
+def _error_response(status: int, message: str, param: str | None = None) -> JSONResponse:
+    return JSONResponse(error_body(message, status, param), status_code=status)
+
+
+class Guard:
+    """ASGI middleware: the request body is bounded in size (413, from Content-Length before reading, or as soon as
+    it grows past the limit) and in time to arrive (408); any error that escapes a route becomes one log line and a
+    500, so no request is left without an answer and no traceback reaches the log. (Starlette's own body limit
+    answers in plain text, not in the OpenAI error shape.)"""
+
+    def __init__(self, app: ASGIApp, limits: Limits) -> None:
+        self.app, self.limits = app, limits
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = f"the request body is larger than this server accepts ({self.limits.max_body_bytes} bytes)"
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limits.max_body_bytes:
+            await _error_response(413, too_large)(scope, receive, send)
+            return
+        received, complete, started = 0, False, False
+
+        async def bounded_receive() -> Message:
+            nonlocal received, complete
+            if complete:  # after the body only http.disconnect can come: no deadline
+                return await receive()
+            try:
+                with anyio.fail_after(self.limits.body_timeout_s):
+                    message = await receive()
+            except TimeoutError:
+                raise ApiError(408, f"the request body did not arrive within {self.limits.body_timeout_s:g} s") from None
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limits.max_body_bytes:
+                    raise ApiError(413, too_large)
+            complete = message["type"] != "http.request" or not message.get("more_body", False)
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, bounded_receive, tracking_send)
+        except Exception as err:  # noqa: BLE001 - the last line of defence: one log line, one answer
+            log.error("%s %s failed: %s: %s", scope.get("method"), scope.get("path"), type(err).__name__, err)
+            if not started:
+                await _error_response(500, f"internal error: {type(err).__name__}: {err}")(scope, receive, send)
+
+
+class Admission:
+    """At most `running` requests decode at once; up to `waiting` more queue (awaiting, holding no thread)."""
+
+    def __init__(self, running: int, waiting: int) -> None:
+        self.slots, self.max_waiting, self.waiting = asyncio.Semaphore(running), waiting, 0
+
+    def check(self) -> None:
+        if self.slots.locked() and self.waiting >= self.max_waiting:
+            raise ApiError(429, "the server is busy (every decoding slot and queue place is taken); retry shortly")
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        self.check()
+        self.waiting += 1
+        try:
+            await self.slots.acquire()
+        finally:
+            self.waiting -= 1
+        try:
+            yield
+        finally:
+            self.slots.release()
+
+
+def _validation_message(err: RequestValidationError) -> tuple[str, str | None]:
+    """One line for the first invalid field (a union's alternatives are merged), and the field's name."""
+    errors = list(err.errors())
+    first = errors[0]
+    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+    param = (first.get("ctx") or {}).get("param") or (loc[0] if loc else None)
+    same = [e["msg"] for e in errors if [str(p) for p in e.get("loc", ()) if p != "body"][:1] == loc[:1]]
+    message = "; ".join(dict.fromkeys(msg.removeprefix("Value error, ") for msg in same[:3]))
+    return (f"{param}: {message}" if param else message), param
+
+
+def build_app(engine: ServedEngine, limits: Limits = Limits()) -> FastAPI:
+    app = FastAPI(title="EAGLE Playground server", docs_url=None, redoc_url=None, openapi_url=None)
+    admission = Admission(limits.max_running, limits.max_waiting)
+    target = engine.backend.target
+    started = int(time.time())
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, err: RequestValidationError) -> JSONResponse:
+        message, param = _validation_message(err)
+        return _error_response(400, message, param)
+
+    @app.exception_handler(HTTPException)
+    async def api_error(request: Request, err: HTTPException) -> JSONResponse:
+        return _error_response(err.status_code, str(err.detail), getattr(err, "param", None))
+
+    def check_model(body: Sampling | TokenizeRequest | DetokenizeRequest) -> None:
+        if body.model and body.model != engine.model_name:
+            raise ApiError(404, f"The model `{body.model}` does not exist.", "model")
+
+    def check_ids(ids: list[int], param: str) -> None:
+        bad = next((t for t in ids if not 0 <= t < target.vocab_size), None)
+        if bad is not None:
+            raise ApiError(400, f"token id {bad} is outside the vocabulary (0..{target.vocab_size - 1})", param)
+
+    async def encode_chat(messages: list, chat_template: str | None) -> list[int]:
+        turns = [m.model_dump(include={"role", "content"}) for m in messages]
+        try:
+            return await anyio.to_thread.run_sync(lambda: engine.backend.encode(turns, chat_template=chat_template))
+        except (ValueError, KeyError, TypeError, TemplateError) as err:
+            raise ApiError(400, f"cannot apply the chat template: {err}", "chat_template") from None
+
+    def generation_config(body: Sampling, answer_budget: int | None, prompt_len: int) -> GenerationConfig:
+        room = target.max_positions - prompt_len
+        if answer_budget is not None and answer_budget > room:
+            raise ApiError(400, f"This model's maximum context length is {target.max_positions} tokens. However, you "
+                                f"requested {prompt_len + answer_budget} tokens ({prompt_len} in the prompt, "
+                                f"{answer_budget} in the completion).", "max_tokens")
+        if room < 1:
+            raise ApiError(400, f"This model's maximum context length is {target.max_positions} tokens and the "
+                                f"prompt has {prompt_len}: no room for an answer.", "prompt")
+        return GenerationConfig(max_new_tokens=answer_budget or min(limits.default_max_tokens, room), k=engine.k,
+                                temperature=body.temperature, top_p=body.top_p, seed=body.seed,
+                                stop_strings=body.stop_strings, instrument=False)
+
+    async def steps(prompt_ids: list[int], cfg: GenerationConfig,
+                    client_gone: Callable[[], Awaitable[bool]]) -> AsyncIterator[tuple[StepEvent, str]]:
+        """(event, its text) per engine step, each step computed in a worker thread; stops when the client is gone
+        (the engine's generator is closed, which stops decoding)."""
+        events = engine.generate(prompt_ids, cfg)
+        decoder = IncrementalDecoder(engine.backend.decode)
+
+        def step() -> tuple[StepEvent, str] | None:
+            event = next(events, None)
+            if event is None:
+                return None
+            return event, decoder.extend(event.emitted) + (decoder.flush() if event.finished else "")
+
+        try:
+            while (item := await anyio.to_thread.run_sync(step)) is not None:
+                yield item
+                if item[0].finished or await client_gone():
+                    return
+        finally:
+            events.close()
+
+    async def generate(request: Request, body: Sampling, prompt_ids: list[int], answer_budget: int | None,
+                       chat: bool):
+        check_ids(prompt_ids, "prompt")
+        cfg = generation_config(body, answer_budget, len(prompt_ids))
+        reply = Reply(chat=chat, model=engine.model_name, stop_strings=cfg.stop_strings,
+                      with_token_ids=body.return_token_ids, prompt_tokens=len(prompt_ids),
+                      k=engine.k if engine.speculating else None)
+        if not body.stream:
+            async with admission.slot():
+                async for event, piece in steps(prompt_ids, cfg, request.is_disconnected):
+                    reply.add(event, piece)
+            if not reply.events or not reply.events[-1].finished:
+                raise ApiError(499, "the client closed the request")  # nobody reads this; it ends the request
+            return reply.response()
+        admission.check()  # a full server says so before the stream opens
+
+        async def sse() -> AsyncIterator[str]:
+            def frame(payload: dict | str) -> str:
+                return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n"
+
+            try:
+                async with admission.slot():
+                    if (opening := reply.first_chunk()) is not None:
+                        yield frame(opening)
+                    async for event, piece in steps(prompt_ids, cfg, request.is_disconnected):
+                        yield frame(reply.chunk(event, piece))
+                if body.include_usage:
+                    yield frame(reply.usage_chunk())
+            except ApiError as err:
+                yield frame(error_body(str(err.detail), err.status_code, err.param))
+            except Exception as err:  # noqa: BLE001 - the stream is open: say it in the stream, log one line
+                log.error("stream failed: %s: %s", type(err).__name__, err)
+                yield frame(error_body(f"internal error: {type(err).__name__}: {err}", 500))
+            yield frame("[DONE]")
+
+        return StreamingResponse(sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    @app.post("/v1/completions")
+    async def completions(request: Request, body: CompletionRequest):
+        check_model(body)
+        prompt = body.prompt
+        if isinstance(prompt, str):
+            prompt = await anyio.to_thread.run_sync(lambda: target.tokenizer(body.prompt)["input_ids"])
+        return await generate(request, body, list(prompt), body.max_tokens, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request, body: ChatCompletionRequest):
+        check_model(body)
+        prompt_ids = await encode_chat(body.messages, body.chat_template)
+        return await generate(request, body, prompt_ids, body.answer_budget, chat=True)
+
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeRequest) -> dict:
+        check_model(body)
+        if body.messages is not None:
+            ids = await encode_chat(body.messages, body.chat_template)
+        else:
+            ids = await anyio.to_thread.run_sync(
+                lambda: target.tokenizer(body.prompt, add_special_tokens=body.add_special_tokens)["input_ids"])
+        return {"count": len(ids), "max_model_len": target.max_positions, "tokens": list(ids)}
+
+    @app.post("/detokenize")
+    async def detokenize(body: DetokenizeRequest) -> dict:
+        check_model(body)
+        check_ids(body.tokens, "tokens")
+        return {"prompt": await anyio.to_thread.run_sync(engine.backend.decode, body.tokens)}
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {}
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{
+            "id": engine.model_name, "object": "model", "created": started, "owned_by": "playground",
+            "root": engine.backend.preset.target, "max_model_len": target.max_positions}]}
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(render_prometheus(engine.collector()),
+                                 media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    app.add_middleware(Guard, limits=limits)
+    return app

@@ -1,0 +1,100 @@
+"""``python -m playground serve``: an OpenAI-compatible server over the local engine, speaking vLLM's dialect.
+
+It serves one preset with one drafter and a fixed k, like `vllm serve … --speculative-config …`, so the remote
+backend (and any OpenAI client) can be tried and tested without a GPU:
+
+- POST /v1/completions, /v1/chat/completions: streaming (SSE, one chunk per engine step) or not; `return_token_ids`
+  adds each chunk's token ids; `stream_options.include_usage` adds a final usage chunk with vLLM's per-request
+  `metrics.speculative_decoding` ('detailed');
+- POST /tokenize, /detokenize; GET /v1/models, /health;
+- GET /metrics: vLLM's spec-decode counters (`vllm:spec_decode_num_drafts_total`, ...) and token counters.
+
+The pieces: `requests.py` (what is accepted), `responses.py` (the shapes sent back), `engine.py` (the engine and
+its counters), `app.py` (FastAPI routes, limits, admission). Served by uvicorn.
+
+Also ``python -m playground vllm-command``: check a preset's drafter against its target and print the matching
+`vllm serve` command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import sys
+
+from playground.cli import add_threads_flag
+from playground.presets import DEFAULT, get_preset
+
+from .engine import Limits, load_engine
+
+
+def serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from .app import build_app
+
+    limits = Limits(max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout, max_running=args.max_running,
+                    max_waiting=args.max_waiting, default_max_tokens=args.default_max_tokens)
+    engine = load_engine(args.preset, args.drafter, args.k, args.served_model_name)
+    config = uvicorn.Config(build_app(engine, limits), host=args.host, port=args.port, access_log=args.verbose,
+                            log_level="info" if args.verbose else "warning", timeout_keep_alive=5,
+                            limit_concurrency=limits.max_running + limits.max_waiting + 16)
+    server = uvicorn.Server(config)
+
+    async def run() -> None:
+        task = asyncio.create_task(server.serve())
+        while not server.started and not task.done():
+            await asyncio.sleep(0.05)
+        if server.started:
+            host, port = server.servers[0].sockets[0].getsockname()[:2]
+            print(f"serving {engine.model_name} (drafter {engine.drafter}, k={engine.k}) on http://{host}:{port}",
+                  flush=True)
+        await task
+
+    asyncio.run(run())
+
+
+def vllm_command(args: argparse.Namespace) -> None:
+    from playground.backends.fit import check_drafter_fits
+    from playground.backends.vllm_backend import serve_command
+
+    preset = get_preset(args.preset)
+    drafter = None if args.drafter == "none" else preset.drafters.get(args.drafter, args.drafter)
+    if drafter is not None and not args.no_check:
+        for warning in check_drafter_fits(preset.target, drafter).warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+    print(shlex.join(serve_command(preset, drafter, args.k, args.host, args.port)))
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("serve", help="an OpenAI-compatible server over the local engine (vLLM's metrics)")
+    p.add_argument("--preset", default=DEFAULT, help=f"a local-engine preset (default: {DEFAULT})")
+    add_threads_flag(p)
+    p.add_argument("--drafter", default="eagle3.1", help="none, or a drafter name of the preset")
+    p.add_argument("--k", type=int, default=4, help="speculative tokens per step (fixed for the server, as in vLLM)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="0 = any free port (the URL is printed)")
+    p.add_argument("--served-model-name", help="the model name clients send (default: the preset's name)")
+    p.add_argument("--verbose", action="store_true", help="log every request")
+    limits = Limits()
+    p.add_argument("--max-body-bytes", type=int, default=limits.max_body_bytes,
+                   help="larger request bodies are refused with 413 (default: %(default)s)")
+    p.add_argument("--body-timeout", type=float, default=limits.body_timeout_s,
+                   help="seconds a request body may take to arrive before 408 (default: %(default)s)")
+    p.add_argument("--max-running", type=int, default=limits.max_running,
+                   help="requests decoding at once (default: %(default)s)")
+    p.add_argument("--max-waiting", type=int, default=limits.max_waiting,
+                   help="requests queued beyond those; more get 429 (default: %(default)s)")
+    p.add_argument("--default-max-tokens", type=int, default=limits.default_max_tokens,
+                   help="answer budget when a request names none (capped by the context; default: %(default)s)")
+    p.set_defaults(func=serve)
+
+    p = subparsers.add_parser("vllm-command", help="check a preset's drafter against its target, print `vllm serve`")
+    p.add_argument("--preset", default="kimi-k2.6")
+    p.add_argument("--drafter", default="eagle3.1", help="none, a drafter name of the preset, or a folder / Hub id")
+    p.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--no-check", action="store_true", help="skip reading the two config.json files")
+    p.set_defaults(func=vllm_command)

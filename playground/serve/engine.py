@@ -1,0 +1,82 @@
+"""The served engine: the local backend with one drafter and k, and what it has served, counted as vLLM counts it."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field, replace
+from typing import Iterator
+
+from playground.backends import backend_unavailable_reason
+from playground.backends.local import LocalBackend
+from playground.backends.specstats import ServedCounters
+from playground.engine import MAX_K, GenerationConfig, SpecCounters, StepEvent
+from playground.presets import get_preset
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one server accepts (the `serve` flags); `app.py` enforces them."""
+
+    max_body_bytes: int = 1 << 20
+    body_timeout_s: float = 10.0
+    max_running: int = 4
+    max_waiting: int = 32
+    default_max_tokens: int = 256
+
+
+@dataclass
+class ServedEngine:
+    backend: LocalBackend
+    drafter: str  # "none" serves plain decoding (no spec-decode metrics, as vLLM without --speculative-config)
+    k: int
+    model_name: str
+    counters: SpecCounters | None = None
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        if self.drafter != "none":
+            self.counters = SpecCounters(accepted_per_pos=[0] * self.k)
+
+    @property
+    def speculating(self) -> bool:
+        return self.counters is not None
+
+    def generate(self, prompt_ids: list[int], cfg: GenerationConfig) -> Iterator[StepEvent]:
+        """Step events of one request. The prompt counts once the prefill has run (a refused prompt never counts);
+        each step counts before it is sent, as vLLM records a step's stats with its output."""
+        for event in self.backend.stream(prompt_ids, self.drafter, cfg):
+            with self.lock:
+                if event.step == 0:
+                    self.prompt_tokens += len(prompt_ids)
+                if self.counters is not None:
+                    self.counters.observe(event)
+                self.generation_tokens += len(event.emitted)
+            yield event
+
+    def snapshot(self) -> tuple[SpecCounters | None, int, int]:
+        with self.lock:
+            return (replace(self.counters, accepted_per_pos=list(self.counters.accepted_per_pos))
+                    if self.counters else None, self.prompt_tokens, self.generation_tokens)
+
+    def collector(self) -> ServedCounters:
+        return ServedCounters({"engine": "0", "model_name": self.model_name}, self.snapshot)
+
+
+def load_engine(preset_name: str, drafter: str, k: int, model_name: str | None) -> ServedEngine:
+    """Load (and warm up) the preset's target and drafter; refuse what cannot be served, with the reason."""
+    preset = get_preset(preset_name)
+    if preset.backend != "local":
+        raise ValueError(f"serve runs the local engine, and preset {preset.name!r} uses {preset.backend}; for vLLM "
+                         f"run `python -m playground vllm-command --preset {preset.name}`")
+    reason = backend_unavailable_reason(preset)
+    if reason:
+        raise ValueError(reason)
+    if not 1 <= k <= MAX_K:
+        raise ValueError(f"--k must be between 1 and {MAX_K}, got {k}")
+    if drafter != "none" and drafter not in preset.drafters:
+        raise ValueError(f"drafter {drafter!r} is not in preset {preset.name!r} (choose from {preset.drafter_names})")
+    backend = LocalBackend(preset)
+    backend.warm_up(backend.encode([{"role": "user", "content": "hello"}]), drafter)
+    return ServedEngine(backend, drafter, k, model_name or preset.name)

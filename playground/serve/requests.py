@@ -1,0 +1,132 @@
+"""The requests the server accepts, as pydantic models: the one place a request is validated.
+
+Types are strict (`"stream": "no"` is not a boolean, `1e999` is not a token count), numbers must be finite, and
+OpenAI parameters this server does not implement are refused when they ask for something other than the default,
+instead of being silently ignored. Other unknown fields are ignored, as vLLM ignores them. What needs the model
+(token ids within the vocabulary, the prompt within the context) is checked by the app, before any work is done.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+MAX_STOP_STRINGS = 16
+MAX_STOP_LENGTH = 256
+
+# OpenAI parameters that would change the answer, with the values that mean "not asked for".
+UNSUPPORTED = {
+    "n": (None, 1), "best_of": (None, 1), "logprobs": (None, False), "top_logprobs": (None, 0), "echo": (None, False),
+    "suffix": (None, ""), "logit_bias": (None, {}), "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0), "repetition_penalty": (None, 1, 1.0), "tools": (None, []),
+    "response_format": (None, {"type": "text"}), "min_tokens": (None, 0), "prompt_logprobs": (None, 0),
+}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _refuse_unsupported(self) -> "Strict":
+        for name, value in (self.model_extra or {}).items():
+            if name in UNSUPPORTED and value not in UNSUPPORTED[name]:
+                raise PydanticCustomError("unsupported", "`{param}` is not supported by this server (it serves one "
+                                          "answer per request, without log-probabilities); leave it out",
+                                          {"param": name})
+        return self
+
+
+class StreamOptions(Strict):
+    include_usage: bool = False
+
+
+class Message(Strict):
+    role: Literal["system", "user", "assistant"]
+    content: str | list[dict[str, Any]]
+
+    @field_validator("content")
+    @classmethod
+    def _text_only(cls, content: str | list[dict[str, Any]]) -> str:
+        if isinstance(content, str):
+            return content
+        if not all(part.get("type") == "text" and isinstance(part.get("text"), str) for part in content):
+            raise ValueError("only text content parts are supported")
+        return "".join(part["text"] for part in content)
+
+
+class Sampling(Strict):
+    """What every generation request shares."""
+
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    return_token_ids: bool = False
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_strings(cls, stop: str | list[str] | None) -> list[str]:
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        if len(stops) > MAX_STOP_STRINGS:
+            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings")
+        if any(not s or len(s) > MAX_STOP_LENGTH for s in stops):
+            raise ValueError(f"stop strings must be 1 to {MAX_STOP_LENGTH} characters")
+        return stops
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        return tuple(self.stop or ())
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class CompletionRequest(Sampling):
+    prompt: str | list[int] | list[str] | list[list[int]]
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, prompt: str | list) -> str | list[int]:
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+            if len(prompt) != 1:
+                raise ValueError("one prompt per request (this server does not batch prompts)")
+            prompt = prompt[0]
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        return prompt
+
+
+class ChatCompletionRequest(Sampling):
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    chat_template: str | None = None
+
+    @property
+    def answer_budget(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+class TokenizeRequest(Strict):
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[Message] | None = None
+    add_special_tokens: bool = True
+    chat_template: str | None = None
+
+    @model_validator(mode="after")
+    def _one_input(self) -> "TokenizeRequest":
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give exactly one of `prompt` or `messages`")
+        return self
+
+
+class DetokenizeRequest(Strict):
+    model: str | None = None
+    tokens: list[int]

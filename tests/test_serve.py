@@ -1,0 +1,162 @@
+"""`python -m playground serve` under bad input and limits: every request gets an HTTP answer with the right status and
+an OpenAI-style error object, oversized and slow bodies are refused early, only served prompts are counted, and the
+server log holds no traceback. A real uvicorn server in a subprocess over the tiny models, on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+
+from playground.serve.app import Admission, ApiError
+from playground.serve.requests import CompletionRequest
+from tests.appserver import running_server
+
+MESSAGES = [{"role": "user", "content": "def add(a, b):"}]
+
+
+@pytest.fixture(scope="module")
+def server(tiny_root: Path) -> Iterator[tuple[str, subprocess.Popen]]:
+    """(URL, process); at teardown, the server's log must hold no traceback."""
+    log: list[str] = []
+    with running_server(tiny_root, "--drafter", "eagle3.1", "--k", "3", "--body-timeout", "1") as (url, proc):
+        yield url, proc
+        proc.terminate()
+        log += proc.stderr.read().splitlines()
+    assert not [line for line in log if "Traceback" in line], "\n".join(log[-40:])
+
+
+def post_raw(url: str, path: str, body: str) -> httpx.Response:
+    return httpx.post(url + path, content=body, headers={"Content-Type": "application/json"}, timeout=30)
+
+
+BAD_REQUESTS = [
+    ("/v1/completions", '{"prompt": "hi", "max_tokens": 1e999}', 400, "max_tokens"),
+    ("/v1/completions", '{"prompt": "hi", "temperature": NaN}', 400, "temperature"),
+    ("/v1/completions", '{"prompt": "hi", "top_p": 0}', 400, "top_p"),
+    ("/v1/completions", '{"prompt": [-1, 5]}', 400, "prompt"),
+    ("/v1/completions", '{"prompt": [1000000]}', 400, "prompt"),
+    ("/v1/completions", '{"prompt": ""}', 400, "prompt"),
+    ("/v1/completions", '{"prompt": ["a", "b"]}', 400, "prompt"),
+    ("/v1/completions", '{"prompt": "hi", "stop": 5}', 400, "stop"),
+    ("/v1/completions", '{"prompt": "hi", "seed": "abc"}', 400, "seed"),
+    ("/v1/completions", '{"prompt": "hi", "max_tokens": 0}', 400, "max_tokens"),
+    ("/v1/completions", '{"prompt": "hi", "max_tokens": 1000000000}', 400, "max_tokens"),
+    ("/v1/completions", '{"prompt": "hi", "n": 5}', 400, "n"),
+    ("/v1/completions", '{"prompt": "hi", "logprobs": 5}', 400, "logprobs"),
+    ("/v1/completions", '{"prompt": "hi", "stream": "no"}', 400, "stream"),
+    ("/v1/completions", '{"prompt": "hi", "model": "gpt-5"}', 404, "model"),
+    ("/v1/completions", '{"prompt": "hi"', 400, None),
+    ("/v1/completions", "[1, 2]", 400, None),
+    ("/v1/chat/completions", '{"messages": []}', 400, "messages"),
+    ("/v1/chat/completions", '{"messages": [{"role": "robot", "content": "x"}]}', 400, "messages"),
+    ("/v1/chat/completions", json.dumps({"messages": MESSAGES, "chat_template": "nope"}), 400, "chat_template"),
+    ("/detokenize", '{"tokens": [-1]}', 400, "tokens"),
+    ("/detokenize", '{"tokens": [1000000000000]}', 400, "tokens"),
+    ("/tokenize", "{}", 400, None),
+    ("/v1/embeddings", "{}", 404, None),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "status", "param"), BAD_REQUESTS)
+def test_bad_requests_get_an_error_object(server, path: str, body: str, status: int, param: str | None) -> None:
+    response = post_raw(server[0], path, body)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["message"] and "\n" not in error["message"] and error["code"] == status
+    if param:
+        assert error["param"] == param
+
+
+def test_a_bad_header_gets_an_answer(server) -> None:
+    host, port = server[0].removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 400")
+
+
+def test_oversized_body_is_refused_at_once(server) -> None:
+    body = b'{"prompt": "' + b"a" * (20 << 20) + b'"}'
+    started = time.monotonic()
+    response = httpx.post(server[0] + "/v1/completions", content=body, timeout=30)
+    assert response.status_code == 413 and "larger than this server accepts" in response.json()["error"]["message"]
+    assert time.monotonic() - started < 2
+    peak_kib = next(int(line.split()[1]) for line in Path(f"/proc/{server[1].pid}/status").read_text().splitlines()
+                    if line.startswith("VmHWM:"))
+    assert peak_kib < 1 << 20, f"server peak memory {peak_kib >> 10} MiB"
+
+
+def test_slow_body_times_out(server) -> None:
+    host, port = server[0].removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{\"prompt\": ")
+        started = time.monotonic()
+        answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 408") and time.monotonic() - started < 5
+
+
+def metric(url: str, name: str) -> float:
+    lines = [line for line in httpx.get(url + "/metrics", timeout=30).text.splitlines() if line.startswith(name)]
+    return float(lines[0].rsplit(" ", 1)[1])
+
+
+def test_only_served_prompts_are_counted(server) -> None:
+    url = server[0]
+    before = metric(url, "vllm:prompt_tokens_total")
+    refused = httpx.post(url + "/v1/completions", json={"prompt": [5] * 600, "max_tokens": 4}, timeout=30)
+    assert refused.status_code == 400 and "context length" in refused.json()["error"]["message"]
+    assert metric(url, "vllm:prompt_tokens_total") == before
+    served = httpx.post(url + "/v1/completions", json={"prompt": [5, 6, 7], "max_tokens": 4, "temperature": 0},
+                        timeout=60)
+    assert served.status_code == 200 and served.json()["usage"]["completion_tokens"] >= 1
+    assert metric(url, "vllm:prompt_tokens_total") == before + 3
+
+
+def test_a_client_that_leaves_mid_stream_leaves_no_trace(server) -> None:
+    url = server[0]
+    body = {"messages": MESSAGES, "max_tokens": 200, "temperature": 0, "stream": True}
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as response:
+        next(response.iter_lines())
+    assert httpx.get(url + "/health", timeout=30).status_code == 200  # and the teardown checks the log
+
+
+def test_seeded_sampling_repeats(server) -> None:
+    body = {"messages": MESSAGES, "max_tokens": 16, "temperature": 1.0, "seed": 7, "return_token_ids": True}
+    first, second = (httpx.post(server[0] + "/v1/chat/completions", json=body, timeout=60).json() for _ in range(2))
+    assert first["choices"][0]["token_ids"] == second["choices"][0]["token_ids"]
+
+
+def test_admission_queues_then_refuses() -> None:
+    async def scenario() -> list[str]:
+        admission, seen = Admission(running=1, waiting=1), []
+
+        async def run(name: str, hold: asyncio.Event) -> None:
+            try:
+                async with admission.slot():
+                    seen.append(f"{name} runs")
+                    await hold.wait()
+            except ApiError as err:
+                seen.append(f"{name} {err.status_code}")
+
+        release = asyncio.Event()
+        tasks = [asyncio.create_task(run(name, release)) for name in ("a", "b", "c")]
+        await asyncio.sleep(0.05)
+        release.set()
+        await asyncio.gather(*tasks)
+        return seen
+
+    assert asyncio.run(scenario()) == ["a runs", "c 429", "b runs"]
+
+
+def test_request_models_keep_types_strict() -> None:
+    assert CompletionRequest.model_validate_json('{"prompt": [[1, 2]], "stop": "x"}').prompt == [1, 2]
+    assert CompletionRequest.model_validate_json('{"prompt": "x", "temperature": 0}').temperature == 0.0
+    assert CompletionRequest.model_validate_json('{"prompt": "x", "n": 1, "logprobs": null}').stop_strings == ()
