@@ -31,7 +31,7 @@ LAYER_KEYS = [
 ]
 TOP_KEYS = ["fc.weight", "norm.weight", "lm_head.weight", "d2t"]
 LAYER_PREFIX = {"official": "midlayer.", "vllm": "layers.0.", "speculators": "layers.0."}
-AUX_IDS = [2, 2, 1]  # the tiny target's default [2, N//2, N-3] for N = 4, which the tiny drafters were trained with
+AUX_IDS = [1, 2, 2]  # the tiny target's default [2, N//2, N-3] for N = 4 in layer order, as the tiny drafters trained
 
 
 # --- writing checkpoints by hand ----------------------------------------------------------------------------------
@@ -157,6 +157,27 @@ def test_vllm_architecture_name_and_model_prefix(tiny: TinyModels, tmp_path: Pat
     assert layout == "vllm"
     ref = tiny.drafters["eagle3"]
     assert drafting_trace(tiny, drafter, aux) == drafting_trace(tiny, ref.drafter, ref.aux_layers)
+
+
+def test_norm_before_fc_is_read_inside_eagle_config(tiny: TinyModels) -> None:
+    """Some public drafters set norm_before_fc inside eagle_config; vLLM reads it there first, then at the top."""
+    config = make_config(tiny, "official", False, False)
+    config["eagle_config"] = {**config.get("eagle_config", {}), "norm_before_fc": True}
+    assert config_from_dict(config).norm_before_fc is True
+    assert config_from_dict({**config, "eagle_config": {}, "norm_before_fc": True}).norm_before_fc is True
+    assert config_from_dict(make_config(tiny, "official", False, False)).norm_before_fc is False
+
+
+def test_aux_layers_are_read_in_layer_order(tiny: TinyModels, tmp_path: Path) -> None:
+    """vLLM and SafeAILab concatenate aux states in layer order, whatever order the config lists: so do we. A config
+    listing the ids out of order drafts exactly like the same drafter listing them in order."""
+    reference = tiny.drafters["eagle3"]
+    config = make_config(tiny, "official", False, False)
+    config["eagle_config"] = {**config.get("eagle_config", {}),
+                              "eagle_aux_hidden_state_layer_ids": list(reversed(AUX_IDS))}
+    drafter, aux, _ = load_and_attach(tiny.target, write(tmp_path, config, source_weights(tiny, "eagle3")))
+    assert aux == AUX_IDS
+    assert drafting_trace(tiny, drafter, aux) == drafting_trace(tiny, reference.drafter, reference.aux_layers)
 
 
 def test_speculators_norm_before_residual_default(tiny: TinyModels) -> None:

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from playground.engine.checkpoint import CheckpointError
+from playground.engine.checkpoint import CheckpointError, aux_layer_ids
 
 
 class DrafterMismatch(CheckpointError):
@@ -57,12 +57,6 @@ def _language_config(config: dict) -> dict:
 def _drafter_layer(config: dict) -> dict:
     """Speculators layout keeps the draft layer's settings in transformer_layer_config."""
     return config.get("transformer_layer_config") or config
-
-
-def aux_layer_ids(drafter_config: dict) -> list[int] | None:
-    ids = drafter_config.get("eagle_aux_hidden_state_layer_ids") or (drafter_config.get("eagle_config") or {}).get(
-        "eagle_aux_hidden_state_layer_ids")
-    return [int(i) for i in ids] if ids else None
 
 
 def drafter_fit(target_config: dict, drafter_config: dict) -> FitReport:

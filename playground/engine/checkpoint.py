@@ -26,16 +26,16 @@ class CheckpointError(ValueError):
     """A drafter checkpoint that cannot be used; the message names the problem."""
 
 
-LAYOUTS = ("official", "vllm", "speculators")
 EAGLE3_ARCHITECTURES = {"LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Speculator"}
 _IGNORED_KEYS = {"t2d"}
 
 
-def _aux_layer_ids(raw: dict) -> list[int] | None:
+def aux_layer_ids(raw: dict) -> list[int] | None:
+    """The aux layer ids a drafter config.json names (top level or inside `eagle_config`), as listed."""
     ids = raw.get("eagle_aux_hidden_state_layer_ids") or (raw.get("eagle_config") or {}).get(
         "eagle_aux_hidden_state_layer_ids"
     )
-    return list(ids) if ids else None
+    return [int(i) for i in ids] if ids else None
 
 
 def _rope_theta(layer: dict) -> float:
@@ -71,7 +71,7 @@ def config_from_dict(raw: dict) -> DrafterConfig:
         layer = raw
     try:
         hidden = int(layer["hidden_size"])
-        aux_ids = _aux_layer_ids(raw)
+        aux_ids = aux_layer_ids(raw)
         eagle_config = raw.get("eagle_config") or {}
         if eagle_config.get("use_aux_hidden_state") is False:
             raise CheckpointError("drafters without aux hidden states (use_aux_hidden_state: false) are not supported")
@@ -99,7 +99,8 @@ def config_from_dict(raw: dict) -> DrafterConfig:
             max_position_embeddings=int(layer.get("max_position_embeddings", 2048)),
             fc_norm=bool(raw.get("fc_norm", False)),
             norm_output=bool(raw.get("norm_output", False)),
-            norm_before_fc=bool(raw.get("norm_before_fc", False)),
+            # as vLLM reads it: inside eagle_config first (some public drafters put it there), then the top level
+            norm_before_fc=bool(eagle_config.get("norm_before_fc", raw.get("norm_before_fc", False))),
             # vLLM reads a speculators config without the key as True; the other layouts default to False.
             norm_before_residual=bool(raw.get("norm_before_residual", speculators)),
             fc_bias=bool(raw.get("bias", False)),

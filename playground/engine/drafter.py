@@ -29,7 +29,7 @@ class DrafterConfig:
     draft_vocab_size: int
     target_hidden_size: int
     num_aux_hidden_states: int = 3
-    aux_layer_ids: list[int] | None = None  # vLLM "input of layer" convention; None = [2, N//2, N-3]
+    aux_layer_ids: list[int] | None = None  # vLLM "input of layer" ids, read in layer order; None = [2, N//2, N-3]
     num_hidden_layers: int = 1
     head_dim: int | None = None
     rms_norm_eps: float = 1e-5
@@ -53,10 +53,6 @@ class DrafterConfig:
     @property
     def generation(self) -> str:
         return "EAGLE-3.1" if (self.fc_norm or self.norm_output) else "EAGLE-3"
-
-    def default_aux_layer_ids(self, target_num_layers: int) -> list[int]:
-        n = target_num_layers
-        return [2, n // 2, n - 3]
 
     def rope_config(self) -> LlamaConfig:
         """A LlamaConfig carrying just the RoPE settings, so HF's rotary embedding handles every rope type."""

@@ -92,12 +92,13 @@ class Target:
 
     def default_aux_layer_ids(self) -> list[int]:
         n = self.num_layers
-        return [2, n // 2, n - 3]
+        return sorted([2, n // 2, n - 3])
 
     def attach(self, drafter: Eagle3Drafter) -> list[int]:
         """Check that a drafter fits this target, share embeddings if it has none, return its aux layer ids."""
         cfg = drafter.config
-        ids = cfg.aux_layer_ids or self.default_aux_layer_ids()
+        # in layer order, whatever order the config lists them in: vLLM and SafeAILab concatenate them so
+        ids = sorted(cfg.aux_layer_ids or self.default_aux_layer_ids())
         problems = []
         if cfg.target_hidden_size != self.hidden_size:
             problems.append(f"drafter expects target hidden size {cfg.target_hidden_size}, target has {self.hidden_size}")
