@@ -25,7 +25,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from playground.engine import DrafterConfig, Eagle3Drafter, GenerationConfig, Target, speculative_generate
 from playground.engine import decode as decode_module
 from playground.engine import sampling
-from playground.engine.sampling import accept_sampled
+from playground.engine.sampling import accept_greedy, accept_sampled
 
 ALPHA = 1e-4  # seeds are fixed, so the tests are deterministic; a small alpha keeps them robust across platforms
 
@@ -350,3 +350,16 @@ def test_negative_controls_are_detected(setup: SamplingSetup, monkeypatch: pytes
     assert naive < 1e-12, f"'accept every draft' sampler not detected: p = {naive}"
     from_p = chi_square_pvalue(counts_of(samples.residual_from_p), _marginal(exact, (0, 1)))
     assert from_p < 1e-6, f"'resample rejections from p' sampler not detected: p = {from_p}"
+
+
+@pytest.mark.parametrize(("drafted", "target_argmax", "accepted", "bonus"), [
+    ([5, 6, 7], [5, 6, 7, 8], 3, 8),  # a perfect match: every draft kept, the bonus is the target's next token
+    ([5, 6, 7], [9, 6, 7, 8], 0, 9),  # an early mismatch: nothing kept, the target's own token instead
+    ([5, 6, 7], [5, 9, 7, 8], 1, 9),  # a mismatch in the middle: later matches do not count
+    ([5, 6, 7], [5, 6, 9, 8], 2, 9),
+    ([], [4], 0, 4),  # nothing drafted: plain decoding's token
+])
+def test_accept_greedy_table(drafted: list[int], target_argmax: list[int], accepted: int, bonus: int) -> None:
+    logits = torch.full((len(target_argmax), 10), -1.0)
+    logits[torch.arange(len(target_argmax)), torch.tensor(target_argmax)] = 1.0
+    assert accept_greedy(torch.tensor(drafted, dtype=torch.long), logits) == (accepted, bonus)
