@@ -9,6 +9,7 @@ import json
 import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
@@ -126,6 +127,57 @@ def test_a_client_that_leaves_mid_stream_leaves_no_trace(server) -> None:
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as response:
         next(response.iter_lines())
     assert httpx.get(url + "/health", timeout=30).status_code == 200  # and the teardown checks the log
+
+
+def stream_answer(url: str, body: dict) -> list[int]:
+    ids = []
+    with httpx.stream("POST", url + "/v1/chat/completions", json={**body, "stream": True}, timeout=120) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: {"):
+                ids += json.loads(line[6:])["choices"][0].get("token_ids") or []
+    return ids
+
+
+def test_concurrent_streams_equal_their_solo_answers(server) -> None:
+    url = server[0]
+    bodies = [{"messages": [{"role": "user", "content": f"Write a list of {n} fruits."}], "max_tokens": 32,
+               "temperature": 0, "return_token_ids": True} for n in range(6)]
+    solo = [stream_answer(url, body) for body in bodies]
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        together = list(pool.map(lambda body: stream_answer(url, body), bodies))
+    assert together == solo and all(solo)
+
+
+def test_a_cancel_storm_leaves_nothing_running(server) -> None:
+    url = server[0]
+    body = {"messages": MESSAGES, "max_tokens": 450, "temperature": 0, "stream": True}
+    generated_before = metric(url, "vllm:generation_tokens_total")
+
+    def leave_after_first_chunk(_: int) -> None:
+        with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as response:
+            next(response.iter_lines())
+
+    with ThreadPoolExecutor(12) as pool:
+        list(pool.map(leave_after_first_chunk, range(12)))
+    deadline = time.monotonic() + 5
+    while (metric(url, "vllm:num_requests_running") or metric(url, "vllm:num_requests_waiting")) and \
+            time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert metric(url, "vllm:num_requests_running") == 0 and metric(url, "vllm:num_requests_waiting") == 0
+    # each abandoned request decoded a few steps at most, not its 450 tokens
+    assert metric(url, "vllm:generation_tokens_total") - generated_before < 12 * 50
+
+
+def test_a_non_streaming_request_stops_when_its_client_leaves(server) -> None:
+    url = server[0]
+    before = metric(url, "vllm:generation_tokens_total")
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(url + "/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 450, "temperature": 0},
+                   timeout=httpx.Timeout(30, read=0.3))
+    deadline = time.monotonic() + 5
+    while metric(url, "vllm:num_requests_running") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert metric(url, "vllm:generation_tokens_total") - before < 300
 
 
 def test_seeded_sampling_repeats(server) -> None:

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.samples import Sample
 
 from playground.backends.specstats import (
-    ServedCounters, counters_from_samples, parse_prometheus, render_prometheus, request_metrics,
+    ServedCounters, ServedSnapshot, counters_from_samples, parse_prometheus, render_prometheus, request_metrics,
 )
 from playground.engine import SpecCounters, StepEvent, summarize
 
@@ -70,14 +70,16 @@ def test_counters_sum_engines_and_read_positions() -> None:
 def test_exposition_round_trips_and_diffs() -> None:
     before = SpecCounters(4, 16, 6, [3, 2, 1, 0])
     after = SpecCounters(9, 36, 15, [8, 4, 2, 1])
-    text = render_prometheus(ServedCounters({"engine": "0", "model_name": 'my "model"'}, lambda: (after, 11, 7)))
+    text = render_prometheus(ServedCounters({"engine": "0", "model_name": 'my "model"'},
+                                            lambda: ServedSnapshot(after, 11, 7, running=2, waiting=1)))
     labels = 'engine="0",model_name="my \\"model\\"",position="3"'
     assert f"vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels}}} 1.0" in text
     assert 'vllm:prompt_tokens_total{engine="0",model_name="my \\"model\\""} 11.0' in text
+    assert 'vllm:num_requests_waiting{engine="0",model_name="my \\"model\\""} 1.0' in text
     assert counters_from_samples(parse_prometheus(text)) == after
     assert after - before == SpecCounters(5, 20, 9, [5, 2, 1, 1])
     assert (after - before) + before == after and before + SpecCounters() == SpecCounters(4, 16, 6, [3, 2, 1, 0])
-    plain = render_prometheus(ServedCounters({}, lambda: (None, 3, 4)))
+    plain = render_prometheus(ServedCounters({}, lambda: ServedSnapshot(None, 3, 4, running=0, waiting=0)))
     assert counters_from_samples(parse_prometheus(plain)) is None and "vllm:generation_tokens_total 4.0" in plain
 
 

@@ -9,10 +9,11 @@ The text format is prometheus_client's (exposition and parser), as vLLM's server
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -24,6 +25,8 @@ ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 PROMPT_TOKENS = "vllm:prompt_tokens"
 GENERATION_TOKENS = "vllm:generation_tokens"
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
 
 
 def parse_prometheus(text: str) -> list[Sample]:
@@ -59,31 +62,48 @@ def counters_from_samples(samples: Iterable[Sample], model_name: str | None = No
                         positions)
 
 
-class ServedCounters:
-    """A prometheus_client collector exposing, as vLLM's server does, the spec-decode counters (absent when not
-    speculating) and the prompt / generation token counters of whatever `snapshot()` returns at scrape time."""
+@dataclass
+class ServedSnapshot:
+    """What a server has served so far, and what it is doing now."""
 
-    def __init__(self, labels: dict[str, str],
-                 snapshot: Callable[[], tuple[SpecCounters | None, int, int]]) -> None:
+    spec: SpecCounters | None  # None when not speculating: no spec-decode metrics at all, as vLLM
+    prompt_tokens: int
+    generation_tokens: int
+    running: int
+    waiting: int
+
+
+class ServedCounters:
+    """A prometheus_client collector exposing, with vLLM's names, whatever `snapshot()` returns at scrape time:
+    the spec-decode counters, the prompt / generation token counters, and the running / waiting request gauges."""
+
+    def __init__(self, labels: dict[str, str], snapshot: Callable[[], ServedSnapshot]) -> None:
         self.labels, self.snapshot = labels, snapshot
 
-    def _counter(self, name: str, help_text: str, rows: list[tuple[dict[str, str], float]]) -> Metric:
+    def _family(self, kind: type, name: str, help_text: str, rows: list[tuple[dict[str, str], float]]) -> Metric:
         extra = sorted({key for more, _ in rows for key in more})
-        family = CounterMetricFamily(name, help_text, labels=[*self.labels, *extra])
+        family = kind(name, help_text, labels=[*self.labels, *extra])
         for more, value in rows:
             family.add_metric([*self.labels.values(), *(more[key] for key in extra)], value)
         return family
 
     def collect(self) -> Iterable[Metric]:
-        spec, prompt_tokens, generation_tokens = self.snapshot()
-        if spec is not None:
-            yield self._counter(DRAFTS, "Number of spec decoding drafts.", [({}, spec.drafts)])
-            yield self._counter(DRAFT_TOKENS, "Number of draft tokens.", [({}, spec.draft_tokens)])
-            yield self._counter(ACCEPTED, "Number of accepted tokens.", [({}, spec.accepted_tokens)])
-            yield self._counter(ACCEPTED_PER_POS, "Accepted tokens per draft position.",
-                                [({"position": str(i)}, c) for i, c in enumerate(spec.accepted_per_pos)])
-        yield self._counter(PROMPT_TOKENS, "Number of prefill tokens processed.", [({}, prompt_tokens)])
-        yield self._counter(GENERATION_TOKENS, "Number of generation tokens processed.", [({}, generation_tokens)])
+        now = self.snapshot()
+        if now.spec is not None:
+            spec = now.spec
+            yield self._family(CounterMetricFamily, DRAFTS, "Number of spec decoding drafts.", [({}, spec.drafts)])
+            yield self._family(CounterMetricFamily, DRAFT_TOKENS, "Number of draft tokens.",
+                               [({}, spec.draft_tokens)])
+            yield self._family(CounterMetricFamily, ACCEPTED, "Number of accepted tokens.",
+                               [({}, spec.accepted_tokens)])
+            yield self._family(CounterMetricFamily, ACCEPTED_PER_POS, "Accepted tokens per draft position.",
+                               [({"position": str(i)}, c) for i, c in enumerate(spec.accepted_per_pos)])
+        yield self._family(CounterMetricFamily, PROMPT_TOKENS, "Number of prefill tokens processed.",
+                           [({}, now.prompt_tokens)])
+        yield self._family(CounterMetricFamily, GENERATION_TOKENS, "Number of generation tokens processed.",
+                           [({}, now.generation_tokens)])
+        yield self._family(GaugeMetricFamily, RUNNING, "Number of requests decoding now.", [({}, now.running)])
+        yield self._family(GaugeMetricFamily, WAITING, "Number of requests waiting to decode.", [({}, now.waiting)])
 
 
 def render_prometheus(collector: ServedCounters) -> str:

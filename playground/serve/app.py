@@ -101,7 +101,11 @@ class Admission:
     """At most `running` requests decode at once; up to `waiting` more queue (awaiting, holding no thread)."""
 
     def __init__(self, running: int, waiting: int) -> None:
-        self.slots, self.max_waiting, self.waiting = asyncio.Semaphore(running), waiting, 0
+        self.slots, self.max_waiting = asyncio.Semaphore(running), waiting
+        self.running = self.waiting = 0
+
+    def counts(self) -> tuple[int, int]:
+        return self.running, self.waiting
 
     def check(self) -> None:
         if self.slots.locked() and self.waiting >= self.max_waiting:
@@ -115,9 +119,11 @@ class Admission:
             await self.slots.acquire()
         finally:
             self.waiting -= 1
+        self.running += 1
         try:
             yield
         finally:
+            self.running -= 1
             self.slots.release()
 
 
@@ -276,7 +282,7 @@ def build_app(engine: ServedEngine, limits: Limits = Limits()) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(render_prometheus(engine.collector()),
+        return PlainTextResponse(render_prometheus(engine.collector(admission.counts)),
                                  media_type="text/plain; version=0.0.4; charset=utf-8")
 
     app.add_middleware(Guard, limits=limits)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Iterator
+from typing import Callable, Iterator
 
 from playground.backends import backend_unavailable_reason
 from playground.backends.local import LocalBackend
-from playground.backends.specstats import ServedCounters
+from playground.backends.specstats import ServedCounters, ServedSnapshot
 from playground.engine import MAX_K, GenerationConfig, SpecCounters, StepEvent
 from playground.presets import get_preset
 
@@ -55,13 +55,16 @@ class ServedEngine:
                 self.generation_tokens += len(event.emitted)
             yield event
 
-    def snapshot(self) -> tuple[SpecCounters | None, int, int]:
-        with self.lock:
-            return (replace(self.counters, accepted_per_pos=list(self.counters.accepted_per_pos))
-                    if self.counters else None, self.prompt_tokens, self.generation_tokens)
+    def collector(self, requests: Callable[[], tuple[int, int]]) -> ServedCounters:
+        """The `/metrics` collector; `requests()` gives the (running, waiting) request counts at scrape time."""
 
-    def collector(self) -> ServedCounters:
-        return ServedCounters({"engine": "0", "model_name": self.model_name}, self.snapshot)
+        def snapshot() -> ServedSnapshot:
+            with self.lock:
+                spec = replace(self.counters, accepted_per_pos=list(self.counters.accepted_per_pos)) \
+                    if self.counters else None
+                return ServedSnapshot(spec, self.prompt_tokens, self.generation_tokens, *requests())
+
+        return ServedCounters({"engine": "0", "model_name": self.model_name}, snapshot)
 
 
 def load_engine(preset_name: str, drafter: str, k: int, model_name: str | None) -> ServedEngine:
