@@ -15,12 +15,15 @@ it cannot measure plain decoding itself).
 from __future__ import annotations
 
 import threading
-from typing import Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
 from playground.engine import GenerationConfig, StepEvent
 from playground.presets import Preset
 
 from .availability import backend_unavailable_reason
+
+if TYPE_CHECKING:
+    from .local import LocalBackend
 
 
 class BackendUnavailable(ValueError):
@@ -62,6 +65,15 @@ def open_backend(preset: Preset) -> Backend:
     return RemoteBackend(preset)
 
 
+def open_local_backend(preset: Preset, who: str, otherwise: str) -> "LocalBackend":
+    """A new local-engine backend for `who` (a command that needs the target's weights in this process), or
+    BackendUnavailable: the preset uses another backend (`otherwise` says what to do then), or cannot run here."""
+    if preset.backend != "local":
+        raise BackendUnavailable(f"{who} runs the local engine, and preset {preset.name!r} uses the {preset.backend} "
+                                 f"backend; {otherwise}")
+    return open_backend(preset)
+
+
 _SHARED: dict[str, Backend] = {}
 _SHARED_LOCK = threading.Lock()
 
@@ -77,4 +89,5 @@ def shared_backend(preset: Preset) -> Backend:
         return _SHARED[preset.name]
 
 
-__all__ = ["Backend", "BackendUnavailable", "backend_unavailable_reason", "open_backend", "shared_backend"]
+__all__ = ["Backend", "BackendUnavailable", "backend_unavailable_reason", "open_backend", "open_local_backend",
+           "shared_backend"]

@@ -8,8 +8,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from playground.backends import backend_unavailable_reason
-from playground.backends.local import LocalBackend
+from playground.backends import open_local_backend
 from playground.bench.methods import PEERS, Runner
 from playground.bench.profiles import get_profile, profiles
 from playground.bench.prompts import builtin_sets
@@ -60,14 +59,9 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 def bench(args: argparse.Namespace) -> None:
     config = config_from_args(args)
     preset = resolve_preset(args)
-    if preset.backend != "local":
-        raise UsageError(f"the bench runs on the local engine (peers and drift need the target's weights); preset "
-                         f"{preset.name!r} uses the {preset.backend} backend")
-    reason = backend_unavailable_reason(preset)
-    if reason:
-        raise UsageError(reason)
+    backend = open_local_backend(preset, "the bench", "peers and drift need the target's weights in this process")
     _check_drafters(config, preset)
-    runner = Runner(LocalBackend(preset), config.assistant)
+    runner = Runner(backend, config.assistant)
     with tqdm(total=1, unit="run", dynamic_ncols=True) as bar:
         def progress(done: int, total: int, message: str) -> None:
             bar.total = total

@@ -6,7 +6,7 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
-from playground.backends import backend_unavailable_reason
+from playground.backends import open_local_backend
 from playground.backends.local import LocalBackend
 from playground.backends.specstats import ServedCounters, ServedSnapshot
 from playground.engine import MAX_K, GenerationConfig, SpecCounters, StepEvent
@@ -70,16 +70,11 @@ class ServedEngine:
 def load_engine(preset_name: str, drafter: str, k: int, model_name: str | None) -> ServedEngine:
     """Load (and warm up) the preset's target and drafter; refuse what cannot be served, with the reason."""
     preset = get_preset(preset_name)
-    if preset.backend != "local":
-        raise ValueError(f"serve runs the local engine, and preset {preset.name!r} uses {preset.backend}; for vLLM "
-                         f"run `python -m playground vllm-command --preset {preset.name}`")
-    reason = backend_unavailable_reason(preset)
-    if reason:
-        raise ValueError(reason)
+    backend = open_local_backend(preset, "serve", f"for vLLM run `python -m playground vllm-command --preset "
+                                                 f"{preset.name}`")
     if not 1 <= k <= MAX_K:
         raise ValueError(f"--k must be between 1 and {MAX_K}, got {k}")
     if drafter != "none" and drafter not in preset.drafters:
         raise ValueError(f"drafter {drafter!r} is not in preset {preset.name!r} (choose from {preset.drafter_names})")
-    backend = LocalBackend(preset)
     backend.warm_up(backend.encode([{"role": "user", "content": "hello"}]), drafter)
     return ServedEngine(backend, drafter, k, model_name or preset.name)
