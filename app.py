@@ -11,15 +11,19 @@ import os
 
 import playground.backends.zerogpu  # noqa: F401 - on a ZeroGPU Space `spaces` must be imported before CUDA is touched
 import torch
+from starlette.middleware import Middleware
 
 from playground.playback import load_preset
 from playground.presets import default_preset_name
 from playground.ui import APP_CSS, THEME, build_app
+from playground.ui.common import StampArrival
 
 log = logging.getLogger("playground")
 
 
 def main() -> None:
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log.setLevel(logging.INFO)  # ours at INFO (a refused request is one line); other libraries at WARNING
     if threads := os.environ.get("PLAYGROUND_THREADS"):
         torch.set_num_threads(int(threads))
     problem = load_preset(default_preset_name())
@@ -27,7 +31,7 @@ def main() -> None:
         log.warning("not loaded: %s", problem)
     demo = build_app(problem)
     demo.queue(default_concurrency_limit=int(os.environ.get("PLAYGROUND_CONCURRENCY", "1")), max_size=64)
-    demo.launch(ssr_mode=False, css=APP_CSS, theme=THEME)
+    demo.launch(ssr_mode=False, css=APP_CSS, theme=THEME, app_kwargs={"middleware": [Middleware(StampArrival)]})
 
 
 if __name__ == "__main__":

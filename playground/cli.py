@@ -39,7 +39,11 @@ def resolve_preset(args: argparse.Namespace) -> Preset:
 def make_backend(args: argparse.Namespace, preset: Preset):
     """The preset's backend, or a UsageError saying in one line why it cannot run here."""
     from playground.backends import BackendUnavailable, open_backend
+    from playground.backends.availability import visible_gpus
 
+    if getattr(args, "device", None) == "cuda" and preset.backend == "local" and visible_gpus() == 0:
+        raise UsageError("--device cuda asks for a CUDA GPU and none is visible on this machine; leave --device out "
+                         "(or pass --device cpu) to run on the CPU")
     try:
         return open_backend(preset)
     except BackendUnavailable as err:

@@ -46,6 +46,7 @@ class RunSettings:
     max_new_tokens: int = 256
     chat_template: str = "default"  # "default" (the tokenizer's) or a shipped one (engine.templates)
     system: str = ""
+    seed: int | None = None  # sampling only: the same seed repeats the same answer
 
     @property
     def plain(self) -> bool:
@@ -70,6 +71,8 @@ class RunSettings:
             raise RequestError(f"k (speculative tokens per step) must be between 1 and {UI_MAX_K}, got {self.k}")
         if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
             raise RequestError(f"max new tokens must be between 1 and {MAX_NEW_TOKENS}, got {self.max_new_tokens}")
+        if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < 2**63):
+            raise RequestError(f"the seed must be a whole number from 0 to 2**63 - 1, got {self.seed}")
         if self.chat_template not in CHAT_TEMPLATES:
             raise RequestError(f"unknown chat template {self.chat_template!r}; "
                                f"choose one of {', '.join(CHAT_TEMPLATES)}")
@@ -81,7 +84,7 @@ class RunSettings:
 
     def generation_config(self) -> GenerationConfig:
         return GenerationConfig(max_new_tokens=self.max_new_tokens, k=self.k, temperature=self.temperature,
-                                top_p=self.top_p)
+                                top_p=self.top_p, seed=self.seed)
 
     @property
     def template_name(self) -> str | None:
@@ -139,9 +142,10 @@ class Run:
         return RunView.from_events(s.drafter_label, s.plain, s.k, self.events, self.baseline_tokens_per_second,
                                    self.missing_fields)
 
-    def record(self, name: str, with_steps: bool = True) -> dict:
-        """The run as JSON-ready data: text, config, metrics and (for exports) the per-step trace."""
-        view = self.view()
+    def record(self, name: str, with_steps: bool = True, view: RunView | None = None) -> dict:
+        """The run as JSON-ready data: text, config, metrics and (for exports) the per-step trace. Pass the `view`
+        already built for this render, so the events are summarised once."""
+        view = view or self.view()
         record = {
             "run": name, "status": self.status, "settings": asdict(self.settings),
             "config": asdict(self.settings.generation_config()), "prompt_tokens": self.prompt_tokens,
@@ -172,6 +176,9 @@ class _ActiveTimeEvents:
         self._paused_since = time.perf_counter()
         return replace(event, elapsed_ms=max(event.elapsed_ms - self._paused_s * 1000, 0.0))
 
+    def close(self) -> None:
+        getattr(self._events, "close", lambda: None)()
+
 
 class RunDriver:
     """Advances one backend stream a step at a time and keeps its Run up to date."""
@@ -182,6 +189,7 @@ class RunDriver:
         self._backend, self._prompt_ids, self._should_stop = backend, prompt_ids, should_stop
         self._provenance = ProvenanceBuilder(backend.decode)
         self._events: _ActiveTimeEvents | None = None
+        self._engine_checks_stop = True
 
     def open(self) -> None:
         """Load the drafter (and check that it fits the target) before anything is measured."""
@@ -189,7 +197,9 @@ class RunDriver:
         if on_zerogpu() and self._backend.name == "local":  # the GPU exists only inside a spaces.GPU call
             from playground.backends.zerogpu import stream_local
 
+            # the engine runs in a forked worker that cannot see the stop switch: the driver stops pulling instead
             stream = stream_local(s.preset, self._prompt_ids, s.drafter, s.generation_config())
+            self._engine_checks_stop = False
         else:
             stream = self._backend.stream(self._prompt_ids, s.drafter, s.generation_config(), self._should_stop)
         self._events = _ActiveTimeEvents(stream)
@@ -203,6 +213,11 @@ class RunDriver:
         if self.run.finished:
             return False
         assert self._events is not None, "open() first"
+        if not self._engine_checks_stop and self.run.events and self._should_stop():
+            self._events.close()
+            self.run.events[-1] = replace(self.run.events[-1], finished=True, finish_reason="cancelled")
+            self.run.phase = "done"
+            return False
         event = next(self._events, None)
         if event is None:
             self.run.phase = "done"
@@ -233,7 +248,7 @@ def _prepare(settings: RunSettings, messages: list[dict]) -> tuple[Backend, list
     return backend, backend.encode(messages, chat_template=settings.template_name)
 
 
-def _check_prompt(prompt: str | None) -> str:
+def _nonempty_prompt(prompt: str | None) -> str:
     if prompt is None or not prompt.strip():
         raise RequestError("the prompt is empty: type a message first")
     return prompt
@@ -278,7 +293,7 @@ class Conversation:
 def chat_turn(conversation: Conversation, prompt: str | None, settings: RunSettings,
               should_stop: Callable[[], bool]) -> Iterator[Run]:
     """Answer `prompt` in `conversation`, yielding the growing Run (the exchange is added before the first yield)."""
-    prompt = _check_prompt(prompt)
+    prompt = _nonempty_prompt(prompt)
     backend, prompt_ids = _prepare(settings, conversation.messages(settings.system, prompt))
     driver = RunDriver(backend, settings, prompt_ids, should_stop)
     driver.open()
@@ -330,7 +345,7 @@ class Comparison:
 def compare(prompt: str | None, left: RunSettings, right: RunSettings,
             should_stop: Callable[[], bool]) -> Iterator[Comparison]:
     """Run two configurations on one prompt at the same time (alternating steps), yielding both as they grow."""
-    prompt = _check_prompt(prompt)
+    prompt = _nonempty_prompt(prompt)
     drivers = []
     for settings in (left, right):
         backend, prompt_ids = _prepare(settings, Conversation().messages(settings.system, prompt))
@@ -346,28 +361,36 @@ def compare(prompt: str | None, left: RunSettings, right: RunSettings,
 
 
 class StopSwitches:
-    """One threading.Event per (session, tab). Stop sets it; the engine checks it between steps."""
+    """One threading.Event per (session, tab). Stop sets it; the engine checks it between steps.
+
+    Stop also counts for a run still waiting in the queue: each switch remembers when Stop was last pressed, and a
+    run armed later but submitted before that press starts already stopped."""
 
     def __init__(self) -> None:
         self._events: dict[tuple[str, str], threading.Event] = {}
+        self._stopped_at: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
 
-    def arm(self, session: str, tab: str) -> threading.Event:
-        """A fresh, unset switch for a new run (a Stop pressed before it started does not stop it)."""
+    def arm(self, session: str, tab: str, submitted_at: float) -> threading.Event:
+        """The switch of a run submitted at `submitted_at` (time.monotonic()), set if Stop was pressed since."""
         with self._lock:
             event = self._events[(session, tab)] = threading.Event()
+            if self._stopped_at.get((session, tab), float("-inf")) >= submitted_at:
+                event.set()
             return event
 
     def trip(self, session: str, tab: str) -> None:
         with self._lock:
+            self._stopped_at[(session, tab)] = time.monotonic()
             event = self._events.get((session, tab))
         if event is not None:
             event.set()
 
     def forget(self, session: str) -> None:
         with self._lock:
-            for key in [key for key in self._events if key[0] == session]:
-                del self._events[key]
+            for table in (self._events, self._stopped_at):
+                for key in [key for key in table if key[0] == session]:
+                    del table[key]
 
 
 # --- export -------------------------------------------------------------------------------------------------------
@@ -402,6 +425,11 @@ def _csv_rows(name: str, run: Run) -> Iterator[list]:
         ]
 
 
+def _shareable(model: str) -> str:
+    """A Hub id as it is; a local folder by its name only (exports are shared; local paths are private)."""
+    return Path(model).name if Path(model).is_absolute() else model
+
+
 def export_runs(runs: dict[str, Run], messages: list[dict], folder: Path, stem: str) -> list[Path]:
     """Write `<stem>.json` (text, config, metrics, per-step trace) and `<stem>.csv` (one row per step)."""
     if not runs:
@@ -411,7 +439,7 @@ def export_runs(runs: dict[str, Run], messages: list[dict], folder: Path, stem: 
     preset = get_preset(first.settings.preset)
     payload = {
         "app": "EAGLE Playground", "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "preset": preset.name, "target": preset.target, "messages": messages, "timing_note": TIMING_NOTE,
+        "preset": preset.name, "target": _shareable(preset.target), "messages": messages, "timing_note": TIMING_NOTE,
         "runs": [run.record(name) for name, run in runs.items()],
     }
     json_path, csv_path = folder / f"{stem}.json", folder / f"{stem}.csv"

@@ -34,11 +34,17 @@ def pair_models(tiny_root: Path) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
-def app_url(tiny_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def app_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the `app_url` app writes its log."""
+    return tmp_path_factory.mktemp("app") / "app.log"
+
+
+@pytest.fixture(scope="session")
+def app_url(tiny_root: Path, app_log: Path) -> Iterator[str]:
     """A running app: on the tiny pair, or on the real default pair with PLAYGROUND_TEST_REAL_MODELS=1."""
     from tests.appserver import running_app, use_real_models
 
-    with running_app(None if use_real_models() else tiny_root, tmp_path_factory.mktemp("app") / "app.log") as url:
+    with running_app(None if use_real_models() else tiny_root, app_log) as url:
         yield url
 
 

@@ -4,6 +4,7 @@ metrics; bad inputs get a clear message and the server keeps serving."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import gradio as gr
@@ -15,9 +16,9 @@ from tests.appserver import long_answer_prompt
 
 PROMPT = long_answer_prompt()
 CHAT_DEFAULTS = dict(drafter="eagle3.1", k=4, preset="smollm2-135m", temperature=0.0, top_p=1.0, max_new_tokens=48,
-                     chat_template="default", system="")
+                     chat_template="default", system="", seed=None)
 COMPARE_DEFAULTS = dict(left_drafter="eagle3", left_k=4, right_drafter="eagle3.1", right_k=4, preset="smollm2-135m",
-                        temperature=0.0, top_p=1.0, max_new_tokens=48, chat_template="default", system="")
+                        temperature=0.0, top_p=1.0, max_new_tokens=48, chat_template="default", system="", seed=None)
 
 
 @pytest.fixture
@@ -100,20 +101,52 @@ def test_stop_ends_a_long_answer(client: Client) -> None:
     assert run["finish_reason"] == "cancelled" and run["metrics"]["generated_tokens"] < 1024
 
 
+def test_stop_cancels_a_queued_run(app_url: str) -> None:
+    """The app runs one model job at a time: B waits behind A, and B's Stop must cancel B before it starts."""
+    first, second = Client(app_url, verbose=False), Client(app_url, verbose=False)
+    running = first.submit(PROMPT, **{**CHAT_DEFAULTS, "max_new_tokens": 1024}, api_name="/chat")
+    for output in running:
+        if output[-1] and output[-1]["metrics"]["generated_tokens"] > 0:
+            break
+    queued = second.submit(PROMPT, **CHAT_DEFAULTS, api_name="/chat")
+    second.predict(api_name="/stop")
+    first.predict(api_name="/stop")
+    running.result(timeout=300)
+    started = time.monotonic()
+    queued.result(timeout=300)
+    assert time.monotonic() - started < 2
+    assert queued.outputs() and not any(isinstance(o, tuple) and "metrics" in o[-1] for o in queued.outputs()), \
+        "the queued run answered"  # it only sent "leave every output as it was"
+    assert chat(second)[-1][-1]["metrics"]["generated_tokens"] > 0  # a later Send runs normally
+
+
+def test_a_seed_repeats_a_sampled_answer(app_url: str) -> None:
+    settings = {"temperature": 1.0, "seed": 1234, "max_new_tokens": 24}
+    answers = [chat(Client(app_url, verbose=False), **settings)[-1][-1]["token_ids"] for _ in range(2)]
+    assert answers[0] == answers[1]
+    assert chat(Client(app_url, verbose=False), **settings)[-1][-1]["settings"]["seed"] == 1234
+
+
 @pytest.mark.parametrize("change, message", [
     ({"prompt": "   "}, "prompt is empty"),
-    ({"k": 0}, "less than minimum value 1"),  # Gradio's own bounds check of the k slider
-    ({"k": 11}, "greater than maximum value 10"),
+    ({"k": 0}, "k .* must be between 1 and 10, got 0"),
+    ({"k": 11}, "k .* must be between 1 and 10, got 11"),
+    ({"max_new_tokens": 0}, "max new tokens must be between 1 and"),
+    ({"temperature": -1.0}, "temperature must be >= 0"),
+    ({"temperature": 1.0, "seed": -3}, "seed must be a whole number from 0"),
     ({"drafter": "medusa"}, "medusa"),
     ({"chat_template": "chatml"}, "chatml"),
+    ({"temperature": 1.0, "seed": 2.5}, "seed must be a whole number"),
+    ({"k": 2.5}, "k must be a whole number"),
     ({"prompt": "word " * 6000}, "the prompt has .* tokens"),
     ({"preset": "remote"}, "PLAYGROUND_REMOTE_URL"),  # a preset that cannot run here (no server configured)
 ])
-def test_bad_input_gets_a_clear_message(client: Client, change: dict, message: str) -> None:
+def test_bad_input_gets_a_clear_message(client: Client, app_log: Path, change: dict, message: str) -> None:
     args = {"prompt": PROMPT, **CHAT_DEFAULTS, "max_new_tokens": 4, **change}
     with pytest.raises(Exception, match=message):
         client.predict(**args, api_name="/chat")
     assert chat(client, max_new_tokens=4)[-1][-1]["metrics"]["generated_tokens"] > 0  # still serving
+    assert "Traceback" not in app_log.read_text()  # a user's mistake is one log line, not a traceback
 
 
 def test_engine_errors_become_messages_not_crashes() -> None:

@@ -62,15 +62,24 @@ def test_regenerate_replaces_the_last_answer(pair_models: Path) -> None:
 
 def test_stop_ends_the_run_between_steps(pair_models: Path) -> None:
     switches = StopSwitches()
-    stop = switches.arm("session", "chat")
+    stop = switches.arm("session", "chat", time.monotonic())
     conversation = Conversation()
     for run in chat_turn(conversation, PROMPT, RunSettings(max_new_tokens=1024), stop.is_set):
         if run.events and run.events[-1].total_tokens >= 10:
             switches.trip("session", "chat")
     assert run.finish_reason == "cancelled" and run.status == "stopped"
     assert run.events[-1].total_tokens < 1024
-    assert not switches.arm("session", "chat").is_set()  # a new run starts with a fresh switch
+    assert not switches.arm("session", "chat", time.monotonic()).is_set()  # a later run starts with a fresh switch
     switches.forget("session")
+
+
+def test_stop_counts_for_a_run_still_queued() -> None:
+    switches = StopSwitches()
+    queued_at = time.monotonic()
+    switches.trip("session", "chat")  # pressed while the run waited in the queue
+    assert switches.arm("session", "chat", queued_at).is_set()
+    assert not switches.arm("session", "chat", time.monotonic()).is_set()  # a run sent after Stop runs
+    assert not switches.arm("other", "chat", queued_at).is_set() and not switches.arm("session", "compare", queued_at).is_set()
 
 
 def test_compare_interleaves_both_runs(pair_models: Path) -> None:

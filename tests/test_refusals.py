@@ -40,7 +40,7 @@ def test_cli_refuses_vllm_on_a_cpu_machine_in_one_line() -> None:
 @pytest.mark.parametrize("argv, says", [
     (["--preset", "llama-3.1-8b"], "runs the local engine on CUDA and needs a CUDA GPU"),
     (["--preset", "kimi-k2.6"], "runs vLLM and needs a CUDA GPU"),
-    (["--device", "cuda"], "needs a CUDA GPU"),
+    (["--device", "cuda"], "--device cuda asks for a CUDA GPU and none is visible"),
     (["--preset", "remote"], "set PLAYGROUND_REMOTE_URL"),
 ])
 def test_cli_refusals(argv: list[str], says: str, capsys: pytest.CaptureFixture, monkeypatch) -> None:

@@ -60,3 +60,20 @@ def test_lease_is_bounded() -> None:
     short = zerogpu.lease_seconds("smollm2-135m", [1] * 10, "eagle3.1", GenerationConfig(max_new_tokens=64))
     assert 20 <= short < 40
     assert zerogpu.lease_seconds("x", [1] * 100_000, "none", GenerationConfig(max_new_tokens=4096)) == 120
+
+
+def test_stop_reaches_a_run_whose_engine_cannot_see_the_switch(tiny_root: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """On ZeroGPU the engine runs in a forked worker that cannot read the stop switch; the run driver then stops
+    pulling steps itself. The worker is played here by stream_local on this process (off ZeroGPU it is the plain
+    function), which never sees `should_stop`."""
+    import playground.playback as playback
+    from playground.playback import Conversation, RunSettings, chat_turn
+
+    monkeypatch.setenv("PLAYGROUND_MODELS_DIR", str(tiny_root))
+    monkeypatch.setattr(playback, "on_zerogpu", lambda: True)
+    stop = False
+    for run in chat_turn(Conversation(), "Hello there", RunSettings(max_new_tokens=400), lambda: stop):
+        stop = stop or (bool(run.events) and run.events[-1].total_tokens >= 5)
+    assert run.finish_reason == "cancelled" and run.status == "stopped"
+    assert 5 <= run.events[-1].total_tokens < 400

@@ -19,7 +19,7 @@ def _outputs(view: BenchView) -> tuple:
 
 
 @report_user_errors
-def run_bench(profile: str, preset: str, progress: gr.Progress = gr.Progress()):
+def run_profile_for_tab(profile: str, preset: str, progress: gr.Progress = gr.Progress()):
     progress(0, desc="starting the bench")
     view = run_and_view(profile, preset, lambda done, total, message: progress((done, total), desc=message))
     yield _outputs(view)
@@ -58,4 +58,5 @@ def build_bench_tab(preset: Preset) -> None:
         drift = load_view()
         _results("bench-drift-", drift, "No committed drift study (assets/bench/drift/results.json) in this copy.")
 
-    run_button.click(run_bench, [profile, preset_menu], [*outputs, files], api_name="bench", concurrency_id=ENGINE)
+    run_button.click(run_profile_for_tab, [profile, preset_menu], [*outputs, files], api_name="bench",
+                     concurrency_id=ENGINE)

@@ -10,12 +10,12 @@ from playground.playback import Conversation, Run, chat_turn, regenerate_turn
 from playground.presets import Preset
 from playground.viz import (
     TITLES, accepted_per_step_figure, acceptance_by_position_figure, attention_drift_figure, hidden_rms_figure,
-    legend_html, message_figure, provenance_html, speedup_figure, stats_html,
+    message_figure, provenance_html, speedup_figure, stats_html,
 )
 
 from .common import (
-    ENGINE, STOP_SWITCHES, drafter_control, export_files, follow_preset, generation_controls, k_control,
-    report_user_errors, run_settings, session_id,
+    ENGINE, STOP_SWITCHES, armed_stop, depth_legend, drafter_control, export_files, follow_preset, generation_controls,
+    k_control, report_user_errors, run_settings, session_id, stopped_before_start,
 )
 
 TAB = "chat"
@@ -37,7 +37,7 @@ def _run_outputs(run: Run) -> tuple:
     status = f"**{run.settings.drafter_label}** · {run.status}"
     return (status, stats_html(view), accepted_per_step_figure(view), speedup_figure([view]),
             acceptance_by_position_figure([view]), attention_drift_figure([view]), hidden_rms_figure([view]),
-            run.record(TAB, with_steps=False))
+            run.record(TAB, with_steps=False, view=view))
 
 
 def _hint(plot: str):
@@ -50,18 +50,24 @@ def _empty_outputs() -> tuple:
 
 @report_user_errors
 def chat(prompt: str, drafter: str, k: float, preset: str, temperature: float, top_p: float, max_new_tokens: float,
-         chat_template: str, system: str, conversation: Conversation, request: gr.Request):
-    settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system)
-    stop = STOP_SWITCHES.arm(session_id(request), TAB)
+         chat_template: str, system: str, seed: float | None, conversation: Conversation, request: gr.Request):
+    settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system, seed)
+    stop = armed_stop(request, TAB)
+    if stop.is_set():
+        yield stopped_before_start(11)
+        return
     for run in chat_turn(conversation, prompt, settings, stop.is_set):
         yield ("", _chatbot_messages(conversation), *_run_outputs(run), conversation)
 
 
 @report_user_errors
 def regenerate(drafter: str, k: float, preset: str, temperature: float, top_p: float, max_new_tokens: float,
-               chat_template: str, system: str, conversation: Conversation, request: gr.Request):
-    settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system)
-    stop = STOP_SWITCHES.arm(session_id(request), TAB)
+               chat_template: str, system: str, seed: float | None, conversation: Conversation, request: gr.Request):
+    settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system, seed)
+    stop = armed_stop(request, TAB)
+    if stop.is_set():
+        yield stopped_before_start(10)
+        return
     for run in regenerate_turn(conversation, settings, stop.is_set):
         yield (_chatbot_messages(conversation), *_run_outputs(run), conversation)
 
@@ -77,7 +83,7 @@ def clear(request: gr.Request) -> tuple:
 
 def export(system: str, conversation: Conversation) -> list[str]:
     if not conversation.exchanges:
-        raise gr.Error("nothing to export yet: send a prompt first", title="Nothing to export")
+        raise gr.Error("nothing to export yet: send a prompt first", title="Nothing to export", print_exception=False)
     runs = {f"turn {i + 1}": ex.run for i, ex in enumerate(conversation.exchanges)}
     return export_files(runs, conversation.messages(system or ""), TAB)
 
@@ -89,7 +95,7 @@ def build_chat_tab(preset: Preset) -> None:
             chatbot = gr.Chatbot(elem_id="chat", label="Chat", show_label=False, height=440, layout="panel",
                                  latex_delimiters=[], buttons=["copy", "copy_all"],
                                  placeholder="Ask something about Python: coloured tokens came from accepted drafts.")
-            legend = gr.HTML(legend_html(4), elem_id="chat-legend")
+            legend = gr.HTML(depth_legend((preset.default_drafter, 4)), elem_id="chat-legend")
             prompt = gr.Textbox(elem_id="prompt", show_label=False, lines=2, max_lines=8, autofocus=True,
                                 placeholder="Ask anything: code, explanations, writing… (Enter to send, Shift+Enter for "
                                 "a new line)")
@@ -132,5 +138,6 @@ def build_chat_tab(preset: Preset) -> None:
     clear_button.click(clear, None, [chatbot, *run_views, conversation], cancels=[chat_event, regenerate_event],
                        queue=False, api_name="clear")
     export_button.click(export, [controls.system, conversation], export_out, api_name="export_chat")
-    k.change(lambda depth: legend_html(int(depth)), k, legend, queue=False, api_visibility="private")
+    gr.on([k.change, drafter.change], lambda depth, name: depth_legend((name, depth)), [k, drafter], legend,
+          queue=False, api_visibility="private")
     follow_preset(controls, (drafter, lambda p: p.default_drafter))

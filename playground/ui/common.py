@@ -3,22 +3,54 @@
 from __future__ import annotations
 
 import functools
+import logging
 import tempfile
+import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterator
 
 import gradio as gr
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from playground.backends import backend_unavailable_reason
 from playground.engine.templates import CHAT_TEMPLATES
-from playground.playback import MAX_NEW_TOKENS, UI_MAX_K, Run, RunSettings, StopSwitches, export_runs
+from playground.playback import (
+    MAX_NEW_TOKENS, UI_MAX_K, RequestError, Run, RunSettings, StopSwitches, export_runs,
+)
 from playground.presets import DRAFTER_LABELS, Preset, get_preset, presets
-from playground.viz import provenance_css, stats_css
+from playground.viz import legend_html, provenance_css, stats_css
 
+log = logging.getLogger("playground")
 ENGINE = "engine"  # concurrency id of every event that runs the model
 STOP_SWITCHES = StopSwitches()
+
+
+class StampArrival:
+    """ASGI middleware for the Gradio app: note when each HTTP request arrived. A queued run's request is the one that
+    joined the queue, so a run can tell whether Stop was pressed while it waited."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope.setdefault("state", {})["arrived_at"] = time.monotonic()
+        await self.app(scope, receive, send)
+
+
+def armed_stop(request: gr.Request | None, tab: str) -> threading.Event:
+    """This run's stop switch, already set if Stop was pressed after the run was submitted (while it was queued)."""
+    arrived = getattr(getattr(getattr(request, "request", None), "state", None), "arrived_at", None)
+    return STOP_SWITCHES.arm(session_id(request), tab, arrived if arrived is not None else time.monotonic())
+
+
+def stopped_before_start(n_outputs: int) -> tuple:
+    """What a run stopped while queued shows: a note, and every output left as it was."""
+    gr.Info("Stopped before it started: the queued run was cancelled.")
+    return (gr.skip(),) * n_outputs
 
 LAYOUT_CSS = """
 .side-panel { min-height: 220px; max-height: 460px; overflow-y: auto; padding: 4px 8px; }
@@ -68,9 +100,36 @@ def report_user_errors(handler: Callable[..., Iterator]) -> Callable[..., Iterat
         try:
             yield from handler(*args, **kwargs)
         except (ValueError, OSError) as err:  # RequestError, CheckpointError, TargetError, BackendUnavailable
-            raise gr.Error(str(err), title="Cannot run that") from None
+            log.info("refused: %s", err)  # one line; Gradio's own traceback is turned off for these
+            raise gr.Error(str(err), title="Cannot run that", print_exception=False) from None
 
     return wrapper
+
+
+# Inputs without Gradio's own value check (range, choices): RunSettings.checked_preset() checks every value with one
+# clear message and one log line, where Gradio's check prints a traceback to the log for every bad API call.
+# `is_template` keeps the parent's frontend.
+
+
+class CheckedSlider(gr.Slider):
+    is_template = True
+
+    def preprocess(self, payload: float) -> float:
+        return payload
+
+
+class CheckedRadio(gr.Radio):
+    is_template = True
+
+    def preprocess(self, payload: str | None) -> str | None:
+        return payload
+
+
+class CheckedDropdown(gr.Dropdown):
+    is_template = True
+
+    def preprocess(self, payload: str | None) -> str | None:
+        return payload
 
 
 @dataclass
@@ -84,27 +143,32 @@ class GenerationControls:
     max_new_tokens: gr.Slider
     chat_template: gr.Radio
     system: gr.Textbox
+    seed: gr.Number
 
     def components(self) -> list[gr.components.Component]:
         """In the order of run_settings()'s arguments after drafter and k."""
-        return [self.preset, self.temperature, self.top_p, self.max_new_tokens, self.chat_template, self.system]
+        return [self.preset, self.temperature, self.top_p, self.max_new_tokens, self.chat_template, self.system,
+                self.seed]
 
 
 def generation_controls(prefix: str, preset: Preset) -> GenerationControls:
     offered = presets()
     return GenerationControls(
-        preset=gr.Dropdown([(p.title, p.name) for p in offered.values()], value=preset.name, label="Preset",
+        preset=CheckedDropdown([(p.title, p.name) for p in offered.values()], value=preset.name, label="Preset",
                            elem_id=f"{prefix}preset", interactive=len(offered) > 1),
         preset_info=gr.Markdown(preset_info(preset), elem_classes="preset-info"),
-        temperature=gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)",
+        temperature=CheckedSlider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)",
                               elem_id=f"{prefix}temperature"),
-        top_p=gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p", elem_id=f"{prefix}top-p"),
-        max_new_tokens=gr.Slider(1, MAX_NEW_TOKENS, value=256, step=1, label="Max new tokens",
+        top_p=CheckedSlider(0.05, 1.0, value=1.0, step=0.05, label="Top-p", elem_id=f"{prefix}top-p"),
+        max_new_tokens=CheckedSlider(1, MAX_NEW_TOKENS, value=256, step=1, label="Max new tokens",
                                  elem_id=f"{prefix}max-new-tokens"),
-        chat_template=gr.Radio(list(CHAT_TEMPLATES), value="default", label="Chat template",
+        chat_template=CheckedRadio(list(CHAT_TEMPLATES), value="default", label="Chat template",
                                info="alt: the same conversation in a format the model saw less of",
                                elem_id=f"{prefix}chat-template"),
         system=gr.Textbox(label="System prompt", lines=2, placeholder="(none)", elem_id=f"{prefix}system"),
+        seed=gr.Number(None, label="Seed (sampling)", info="empty: a fresh random answer each time; a number "
+                       "repeats it (and gives both sides of a comparison the same seed)", step=1,
+                       elem_id=f"{prefix}seed"),
     )
 
 
@@ -120,19 +184,34 @@ def follow_preset(controls: GenerationControls, *drafters: tuple[gr.Radio, Calla
                            queue=False, api_visibility="private")
 
 
+def depth_legend(*sides: tuple[str, float]) -> str:
+    """The depth legend for (drafter, k) sides: depths up to the largest k that drafts; none for plain decoding."""
+    ks = [int(k) for drafter, k in sides if drafter != "none"]
+    return legend_html(max(ks)) if ks else ""
+
+
 def drafter_control(preset: Preset, value: str, elem_id: str, label: str = "Drafter") -> gr.Radio:
-    return gr.Radio(drafter_choices(preset), value=value, label=label, elem_id=elem_id)
+    return CheckedRadio(drafter_choices(preset), value=value, label=label, elem_id=elem_id)
 
 
 def k_control(elem_id: str, label: str = "k: draft tokens per step") -> gr.Slider:
-    return gr.Slider(1, UI_MAX_K, value=4, step=1, label=label, elem_id=elem_id)
+    return CheckedSlider(1, UI_MAX_K, value=4, step=1, label=label, elem_id=elem_id)
 
 
 def run_settings(drafter: str, k: float, preset: str, temperature: float, top_p: float, max_new_tokens: float,
-                 chat_template: str, system: str | None) -> RunSettings:
-    """Settings from component values (sliders deliver floats); RunSettings.checked_preset() validates them."""
-    return RunSettings(drafter=drafter, k=int(k), preset=preset, temperature=float(temperature), top_p=float(top_p),
-                       max_new_tokens=int(max_new_tokens), chat_template=chat_template, system=system or "")
+                 chat_template: str, system: str | None, seed: float | None = None) -> RunSettings:
+    """Settings from component values (sliders and numbers deliver floats; a fraction is refused, never rounded);
+    RunSettings.checked_preset() validates the rest."""
+    return RunSettings(drafter=drafter, k=_whole(k, "k"), preset=preset, temperature=float(temperature),
+                       top_p=float(top_p), max_new_tokens=_whole(max_new_tokens, "max new tokens"),
+                       chat_template=chat_template, system=system or "",
+                       seed=None if seed is None else _whole(seed, "the seed"))
+
+
+def _whole(value: float, name: str) -> int:
+    if not float(value).is_integer():
+        raise RequestError(f"{name} must be a whole number, got {value}")
+    return int(value)
 
 
 def export_files(runs: dict[str, Run], messages: list[dict], tab: str) -> list[str]:

@@ -7,13 +7,13 @@ import gradio as gr
 from playground.playback import Comparison, Conversation, Run, compare
 from playground.presets import Preset
 from playground.viz import (
-    SUMMARY_COLUMNS, TITLES, acceptance_by_position_figure, attention_drift_figure, legend_html, message_figure,
+    SUMMARY_COLUMNS, TITLES, acceptance_by_position_figure, attention_drift_figure, message_figure,
     provenance_html, speedup_figure, stats_html, summary_table,
 )
 
 from .common import (
-    ENGINE, STOP_SWITCHES, compare_drafters, drafter_control, export_files, follow_preset, generation_controls,
-    k_control, report_user_errors, run_settings, session_id,
+    ENGINE, STOP_SWITCHES, armed_stop, compare_drafters, depth_legend, drafter_control, export_files, follow_preset,
+    generation_controls, k_control, report_user_errors, run_settings, session_id, stopped_before_start,
 )
 
 TAB = "compare"
@@ -31,10 +31,13 @@ def _hint(plot: str):
 @report_user_errors
 def run_comparison(prompt: str, left_drafter: str, left_k: float, right_drafter: str, right_k: float, preset: str,
                    temperature: float, top_p: float, max_new_tokens: float, chat_template: str, system: str,
-                   request: gr.Request):
-    shared = (preset, temperature, top_p, max_new_tokens, chat_template, system)
+                   seed: float | None, request: gr.Request):
+    shared = (preset, temperature, top_p, max_new_tokens, chat_template, system, seed)
     left, right = run_settings(left_drafter, left_k, *shared), run_settings(right_drafter, right_k, *shared)
-    stop = STOP_SWITCHES.arm(session_id(request), TAB)
+    stop = armed_stop(request, TAB)
+    if stop.is_set():
+        yield stopped_before_start(10)
+        return
     for comparison in compare(prompt, left, right, stop.is_set):
         views = [comparison.left.view(), comparison.right.view()]
         status = " · ".join(f"**{v.label}**: {run.status}" for v, run in zip(views, (comparison.left,
@@ -50,7 +53,8 @@ def stop(request: gr.Request) -> None:
 
 def export(comparison: Comparison | None) -> list[str]:
     if comparison is None:
-        raise gr.Error("nothing to export yet: run a comparison first", title="Nothing to export")
+        raise gr.Error("nothing to export yet: run a comparison first", title="Nothing to export",
+                       print_exception=False)
     messages = Conversation().messages(comparison.left.settings.system, comparison.prompt)
     return export_files({"left": comparison.left, "right": comparison.right}, messages, TAB)
 
@@ -66,7 +70,7 @@ def build_compare_tab(preset: Preset) -> None:
             stop_button = gr.Button("Stop", variant="stop", elem_id="compare-stop")
     with gr.Accordion("Shared settings", open=False):
         controls = generation_controls("compare-", preset)
-    gr.HTML(legend_html(10), elem_id="compare-legend")
+    legend = gr.HTML(depth_legend((left_default, 4), (right_default, 4)), elem_id="compare-legend")
     with gr.Row(equal_height=False):
         with gr.Column():
             with gr.Row():
@@ -101,5 +105,8 @@ def build_compare_tab(preset: Preset) -> None:
     )
     stop_button.click(stop, None, None, cancels=[compare_event], queue=False, api_name="stop_compare")
     export_button.click(export, comparison, export_out, api_name="export_compare")
+    sides = [left_drafter, left_k, right_drafter, right_k]
+    gr.on([c.change for c in sides], lambda ld, lk, rd, rk: depth_legend((ld, lk), (rd, rk)), sides, legend,
+          queue=False, api_visibility="private")
     follow_preset(controls, (left_drafter, lambda p: compare_drafters(p)[0]),
                   (right_drafter, lambda p: compare_drafters(p)[1]))
