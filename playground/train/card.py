@@ -77,7 +77,9 @@ def render(root: Path) -> str:
         f"{d['config']['batch_size']} × {d['config']['seq_len']} tokens ({d['tokens_seen']:,} tokens), TTT depth "
         f"{d['config']['ttt_depth']}, step-loss decay 0.8, AdamW lr {d['config']['lr']}; "
         f"{d['wall_clock_seconds'] / 60:.0f} minutes of wall clock per variant, one thread each. They differ only in "
-        "`fc_norm` and `norm_output`.",
+        "`fc_norm` and `norm_output`. Learning rate at each evaluation (a run continued with `--resume` and a larger "
+        "`--steps` returns to the full rate until its own decay): "
+        + ", ".join(f"step {row['step']}: {row['lr']:.2g}" for row in d["history"]) + ".",
         "",
         "| drafter | fc_norm | norm_output | validation TTT loss | top-1 agreement with the target by TTT step |",
         "|---|---|---|---|---|",
