@@ -16,9 +16,9 @@ from tests.appserver import long_answer_prompt
 
 PROMPT = long_answer_prompt()
 CHAT_DEFAULTS = dict(drafter="eagle3.1", k=4, preset="smollm2-135m", temperature=0.0, top_p=1.0, max_new_tokens=48,
-                     chat_template="default", system="", seed=None)
+                     chat_template="default", system="", seed="")
 COMPARE_DEFAULTS = dict(left_drafter="eagle3", left_k=4, right_drafter="eagle3.1", right_k=4, preset="smollm2-135m",
-                        temperature=0.0, top_p=1.0, max_new_tokens=48, chat_template="default", system="", seed=None)
+                        temperature=0.0, top_p=1.0, max_new_tokens=48, chat_template="default", system="", seed="")
 
 
 @pytest.fixture
@@ -121,7 +121,7 @@ def test_stop_cancels_a_queued_run(app_url: str) -> None:
 
 
 def test_a_seed_repeats_a_sampled_answer(app_url: str) -> None:
-    settings = {"temperature": 1.0, "seed": 1234, "max_new_tokens": 24}
+    settings = {"temperature": 1.0, "seed": "1234", "max_new_tokens": 24}
     answers = [chat(Client(app_url, verbose=False), **settings)[-1][-1]["token_ids"] for _ in range(2)]
     assert answers[0] == answers[1]
     assert chat(Client(app_url, verbose=False), **settings)[-1][-1]["settings"]["seed"] == 1234
@@ -133,10 +133,11 @@ def test_a_seed_repeats_a_sampled_answer(app_url: str) -> None:
     ({"k": 11}, "k .* must be between 1 and 10, got 11"),
     ({"max_new_tokens": 0}, "max new tokens must be between 1 and"),
     ({"temperature": -1.0}, "temperature must be >= 0"),
-    ({"temperature": 1.0, "seed": -3}, "seed must be a whole number from 0"),
+    ({"temperature": 1.0, "seed": "-3"}, "seed must be a whole number from 0"),
     ({"drafter": "medusa"}, "medusa"),
     ({"chat_template": "chatml"}, "chatml"),
-    ({"temperature": 1.0, "seed": 2.5}, "seed must be a whole number"),
+    ({"temperature": 1.0, "seed": "2.5"}, "seed must be a whole number"),
+    ({"temperature": 1.0, "seed": "abc"}, "seed must be a whole number"),
     ({"k": 2.5}, "k must be a whole number"),
     ({"prompt": "word " * 6000}, "the prompt has .* tokens"),
     ({"preset": "remote"}, "PLAYGROUND_REMOTE_URL"),  # a preset that cannot run here (no server configured)

@@ -3,6 +3,7 @@ update, Stop stops, and the Compare tab shows both sides and the summary table."
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Iterator
@@ -144,3 +145,24 @@ def test_compare_shows_both_sides_and_the_table(page) -> None:
     expect(table).to_contain_text("mean acceptance length")
     assert plot_marks(page, "compare-position-plot") > 0
     expect(page.locator("#compare-speedup")).to_contain_text("tok/s")
+
+
+def test_the_seed_box_means_random_when_empty_and_repeats_when_set(page) -> None:
+    """In the browser (not just the API): an empty seed box reaches the engine as no seed, a number as that seed."""
+    page.locator("#temperature input[type=number]").fill("1")
+    page.locator("#temperature input[type=number]").press("Enter")
+    page.locator("#max-new-tokens input[type=number]").fill("16")
+    page.locator("#max-new-tokens input[type=number]").press("Enter")
+    seeds = []
+    for seed in ("", "42"):
+        page.locator("#seed textarea, #seed input").first.fill(seed)
+        page.locator("#prompt textarea").fill(PROMPT)
+        page.locator("#send").click()
+        page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
+        page.get_by_text("Live run data (JSON)").click()
+        record = page.locator("#chat-run-json").inner_text()  # the JSON viewer's text, not strict JSON
+        found = re.search(r'"seed"\s*:\s*(null|\d+)', record)
+        seeds.append(found and (None if found.group(1) == "null" else int(found.group(1))))
+        page.get_by_text("Live run data (JSON)").click()
+        page.wait_for_function("!document.querySelector('#chat-status').innerText.includes('generating')")
+    assert seeds == [None, 42], seeds

@@ -143,7 +143,7 @@ class GenerationControls:
     max_new_tokens: gr.Slider
     chat_template: gr.Radio
     system: gr.Textbox
-    seed: gr.Number
+    seed: gr.Textbox
 
     def components(self) -> list[gr.components.Component]:
         """In the order of run_settings()'s arguments after drafter and k."""
@@ -166,9 +166,10 @@ def generation_controls(prefix: str, preset: Preset) -> GenerationControls:
                                info="alt: the same conversation in a format the model saw less of",
                                elem_id=f"{prefix}chat-template"),
         system=gr.Textbox(label="System prompt", lines=2, placeholder="(none)", elem_id=f"{prefix}system"),
-        seed=gr.Number(None, label="Seed (sampling)", info="empty: a fresh random answer each time; a number "
-                       "repeats it (and gives both sides of a comparison the same seed)", step=1,
-                       elem_id=f"{prefix}seed"),
+        # a textbox, not gr.Number: the browser sends a Number's empty value as 0, and empty must mean "random"
+        seed=gr.Textbox("", label="Seed (sampling)", placeholder="random", max_lines=1, elem_id=f"{prefix}seed",
+                        info="empty: a fresh random answer each time; a number repeats it (and gives both sides of a "
+                             "comparison the same seed)"),
     )
 
 
@@ -199,13 +200,25 @@ def k_control(elem_id: str, label: str = "k: draft tokens per step") -> gr.Slide
 
 
 def run_settings(drafter: str, k: float, preset: str, temperature: float, top_p: float, max_new_tokens: float,
-                 chat_template: str, system: str | None, seed: float | None = None) -> RunSettings:
-    """Settings from component values (sliders and numbers deliver floats; a fraction is refused, never rounded);
-    RunSettings.checked_preset() validates the rest."""
+                 chat_template: str, system: str | None, seed: str | float | None = None) -> RunSettings:
+    """Settings from component values (sliders deliver floats, the seed box text; a fraction is refused, never
+    rounded); RunSettings.checked_preset() validates the rest."""
     return RunSettings(drafter=drafter, k=_whole(k, "k"), preset=preset, temperature=float(temperature),
                        top_p=float(top_p), max_new_tokens=_whole(max_new_tokens, "max new tokens"),
                        chat_template=chat_template, system=system or "",
-                       seed=None if seed is None else _whole(seed, "the seed"))
+                       seed=_seed(seed))
+
+
+def _seed(value: str | float | None) -> int | None:
+    """None for an empty seed box (a fresh random answer each time), else a whole number."""
+    text = "" if value is None else str(value).strip()
+    if not text:
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        raise RequestError(f"the seed must be a whole number, got {text!r}") from None
+    return _whole(number, "the seed")
 
 
 def _whole(value: float, name: str) -> int:
