@@ -110,6 +110,7 @@ class Run:
     baseline_tokens_per_second: float | None = None
     missing_fields: dict[str, str] = field(default_factory=dict)  # what the backend cannot report, and why
     phase: str = "starting"  # "starting" | "measuring baseline" | "generating" | "done"
+    seen_seconds: float | None = None  # wall clock from asking for the first step to the latest one
 
     @property
     def text(self) -> str:
@@ -137,10 +138,15 @@ class Run:
             return f"generating… {self.events[-1].total_tokens} tokens"
         return "starting…" if self.phase == "starting" else "generating…"
 
+    @property
+    def seen_tokens_per_second(self) -> float | None:
+        """Tokens / wall-clock seconds, rendering pauses included: the rate the user saw (the engine's excludes them)."""
+        return len(self.token_ids) / self.seen_seconds if self.seen_seconds else None
+
     def view(self) -> RunView:
         s = self.settings
         return RunView.from_events(s.drafter_label, s.plain, s.k, self.events, self.baseline_tokens_per_second,
-                                   self.missing_fields)
+                                   self.missing_fields, self.seen_tokens_per_second)
 
     def record(self, name: str, with_steps: bool = True, view: RunView | None = None) -> dict:
         """The run as JSON-ready data: text, config, metrics and (for exports) the per-step trace. Pass the `view`
@@ -151,6 +157,7 @@ class Run:
             "config": asdict(self.settings.generation_config()), "prompt_tokens": self.prompt_tokens,
             "text": self.text, "token_ids": self.token_ids, "finish_reason": self.finish_reason,
             "baseline_tokens_per_second": self.baseline_tokens_per_second, "speedup": view.speedup,
+            "seen_tokens_per_second": self.seen_tokens_per_second,
             "metrics": view.metrics.to_dict(),
         }
         if with_steps:
@@ -190,6 +197,7 @@ class RunDriver:
         self._provenance = ProvenanceBuilder(backend.decode)
         self._events: _ActiveTimeEvents | None = None
         self._engine_checks_stop = True
+        self._first_step_asked: float | None = None
 
     def open(self) -> None:
         """Load the drafter (and check that it fits the target) before anything is measured."""
@@ -218,7 +226,10 @@ class RunDriver:
             self.run.events[-1] = replace(self.run.events[-1], finished=True, finish_reason="cancelled")
             self.run.phase = "done"
             return False
+        if self._first_step_asked is None:
+            self._first_step_asked = time.perf_counter()
         event = next(self._events, None)
+        self.run.seen_seconds = time.perf_counter() - self._first_step_asked
         if event is None:
             self.run.phase = "done"
             return False
@@ -401,7 +412,8 @@ CSV_COLUMNS = [
     "finished", "finish_reason",
 ]
 TIMING_NOTE = ("elapsed_ms counts time inside the decode loop only (pauses for UI rendering or for the other side "
-               "of a comparison are excluded); tokens_per_second = generated tokens / elapsed time.")
+               "of a comparison are excluded); tokens_per_second = generated tokens / elapsed time; "
+               "seen_tokens_per_second = generated tokens / wall-clock time with those pauses, as the user saw it.")
 
 
 def _joined(values: Iterable | None, pattern: str = "{}") -> str:

@@ -106,6 +106,8 @@ def test_chat_streams_provenance_and_live_charts(browser, real_app_url: str) -> 
     assert plot_marks(page, "accept-plot") > 0 and plot_marks(page, "drift-plot") > 0
     expect(page.locator("#speedup")).to_contain_text("tok/s")
     expect(page.locator("#chat-stats")).to_contain_text("mean acceptance length")
+    expect(page.locator("#chat-stats")).to_contain_text("tok/s (engine)")
+    expect(page.locator("#chat-stats")).to_contain_text("tok/s seen")
     page.close()
 
 

@@ -39,6 +39,8 @@ def test_chat_keeps_plain_text_history(pair_models: Path) -> None:
     backend = shared_backend(get_preset("smollm2-135m"))
     assert run.text == backend.decode(run.token_ids) and run.text
     assert run.view().metrics.generated_tokens == len(run.token_ids)
+    engine_rate, seen_rate = run.view().metrics.tokens_per_second, run.seen_tokens_per_second
+    assert 0 < seen_rate <= engine_rate * 1.001  # what the user saw includes the pauses the engine rate leaves out
     answer(conversation, "And then?", chat_template="llama3", system="Be brief.")
     messages = conversation.messages("Be brief.", "next")
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant", "user"]

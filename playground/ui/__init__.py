@@ -45,7 +45,8 @@ them all in one forward pass. Guesses it agrees with are kept for free.
 - {DRAFT_ACCEPTANCE_RATE_HELP}
 - Speedup = tokens/s of the run / tokens/s of plain greedy decoding of the same target, measured on this machine
   (one warm-up, median of three runs, cached per prompt-length bucket). Timings count only the decode loop: pauses
-  while the page renders, or while the other side of a comparison steps, are left out.
+  while the page renders, or while the other side of a comparison steps, are left out. The *tok/s seen* card puts
+  them back: the rate you actually watched.
 """
 
 

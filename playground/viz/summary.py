@@ -17,7 +17,11 @@ SPEEDUP_HELP = ("Speedup = tokens/s of this run / tokens/s of plain decoding, bo
                 "same target (never derived from acceptance length).")
 BASELINE_HELP = ("Plain greedy decoding of the same target on this machine, after a warm-up: the median of three "
                  "runs, measured once per prompt-length bucket.")
-TOKENS_PER_SECOND_HELP = "Generated tokens / wall time of the decode loop (prefill included)."
+TOKENS_PER_SECOND_HELP = ("The engine's rate: generated tokens / time inside the decode loop (prefill included; "
+                          "pauses while the page renders left out). The speedup uses this rate.")
+SEEN_TOKENS_PER_SECOND_HELP = ("The rate you saw: generated tokens / wall-clock seconds since the answer started, "
+                               "including the pauses while the page renders (and, in Compare, while the other side "
+                               "steps).")
 NOT_AVAILABLE = "—"
 SUMMARY_COLUMNS = ["drafter", "k", "tokens", "tok/s", "speedup", "mean acceptance length", "draft acceptance rate"]
 
@@ -38,7 +42,8 @@ def stats_html(view: RunView, note: str = "") -> str:
     baseline = view.baseline_tokens_per_second
     cards = [
         _card(str(m.generated_tokens), "tokens", f"{m.steps} target forwards (steps)."),
-        _card(_fmt(m.tokens_per_second, "{:.0f}"), "tok/s now", TOKENS_PER_SECOND_HELP),
+        _card(_fmt(m.tokens_per_second, "{:.0f}"), "tok/s (engine)", TOKENS_PER_SECOND_HELP),
+        _card(_fmt(view.seen_tokens_per_second, "{:.0f}"), "tok/s seen", SEEN_TOKENS_PER_SECOND_HELP),
         _card(_fmt(baseline, "{:.0f}") if baseline else ("n/a" if "baseline" in view.missing else "measuring…"),
               "plain tok/s (baseline)", view.missing.get("baseline") or BASELINE_HELP),
         _card(_fmt(view.speedup, "{:.2f}×"), "speedup", SPEEDUP_HELP),

@@ -17,12 +17,14 @@ class RunView:
     baseline_tokens_per_second: float | None = None  # plain decoding, same target and machine; None while measuring
     missing: dict[str, str] = field(default_factory=dict)  # StepEvent fields (and "baseline") the backend cannot
     # provide, and why: a backend's `missing_fields`
+    seen_tokens_per_second: float | None = None  # wall clock, rendering pauses included: what the user saw
 
     @classmethod
     def from_events(cls, drafter: str, plain: bool, k: int, events: list[StepEvent],
-                    baseline_tokens_per_second: float | None = None,
-                    missing: dict[str, str] | None = None) -> "RunView":
-        return cls(drafter, plain, k, events, summarize(events, k), baseline_tokens_per_second, dict(missing or {}))
+                    baseline_tokens_per_second: float | None = None, missing: dict[str, str] | None = None,
+                    seen_tokens_per_second: float | None = None) -> "RunView":
+        return cls(drafter, plain, k, events, summarize(events, k), baseline_tokens_per_second, dict(missing or {}),
+                   seen_tokens_per_second)
 
     @property
     def label(self) -> str:
