@@ -65,12 +65,17 @@ def open_backend(preset: Preset) -> Backend:
     return RemoteBackend(preset)
 
 
-def open_local_backend(preset: Preset, who: str, otherwise: str) -> "LocalBackend":
-    """A new local-engine backend for `who` (a command that needs the target's weights in this process), or
-    BackendUnavailable: the preset uses another backend (`otherwise` says what to do then), or cannot run here."""
+def require_local(preset: Preset, who: str, otherwise: str) -> None:
+    """BackendUnavailable unless `preset` runs the local engine: `who` (a command) needs the target's weights in this
+    process; `otherwise` says what to do instead."""
     if preset.backend != "local":
         raise BackendUnavailable(f"{who} runs the local engine, and preset {preset.name!r} uses the {preset.backend} "
                                  f"backend; {otherwise}")
+
+
+def open_local_backend(preset: Preset, who: str, otherwise: str) -> "LocalBackend":
+    """A new local-engine backend for `who`, or BackendUnavailable saying why not (see require_local)."""
+    require_local(preset, who, otherwise)
     return open_backend(preset)
 
 
@@ -90,4 +95,4 @@ def shared_backend(preset: Preset) -> Backend:
 
 
 __all__ = ["Backend", "BackendUnavailable", "backend_unavailable_reason", "open_backend", "open_local_backend",
-           "shared_backend"]
+           "require_local", "shared_backend"]

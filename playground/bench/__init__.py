@@ -5,13 +5,15 @@ For the app:  result = run_profile("smoke", "smollm2-135m", progress_callback); 
 
 from __future__ import annotations
 
-from playground.backends import shared_backend
+from playground.backends import require_local, shared_backend
 from playground.bench.methods import Runner
 from playground.bench.profiles import get_profile, profiles
 from playground.bench.prompts import PromptRecord, PromptSet, builtin_sets, load_prompt_set
 from playground.bench.report import findings, write_outputs
 from playground.bench.runner import BenchConfig, BenchResult, BenchRow, ProgressCallback, Sweep, run_bench
 from playground.presets import DEFAULT, Preset, get_preset
+
+BENCH_NEEDS_WEIGHTS = "peers and drift need the target's weights in this process"
 
 
 def run_profile(profile: str | BenchConfig, preset: str | Preset = DEFAULT,
@@ -21,9 +23,7 @@ def run_profile(profile: str | BenchConfig, preset: str | Preset = DEFAULT,
     `progress_callback(done, total, message)` is called after every generation run."""
     config = get_profile(profile) if isinstance(profile, str) else profile
     preset = get_preset(preset) if isinstance(preset, str) else preset
-    if preset.backend != "local":
-        raise ValueError(f"the bench runs on the local engine; preset {preset.name!r} uses the {preset.backend} "
-                         "backend")
+    require_local(preset, "the bench", BENCH_NEEDS_WEIGHTS)
     backend = shared_backend(preset)
     return run_bench(config, Runner(backend, config.assistant), progress_callback)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from playground.backends import open_local_backend
+from playground.bench import BENCH_NEEDS_WEIGHTS
 from playground.bench.methods import PEERS, Runner
 from playground.bench.profiles import get_profile, profiles
 from playground.bench.prompts import builtin_sets
@@ -59,7 +60,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 def bench(args: argparse.Namespace) -> None:
     config = config_from_args(args)
     preset = resolve_preset(args)
-    backend = open_local_backend(preset, "the bench", "peers and drift need the target's weights in this process")
+    backend = open_local_backend(preset, "the bench", BENCH_NEEDS_WEIGHTS)
     _check_drafters(config, preset)
     runner = Runner(backend, config.assistant)
     with tqdm(total=1, unit="run", dynamic_ncols=True) as bar:

@@ -20,8 +20,11 @@ from playground.viz.figures import message_figure
 Row = dict
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DRIFT_STUDY = REPO_ROOT / "assets" / "bench" / "drift" / "results.json"
-TAB_COLUMNS = ("drafter", "k", "prompt_set", "template", "context_tokens", "tokens_per_second", "speedup",
-               "mean_acceptance_length", "lossless")
+# (result field, column header) of the tab's table; `note` says why a row has no numbers
+TAB_COLUMNS = (("drafter", "drafter"), ("k", "k"), ("prompt_set", "prompt set"), ("template", "template"),
+               ("context_tokens", "context tokens"), ("tokens_per_second", "tokens/s"), ("speedup", "speedup vs plain"),
+               ("mean_acceptance_length", "mean acceptance length"), ("lossless", "lossless"), ("note", "note"))
+TAB_HEADERS = [header for _, header in TAB_COLUMNS]
 # (label, profile) for the tab's menu; only names from playground.bench.profiles
 TAB_PROFILES = (
     ("smoke: 3 prompts, k 1 and 3, 16 tokens (seconds)", "smoke"),
@@ -45,7 +48,7 @@ def _cell(value):
 
 
 def table_rows(rows: list[Row]) -> list[list]:
-    return [[_cell(r.get(c)) for c in TAB_COLUMNS] for r in rows]
+    return [[_cell(r.get(field)) for field, _ in TAB_COLUMNS] for r in rows]
 
 
 def findings_markdown(data: dict, title: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from playground.bench.present import TAB_COLUMNS, TAB_PROFILES, BenchView, load_view, run_and_view
+from playground.bench.present import TAB_HEADERS, TAB_PROFILES, BenchView, load_view, run_and_view
 from playground.presets import Preset, presets
 from playground.viz.figures import message_figure
 
@@ -28,7 +28,7 @@ def run_profile_for_tab(profile: str, preset: str, progress: gr.Progress = gr.Pr
 def _results(prefix: str, view: BenchView | None, hint: str) -> list[gr.components.Component]:
     """Findings, table and the three charts of one result (`view`, or empty ones that say `hint`)."""
     findings = gr.Markdown(view.findings_markdown if view else hint, elem_id=f"{prefix}findings")
-    table = gr.Dataframe(value=view.table if view else None, headers=list(TAB_COLUMNS), interactive=False,
+    table = gr.Dataframe(value=view.table if view else None, headers=TAB_HEADERS, interactive=False,
                          label="Results", elem_id=f"{prefix}table")
     def plot(i: int) -> gr.Plot:
         return gr.Plot(view.figures[i] if view else message_figure("", hint), show_label=False,
