@@ -156,15 +156,16 @@ def test_the_seed_box_means_random_when_empty_and_repeats_when_set(page) -> None
     page.locator("#max-new-tokens input[type=number]").fill("16")
     page.locator("#max-new-tokens input[type=number]").press("Enter")
     seeds = []
-    for seed in ("", "42"):
+    for turn, seed in enumerate(("", "42"), start=1):
         page.locator("#seed textarea, #seed input").first.fill(seed)
         page.locator("#prompt textarea").fill(PROMPT)
         page.locator("#send").click()
+        # this turn's question is on screen (so the status below is this run's, not the last one's), then it ends
+        page.wait_for_function(f"document.querySelectorAll('#chat [data-testid=user]').length >= {turn}")
         page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
         page.get_by_text("Live run data (JSON)").click()
         record = page.locator("#chat-run-json").inner_text()  # the JSON viewer's text, not strict JSON
         found = re.search(r'"seed"\s*:\s*(null|\d+)', record)
         seeds.append(found and (None if found.group(1) == "null" else int(found.group(1))))
         page.get_by_text("Live run data (JSON)").click()
-        page.wait_for_function("!document.querySelector('#chat-status').innerText.includes('generating')")
     assert seeds == [None, 42], seeds
