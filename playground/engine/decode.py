@@ -21,6 +21,7 @@ from .target import Target
 from .trace import AttentionMass, StepEvent
 
 MAX_K = 16
+SEEDS = 2**63  # seeds are 0 .. SEEDS - 1 (what torch.Generator.manual_seed takes, without negatives)
 
 
 @dataclass
@@ -42,6 +43,8 @@ class GenerationConfig:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < SEEDS):
+            raise ValueError(f"the seed must be a whole number from 0 to 2**63 - 1, got {self.seed}")
 
     @property
     def greedy(self) -> bool:

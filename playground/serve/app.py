@@ -162,6 +162,10 @@ def build_app(engine: ServedEngine, limits: Limits = Limits()) -> FastAPI:
         if bad is not None:
             raise ApiError(400, f"token id {bad} is outside the vocabulary (0..{target.vocab_size - 1})", param)
 
+    async def encode_text(text: str, add_special_tokens: bool = True) -> list[int]:
+        return await anyio.to_thread.run_sync(
+            lambda: list(target.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]))
+
     async def encode_chat(messages: list, chat_template: str | None) -> list[int]:
         turns = [m.model_dump(include={"role", "content"}) for m in messages]
         try:
@@ -243,10 +247,8 @@ def build_app(engine: ServedEngine, limits: Limits = Limits()) -> FastAPI:
     @app.post("/v1/completions")
     async def completions(request: Request, body: CompletionRequest):
         check_model(body)
-        prompt = body.prompt
-        if isinstance(prompt, str):
-            prompt = await anyio.to_thread.run_sync(lambda: target.tokenizer(body.prompt)["input_ids"])
-        return await generate(request, body, list(prompt), body.max_tokens, chat=False)
+        prompt_ids = await encode_text(body.prompt) if isinstance(body.prompt, str) else list(body.prompt)
+        return await generate(request, body, prompt_ids, body.max_tokens, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request, body: ChatCompletionRequest):
@@ -260,9 +262,8 @@ def build_app(engine: ServedEngine, limits: Limits = Limits()) -> FastAPI:
         if body.messages is not None:
             ids = await encode_chat(body.messages, body.chat_template)
         else:
-            ids = await anyio.to_thread.run_sync(
-                lambda: target.tokenizer(body.prompt, add_special_tokens=body.add_special_tokens)["input_ids"])
-        return {"count": len(ids), "max_model_len": target.max_positions, "tokens": list(ids)}
+            ids = await encode_text(body.prompt, body.add_special_tokens)
+        return {"count": len(ids), "max_model_len": target.max_positions, "tokens": ids}
 
     @app.post("/detokenize")
     async def detokenize(body: DetokenizeRequest) -> dict:

@@ -13,6 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from playground.engine.decode import SEEDS
+
 MAX_STOP_STRINGS = 16
 MAX_STOP_LENGTH = 256
 
@@ -63,7 +65,7 @@ class Sampling(Strict):
     max_tokens: int | None = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
-    seed: int | None = Field(None, ge=0, lt=2**63)
+    seed: int | None = Field(None, ge=0, lt=SEEDS)
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
