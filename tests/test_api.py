@@ -10,6 +10,7 @@ from pathlib import Path
 import gradio as gr
 import pytest
 from gradio_client import Client
+from gradio_client.utils import Status
 
 from playground.engine import CheckpointError
 from tests.appserver import long_answer_prompt
@@ -109,6 +110,10 @@ def test_stop_cancels_a_queued_run(app_url: str) -> None:
         if output[-1] and output[-1]["metrics"]["generated_tokens"] > 0:
             break
     queued = second.submit(PROMPT, **CHAT_DEFAULTS, api_name="/chat")
+    deadline = time.monotonic() + 30  # submit() joins the queue in the background: Stop must come after the join
+    while queued.status().code != Status.IN_QUEUE:
+        assert time.monotonic() < deadline and not queued.done(), f"not queued: {queued.status().code}"
+        time.sleep(0.05)
     second.predict(api_name="/stop")
     first.predict(api_name="/stop")
     running.result(timeout=300)
