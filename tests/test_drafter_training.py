@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -75,3 +76,25 @@ def test_train_drafters_runs_resumes_and_saves_both_variants(tiny_root: Path, tm
                            DrafterTrainConfig(steps=1, init_from=str(tmp_path / "out"), **settings))
     assert again["steps"] == 1
     assert torch.equal(load_file(tmp_path / "again" / "eagle3.1" / "model.safetensors")["d2t"], shipped["d2t"])
+
+
+def test_speed_table_times_every_drafter_and_k_against_plain(pair_models, tiny) -> None:
+    """The speed stage's table (the model card's speed section): one row per (drafter, k), ratios against the
+    plain run of the same prompt, acceptance length and the step split from the same runs."""
+    from playground.backends.local import LocalBackend
+    from playground.presets import get_preset
+    from playground.train.speed import speed_table
+
+    backend = LocalBackend(get_preset("smollm2-135m"))
+    table = speed_table(backend, tiny.training_prompts[:2], ["eagle3", "eagle3.1"], [1, 3], max_new_tokens=12,
+                        repeats=2)
+    assert table["runs_per_config"] == 4 and table["plain"]["median_ms_per_token"] > 0
+    assert set(table["by_k"]) == {"1", "3"}
+    for k, row in table["by_k"].items():
+        assert set(row) == {"eagle3", "eagle3.1"}
+        for m in row.values():
+            low, high = m["speedup_range"]
+            assert 0 < low <= m["median_speedup"] <= high
+            assert 1 <= m["mean_acceptance_length"] <= int(k) + 1
+            assert m["speedup_per_acceptance_length"] == pytest.approx(m["median_speedup"] / m["mean_acceptance_length"])
+            assert m["median_draft_ms_per_step"] > 0 and m["median_verify_ms_per_step"] > 0

@@ -32,20 +32,28 @@ def _depth_rows(acceptance: dict) -> list[str]:
 
 
 def _speed_rows(speed: dict) -> list[str]:
-    return [
-        "| decoding | tokens/s (median per prompt) | speedup (median of per-prompt ratios) | pooled tokens/s | pooled speedup |",
-        "|---|---|---|---|---|",
-        f"| plain | {_fmt(speed['median_tokens_per_second']['none'], 1)} | 1.00× | "
-        f"{_fmt(speed['pooled_tokens_per_second']['none'], 1)} | 1.00× |",
-        *[f"| {v} | {_fmt(speed['median_tokens_per_second'][v], 1)} | {_fmt(s)}× | "
-          f"{_fmt(speed['pooled_tokens_per_second'][v], 1)} | {_fmt(speed['pooled_speedup'][v])}× |"
-          for v, s in speed["median_speedup"].items()],
+    plain = speed["plain"]
+    rows = [
+        "| decoding | k | tokens/s (median) | speedup (median, range) | pooled speedup | acceptance length | "
+        "speedup ÷ acceptance length | draft ms / step | verify ms / step |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| plain | – | {_fmt(plain['median_tokens_per_second'], 1)} | 1.00× | 1.00× | 1 | – | – | "
+        f"{_fmt(plain['median_ms_per_token'], 1)} |",
     ]
+    for k, by_drafter in speed["by_k"].items():
+        for d, m in by_drafter.items():
+            low, high = m["speedup_range"]
+            rows.append(f"| {d} | {k} | {_fmt(m['median_tokens_per_second'], 1)} | {_fmt(m['median_speedup'])}× "
+                        f"({_fmt(low)}–{_fmt(high)}) | {_fmt(m['pooled_speedup'])}× | "
+                        f"{_fmt(m['mean_acceptance_length'])} | {_fmt(m['speedup_per_acceptance_length'])} | "
+                        f"{_fmt(m['median_draft_ms_per_step'], 1)} | {_fmt(m['median_verify_ms_per_step'], 1)} |")
+    return rows
 
 
 def render(root: Path) -> str:
     drafters = {v: json.loads((root / v / "training_log.json").read_text()) for v in ("eagle3", "eagle3.1")}
     evaluation = json.loads((root / "evaluation.json").read_text())
+    measured_speed = json.loads((root / "speed.json").read_text())
     d = drafters["eagle3"]
     aux_layers = json.loads((root / "eagle3" / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
     lines = [
@@ -89,7 +97,7 @@ def render(root: Path) -> str:
         final = log["final"][v]
         lines.append(f"| {v} | {flags} | {flags} | {_fmt(final['val_loss'], 3)} | "
                      f"{' / '.join(_fmt(a) for a in final['val_top1_by_step'])} |")
-    speed, unfamiliar = evaluation["speed"], evaluation["unfamiliar_template"]
+    speed, unfamiliar = measured_speed["speed"], evaluation["unfamiliar_template"]
     lines += [
         "",
         "## Measured (`assets/models/smollm2-135m/evaluation.json`)",
@@ -107,16 +115,21 @@ def render(root: Path) -> str:
         "",
         *_acceptance_rows(unfamiliar["acceptance"]),
         "",
-        f"Speed at k = {speed['k']} on {evaluation['prompts']['speed_count']} prompts from "
-        f"{', '.join(evaluation['prompts']['speed_sets'])} whose plain answers fill {speed['max_new_tokens']} tokens; "
-        "instrumentation off; plain and speculative interleaved prompt by prompt after a warm-up; "
-        f"{speed['runs_per_config']} runs each:",
-        "",
-        *_speed_rows(speed),
-        "",
         "Attention mass and carried hidden-state RMS by depth, at the deepest k above:",
         "",
         *_depth_rows(evaluation["acceptance"]),
+        "",
+        "## Speed (`assets/models/smollm2-135m/speed.json`)",
+        "",
+        f"Command: `python -m playground train speed`, run alone on the machine (torch threads: "
+        f"{measured_speed['machine']['threads']}, {measured_speed['machine']['processor']}). "
+        f"{measured_speed['prompts']['count']} prompts from {', '.join(measured_speed['prompts']['sets'])} whose plain "
+        f"answers fill {speed['max_new_tokens']} tokens; greedy, instrumentation off; plain and every (drafter, k) "
+        f"back to back per prompt after a warm-up, {speed['runs_per_config']} runs each. The speedup is the median "
+        "of per-run ratios against the plain run of the same prompt in the same pass (range: lowest–highest); the "
+        "step times are medians over every step (verification includes acceptance and the cache rollback).",
+        "",
+        *_speed_rows(speed),
     ]
     return "\n".join(lines) + "\n"
 

@@ -1,4 +1,4 @@
-"""``python -m playground train ...`` subcommands (corpus, tokenizer, distill, drafter, evaluate, card)."""
+"""``python -m playground train ...`` subcommands (corpus, tokenizer, distill, drafter, evaluate, speed, card)."""
 
 from __future__ import annotations
 
@@ -41,12 +41,25 @@ def _distill(args: argparse.Namespace) -> None:
         distill(local_folder(args.target), args.out / split, split, cfg)
 
 
+def _ks(text: str) -> list[int]:
+    try:
+        return [int(k) for k in text.split(",")]
+    except ValueError:
+        raise SystemExit(f"--k wants a comma list of whole numbers, got {text!r}") from None
+
+
 def _evaluate(args: argparse.Namespace) -> None:
     from playground.train.evaluate import main
 
-    main(args.out, preset_name=args.preset, n_prompts=args.prompts, ks=[int(k) for k in args.k.split(",")],
-         max_new_tokens=args.max_new_tokens, speed_k=args.speed_k, repeats=args.repeats, threads=args.threads,
-         speed_prompts=args.speed_prompts, speed_tokens=args.speed_tokens)
+    main(args.out, preset_name=args.preset, n_prompts=args.prompts, ks=_ks(args.k), max_new_tokens=args.max_new_tokens,
+         template_k=args.template_k, threads=args.threads)
+
+
+def _speed(args: argparse.Namespace) -> None:
+    from playground.train.speed import main
+
+    main(args.out, preset_name=args.preset, ks=_ks(args.k), prompts_per_set=args.prompts,
+         max_new_tokens=args.max_new_tokens, repeats=args.repeats, threads=args.threads)
 
 
 def _card(args: argparse.Namespace) -> None:
@@ -99,18 +112,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads per process")
     p.set_defaults(func=_distill)
 
-    p = stages.add_parser("evaluate", help="held-out acceptance, drift and speedup of a preset's drafters")
+    p = stages.add_parser("evaluate", help="held-out acceptance, drift and losslessness of a preset's drafters")
     p.add_argument("--preset", default="smollm2-135m")
     p.add_argument("--out", type=Path, default=Path("assets/models/smollm2-135m/evaluation.json"))
     p.add_argument("--prompts", type=int, default=12, help="number of held-out prompts for the acceptance table")
     p.add_argument("--k", default="1,2,3,4,5,6,7,8", help="comma list of speculative depths for the acceptance table")
     p.add_argument("--max-new-tokens", type=int, default=64, help="answer budget of the acceptance table")
-    p.add_argument("--speed-k", type=int, default=4, help="k of the speed comparison and of the unfamiliar template")
-    p.add_argument("--speed-prompts", type=int, default=3, help="prompts per speed set (held-out, MT-Bench, HumanEval)")
-    p.add_argument("--speed-tokens", type=int, default=128, help="answer budget of the speed comparison")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--template-k", type=int, default=4, help="k of the unfamiliar-template comparison")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (timing is not measured here)")
     p.set_defaults(func=_evaluate)
+
+    p = stages.add_parser("speed", help="plain vs speculative tokens/s of a preset's drafters (run it alone)")
+    p.add_argument("--preset", default="smollm2-135m")
+    p.add_argument("--out", type=Path, default=Path("assets/models/smollm2-135m/speed.json"))
+    p.add_argument("--k", default="2,3,4", help="comma list of speculative depths")
+    p.add_argument("--prompts", type=int, default=2, help="prompts per set (held-out, MT-Bench, HumanEval)")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="answer budget (prompts must fill it)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2, help="torch threads (the machine's cores)")
+    p.set_defaults(func=_speed)
 
     p = stages.add_parser("card", help="render the model card from the training and evaluation logs")
     p.add_argument("--root", type=Path, default=Path("assets/models/smollm2-135m"))

@@ -1,0 +1,143 @@
+"""Measure the speed of a preset's drafters against plain decoding, and where a speculative step spends its time.
+
+Run it alone on the machine (nothing else decoding): plain and speculative passes are interleaved prompt by
+prompt after a warm-up, so both see the same load, but a neighbour's load still changes the balance between the
+memory-bound plain step and the compute-bound verification. Prompts come from the held-out, MT-Bench and HumanEval
+sets, kept only when their plain greedy answer fills the token budget (shorter answers would time the prefill).
+Instrumentation is off. The numbers feed the model card (`assets/models/README.md`).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from playground.backends.local import LocalBackend
+from playground.bench.prompts import load_prompt_set
+from playground.engine import GenerationConfig, StepEvent, summarize
+from playground.presets import get_preset
+
+SPEED_SETS = ("held-out", "mt-bench", "humaneval")
+
+
+def _run(backend: LocalBackend, prompt: list[int], drafter: str, cfg: GenerationConfig) -> list[StepEvent]:
+    return list(backend.stream(prompt, drafter, cfg))
+
+
+def long_answer_prompts(backend: LocalBackend, per_set: int, max_new_tokens: int) -> list[list[int]]:
+    """Up to `per_set` first turns of each speed set whose plain greedy answer fills `max_new_tokens`."""
+    chosen = []
+    cfg = GenerationConfig(max_new_tokens=max_new_tokens, instrument=False)
+    for name in SPEED_SETS:
+        found = 0
+        for record in load_prompt_set(name).records:
+            prompt = backend.encode(record.messages([]))
+            if _run(backend, prompt, "none", cfg)[-1].total_tokens == max_new_tokens:
+                chosen.append(prompt)
+                found += 1
+            if found == per_set:
+                break
+    return chosen
+
+
+def _step_ms(events: list[StepEvent], field: str) -> list[float]:
+    """Per-step times after the prefill step (step 0 of a speculative run is the prefill)."""
+    return [getattr(e, field) for e in events if e.step > 0 and getattr(e, field) is not None]
+
+
+def speed_table(backend: LocalBackend, prompts: list[list[int]], drafters: list[str], ks: list[int],
+                max_new_tokens: int, repeats: int) -> dict:
+    """tokens/s of plain vs each (drafter, k), and the time per step split into drafting and verification.
+
+    Each repeat runs every prompt once plain and once per (drafter, k), back to back; a speculative run's ratio is
+    taken against the plain run of the same prompt in the same repeat. Two views of the ratios: the median over all
+    (prompt, repeat) pairs, and the pooled rate (all tokens / all time) per repeat, median over repeats."""
+    configs = [("none", 1)] + [(d, k) for d in drafters for k in ks]
+    for name, k in configs:  # warm-up of every path
+        _run(backend, prompts[0], name, GenerationConfig(max_new_tokens=16, k=k, instrument=False))
+    rates: dict[tuple, list[float]] = {c: [] for c in configs}
+    ratios: dict[tuple, list[float]] = {c: [] for c in configs[1:]}
+    pooled: dict[tuple, list[float]] = {c: [] for c in configs}
+    draft_ms: dict[tuple, list[float]] = {c: [] for c in configs}
+    verify_ms: dict[tuple, list[float]] = {c: [] for c in configs}
+    steps: dict[tuple, list[StepEvent]] = {c: [] for c in configs}
+    for _ in tqdm(range(repeats), desc="speed", unit="repeat"):
+        tokens = {c: 0 for c in configs}
+        seconds = {c: 0.0 for c in configs}
+        for prompt in prompts:
+            now = {}
+            for name, k in configs:
+                events = _run(backend, prompt, name, GenerationConfig(max_new_tokens=max_new_tokens, k=k,
+                                                                      instrument=False))
+                m = summarize(events, k)
+                now[(name, k)] = m.tokens_per_second
+                tokens[(name, k)] += m.generated_tokens
+                seconds[(name, k)] += m.elapsed_ms / 1000
+                draft_ms[(name, k)] += _step_ms(events, "draft_ms")
+                verify_ms[(name, k)] += _step_ms(events, "verify_ms")
+                steps[(name, k)] += events
+            for c, rate in now.items():
+                rates[c].append(rate)
+                if c in ratios:
+                    ratios[c].append(rate / now[("none", 1)])
+        for c in configs:
+            pooled[c].append(tokens[c] / seconds[c])
+    plain = configs[0]
+    plain_pooled = statistics.median(pooled[plain])
+    by_k: dict[str, dict] = {}
+    for name, k in configs[1:]:
+        c = (name, k)
+        acceptance_length = summarize(steps[c], k).mean_acceptance_length
+        speedup = statistics.median(ratios[c])
+        by_k.setdefault(str(k), {})[name] = {
+            "median_tokens_per_second": statistics.median(rates[c]),
+            "median_speedup": speedup,
+            "speedup_range": [min(ratios[c]), max(ratios[c])],
+            "pooled_tokens_per_second": statistics.median(pooled[c]),
+            "pooled_speedup": statistics.median(pooled[c]) / plain_pooled,
+            "mean_acceptance_length": acceptance_length,
+            "speedup_per_acceptance_length": speedup / acceptance_length if acceptance_length else None,
+            "median_draft_ms_per_step": statistics.median(draft_ms[c]),
+            "median_verify_ms_per_step": statistics.median(verify_ms[c]),
+        }
+    return {
+        "max_new_tokens": max_new_tokens,
+        "runs_per_config": len(rates[plain]),
+        "plain": {"median_tokens_per_second": statistics.median(rates[plain]),
+                  "pooled_tokens_per_second": plain_pooled,
+                  "median_ms_per_token": statistics.median(verify_ms[plain])},
+        "by_k": by_k,
+    }
+
+
+def measure(preset_name: str, ks: list[int], prompts_per_set: int, max_new_tokens: int, repeats: int,
+            threads: int) -> dict:
+    torch.set_num_threads(threads)
+    preset = get_preset(preset_name)
+    backend = LocalBackend(preset)
+    prompts = long_answer_prompts(backend, prompts_per_set, max_new_tokens)
+    if not prompts:
+        raise SystemExit(f"no prompt of {', '.join(SPEED_SETS)} has a plain answer of {max_new_tokens} tokens")
+    return {
+        "preset": preset.name,
+        "prompts": {"sets": list(SPEED_SETS), "count": len(prompts),
+                    "mean_prompt_tokens": statistics.mean(map(len, prompts))},
+        "machine": {"processor": platform.processor() or platform.machine(), "threads": threads,
+                    "torch": torch.__version__, "python": platform.python_version()},
+        "speed": speed_table(backend, prompts, list(preset.drafters), ks, max_new_tokens, repeats),
+    }
+
+
+def main(out: Path, **kwargs) -> None:
+    result = measure(**kwargs)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    speed = result["speed"]
+    print(json.dumps({"plain_tokens_per_second": speed["plain"]["median_tokens_per_second"],
+                      "median_speedup": {k: {d: round(m["median_speedup"], 3) for d, m in row.items()}
+                                         for k, row in speed["by_k"].items()}}, indent=2))
