@@ -122,8 +122,8 @@ def test_lossless_flag_catches_a_broken_verifier(tiny_pair: Path, tmp_path: Path
     assert calls[-1][0] == calls[-1][1] == len(calls)  # progress reached its total, one call per run
 
 
-def _row(generation: str, k: int, al: float, prompt_set: str = "held-out", template: str = "default") -> dict:
-    return {"drafter": generation.lower(), "label": generation, "kind": "eagle", "generation": generation, "k": k,
+def _row(variant: str, k: int, al: float, prompt_set: str = "held-out", template: str = "default") -> dict:
+    return {"drafter": variant.lower(), "label": variant, "kind": "eagle", "variant": variant, "k": k,
             "prompt_set": prompt_set, "template": template, "studies": ["k"], "context_tokens": 100, "prompts": 2,
             "tokens_per_second": 10.0 * al, "baseline_tokens_per_second": 10.0, "speedup": al,
             "mean_acceptance_length": al, "per_position_acceptance": None, "attention_by_depth": None,

@@ -141,7 +141,7 @@ def test_three_layouts_give_identical_drafts(tiny: TinyModels, tmp_path: Path, n
         drafter, aux, detected = load_and_attach(tiny.target, write_layout(tiny, tmp_path / layout, name, layout))
         assert detected == layout
         assert aux == reference.aux_layers == AUX_IDS
-        assert drafter.config.generation == ("EAGLE-3.1" if name == "eagle3.1" else "EAGLE-3")
+        assert drafter.config.variant == ("EAGLE-3.1" if name == "eagle3.1" else "EAGLE-3")
         assert drafter.config.norm_before_residual is False
         state, ref_state = drafter.state_dict(), reference.drafter.state_dict()
         assert set(state) == set(ref_state) and all(torch.equal(state[k], ref_state[k]) for k in state)
@@ -532,7 +532,7 @@ def test_drafter_math_matches_independent_restatement(tiny: TinyModels, name: st
     else:
         assert torch.allclose(out.feedback, out.hidden) and not torch.allclose(out.feedback, out.normed)
 
-    # the comparison discriminates: the other generation's feedback (and, for 3.1, dropping fc_norm) changes drafts
+    # the comparison discriminates: the other variant's feedback (and, for 3.1, dropping fc_norm) changes drafts
     variants = [HandDrafter(weights, config, embeddings, swap_feedback=True)]
     if name == "eagle3.1":
         variants.append(HandDrafter(weights, config, embeddings, skip_fc_norm=True))

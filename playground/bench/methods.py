@@ -71,11 +71,11 @@ class Runner:
         self.assistant_source = assistant
         self._assistant = None
 
-    def generation_name(self, method: Method) -> str | None:
+    def variant_name(self, method: Method) -> str | None:
         """EAGLE-3 / EAGLE-3.1 as the drafter's config says (loads the drafter: fails early on a bad one)."""
         if method.kind != "eagle":
             return None
-        return self.backend.drafter(method.name).drafter.config.generation
+        return self.backend.drafter(method.name).drafter.config.variant
 
     def unavailable(self, method: Method) -> str | None:
         """Why a method cannot run here (its row then carries the reason instead of numbers)."""

@@ -42,7 +42,7 @@ def pairs(rows: list[Row]) -> list[tuple[Row, Row]]:
     groups: dict[tuple, dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if r["kind"] == "eagle" and r["mean_acceptance_length"] is not None:
-            groups[(r["prompt_set"], r["template"], r["k"])][r["generation"]].append(r)
+            groups[(r["prompt_set"], r["template"], r["k"])][r["variant"]].append(r)
     return [(g["EAGLE-3"][0], g["EAGLE-3.1"][0]) for g in groups.values()
             if len(g["EAGLE-3"]) == 1 and len(g["EAGLE-3.1"]) == 1]
 

@@ -84,7 +84,7 @@ class BenchRow:
     drafter: str  # none | eagle3 | eagle3.1 | a drafter folder | hf-greedy | prompt-lookup | hf-assisted
     label: str  # display name of the drafter or peer, without k
     kind: str  # baseline | eagle | peer
-    generation: str | None  # EAGLE-3 / EAGLE-3.1, from the drafter's config
+    variant: str | None  # EAGLE-3 / EAGLE-3.1, from the drafter's config
     k: int | None
     prompt_set: str
     template: str
@@ -313,7 +313,7 @@ class Bench:
     def _row(self, cell: _Cell, method: Method, passes: list[list[list[Answer]]] | None,
              instrumented: list[list[Answer]] | None, baseline: list[list[list[Answer]]] | None) -> BenchRow:
         row = BenchRow(
-            drafter=method.name, label=method.label, kind=method.kind, generation=self.runner.generation_name(method),
+            drafter=method.name, label=method.label, kind=method.kind, variant=self.runner.variant_name(method),
             k=method.k, prompt_set=cell.prompt_set.name, template=cell.template, studies=cell.studies[method],
             prompts=len(cell.records), prompts_skipped=cell.skipped, context_tokens=cell.context_tokens,
             note=self.unavailable(cell, method))

@@ -51,7 +51,7 @@ class DrafterConfig:
             raise ValueError("drafter config sets both fc_norm and norm_before_fc; they are mutually exclusive")
 
     @property
-    def generation(self) -> str:
+    def variant(self) -> str:
         return "EAGLE-3.1" if (self.fc_norm or self.norm_output) else "EAGLE-3"
 
     def rope_config(self) -> LlamaConfig:

@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 Row = dict
-GENERATION_COLORS = {"EAGLE-3": "#d62728", "EAGLE-3.1": "#1f77b4"}
+VARIANT_COLORS = {"EAGLE-3": "#d62728", "EAGLE-3.1": "#1f77b4"}
 OTHER_COLORS = ("#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#ff7f0e")
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 
@@ -28,8 +28,8 @@ def method_name(row: Row) -> str:
 
 
 def _color(row: Row, others: dict[str, str]) -> str:
-    if row.get("generation") in GENERATION_COLORS and row["label"] in ("EAGLE-3", "EAGLE-3.1"):
-        return GENERATION_COLORS[row["generation"]]
+    if row.get("variant") in VARIANT_COLORS and row["label"] in ("EAGLE-3", "EAGLE-3.1"):
+        return VARIANT_COLORS[row["variant"]]
     return others.setdefault(row["label"], OTHER_COLORS[len(others) % len(OTHER_COLORS)])
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .bench import GENERATION_COLORS
+from .bench import VARIANT_COLORS
 from .provenance import depth_colour
 from .view import RunView
 
@@ -44,7 +44,7 @@ def _run_colours(views: list[RunView]) -> list[str]:
     by_position = [RUN_COLOURS[i % len(RUN_COLOURS)] for i in range(len(views))]
     if len(set(names)) < len(names):
         return by_position
-    return [GENERATION_COLORS.get(name, colour) for name, colour in zip(names, by_position)]
+    return [VARIANT_COLORS.get(name, colour) for name, colour in zip(names, by_position)]
 
 
 def message_figure(title: str, message: str) -> go.Figure:
