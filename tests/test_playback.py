@@ -15,9 +15,10 @@ import pytest
 from playground.backends import shared_backend
 from playground.engine import StepEvent
 from playground.playback import (
-    CSV_COLUMNS, Conversation, RequestError, RunSettings, StopSwitches, _ActiveTimeEvents, chat_turn, compare,
+    CSV_COLUMNS, Conversation, RequestError, RunSettings, StopSwitches, chat_turn, compare,
     export_runs, regenerate_turn,
 )
+from playground.playback.run import _ActiveTimeEvents
 from playground.presets import get_preset
 from tests.appserver import long_answer_prompt
 

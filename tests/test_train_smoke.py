@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
 
 from playground.train import corpus
 from playground.train.tokenizer import train_tokenizer, training_texts

@@ -67,11 +67,11 @@ def test_stop_reaches_a_run_whose_engine_cannot_see_the_switch(tiny_root: Path,
     """On ZeroGPU the engine runs in a forked worker that cannot read the stop switch; the run driver then stops
     pulling steps itself. The worker is played here by stream_local on this process (off ZeroGPU it is the plain
     function), which never sees `should_stop`."""
-    import playground.playback as playback
+    import playground.playback.run as playback_run
     from playground.playback import Conversation, RunSettings, chat_turn
 
     monkeypatch.setenv("PLAYGROUND_MODELS_DIR", str(tiny_root))
-    monkeypatch.setattr(playback, "on_zerogpu", lambda: True)
+    monkeypatch.setattr(playback_run, "on_zerogpu", lambda: True)
     stop = False
     for run in chat_turn(Conversation(), "Hello there", RunSettings(max_new_tokens=400), lambda: stop):
         stop = stop or (bool(run.events) and run.events[-1].total_tokens >= 5)

@@ -155,7 +155,7 @@ def _reasoning(rng: random.Random) -> str:
     x, y, z = rng.sample(names, 3)
     return rng.choice([
         f"{x} is taller than {y}, and {y} is taller than {z}. Who is the shortest?",
-        f"If all bloops are razzies and all razzies are lazzies, are all bloops lazzies? Explain.",
+        "If all bloops are razzies and all razzies are lazzies, are all bloops lazzies? Explain.",
         f"{x} is older than {y}. {z} is younger than {y}. Who is the oldest?",
         "What comes next in the sequence 2, 4, 8, 16, ...? Explain the pattern.",
         "A bat and a ball cost $1.10 in total. The bat costs $1.00 more than the ball. How much does the ball cost?",

@@ -1,0 +1,71 @@
+"""A session's runs as files a user can keep: JSON (text, config, metrics, per-step trace) and CSV (one row per step)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from playground.presets import get_preset
+
+from .run import Run
+from .settings import RequestError
+
+CSV_COLUMNS = [
+    "run", "drafter", "k", "step", "drafted", "accepted", "emitted", "emitted_text", "draft_probs", "attention_sink",
+    "attention_context", "attention_draft", "hidden_rms", "draft_ms", "verify_ms", "total_tokens", "elapsed_ms",
+    "finished", "finish_reason",
+]
+TIMING_NOTE = ("elapsed_ms counts time inside the decode loop only (pauses for UI rendering or for the other side "
+               "of a comparison are excluded); tokens_per_second = generated tokens / elapsed time; "
+               "seen_tokens_per_second = generated tokens / wall-clock time with those pauses, as the user saw it.")
+
+
+def _joined(values: Iterable | None, pattern: str = "{}") -> str:
+    return "" if values is None else " ".join(pattern.format(v) for v in values)
+
+
+def _csv_rows(name: str, run: Run) -> Iterator[list]:
+    text_by_step: dict[int, str] = {}
+    for piece in run.pieces:
+        text_by_step[piece.step] = text_by_step.get(piece.step, "") + piece.text
+    for e in run.events:
+        attention = e.attention
+        yield [
+            name, run.settings.drafter, run.settings.k, e.step, _joined(e.drafted), e.accepted, _joined(e.emitted),
+            text_by_step.get(e.step, ""), _joined(e.draft_probs, "{:.4f}"),
+            _joined(attention and [a.sink for a in attention], "{:.4f}"),
+            _joined(attention and [a.context for a in attention], "{:.4f}"),
+            _joined(attention and [a.draft for a in attention], "{:.4f}"),
+            _joined(e.hidden_rms, "{:.4f}"), e.draft_ms, e.verify_ms, e.total_tokens, e.elapsed_ms, e.finished,
+            e.finish_reason or "",
+        ]
+
+
+def _shareable(model: str) -> str:
+    """A Hub id as it is; a local folder by its name only (exports are shared; local paths are private)."""
+    return Path(model).name if Path(model).is_absolute() else model
+
+
+def export_runs(runs: dict[str, Run], messages: list[dict], folder: Path, stem: str) -> list[Path]:
+    """Write `<stem>.json` (text, config, metrics, per-step trace) and `<stem>.csv` (one row per step)."""
+    if not runs:
+        raise RequestError("nothing to export yet: run a prompt first")
+    folder.mkdir(parents=True, exist_ok=True)
+    first = next(iter(runs.values()))
+    preset = get_preset(first.settings.preset)
+    payload = {
+        "app": "EAGLE Playground", "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "preset": preset.name, "target": _shareable(preset.target), "messages": messages, "timing_note": TIMING_NOTE,
+        "runs": [run.record(name) for name, run in runs.items()],
+    }
+    json_path, csv_path = folder / f"{stem}.json", folder / f"{stem}.csv"
+    json_path.write_text(json.dumps(payload, indent=1, ensure_ascii=False))
+    with csv_path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(CSV_COLUMNS)
+        for name, run in runs.items():
+            writer.writerows(_csv_rows(name, run))
+    return [json_path, csv_path]

@@ -1,0 +1,183 @@
+"""One run as the playground plays it: a backend stream advanced a step at a time into a live record.
+
+Timing: a run's `elapsed_ms` (and so its tokens/s) counts only time spent inside the decode loop. Time the loop
+sits paused between steps — while the UI renders, or while the other side of a comparison takes its step — is
+left out, so two interleaved runs each report the speed they would have alone, comparable with the baseline.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable, Iterable, Iterator
+
+from playground.backends import Backend
+from playground.backends.availability import on_zerogpu
+from playground.engine import StepEvent
+from playground.viz import ProvenanceBuilder, RunView, TokenPiece
+
+from .settings import RunSettings
+
+RENDER_INTERVAL_S = 0.15  # at most ~7 UI updates a second; a UI update costs more than a decode step
+
+
+FINISH_REASONS = {
+    "eos": "finished: end of answer",
+    "length": "finished: reached max new tokens",
+    "stop": "finished: stop string",
+    "cancelled": "stopped",
+}
+
+
+@dataclass
+class Run:
+    """One generation as recorded so far: events, decoded pieces, and the measured baseline."""
+
+    settings: RunSettings
+    prompt_tokens: int
+    events: list[StepEvent] = field(default_factory=list)
+    pieces: list[TokenPiece] = field(default_factory=list)
+    baseline_tokens_per_second: float | None = None
+    missing_fields: dict[str, str] = field(default_factory=dict)  # what the backend cannot report, and why
+    phase: str = "starting"  # "starting" | "measuring baseline" | "generating" | "done"
+    seen_seconds: float | None = None  # wall clock from asking for the first step to the latest one
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.pieces)
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [t for e in self.events for t in e.emitted]
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.events) and self.events[-1].finished
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.events[-1].finish_reason if self.events else None
+
+    @property
+    def status(self) -> str:
+        if self.finished:
+            return FINISH_REASONS.get(self.finish_reason or "", "finished")
+        if self.phase == "measuring baseline":
+            return "measuring the plain-decoding baseline on this machine…"
+        if self.events:
+            return f"generating… {self.events[-1].total_tokens} tokens"
+        return "starting…" if self.phase == "starting" else "generating…"
+
+    @property
+    def seen_tokens_per_second(self) -> float | None:
+        """Tokens / wall-clock seconds, rendering pauses included: the rate the user saw (the engine's excludes them)."""
+        return len(self.token_ids) / self.seen_seconds if self.seen_seconds else None
+
+    def view(self) -> RunView:
+        s = self.settings
+        return RunView.from_events(s.drafter_label, s.plain, s.k, self.events, self.baseline_tokens_per_second,
+                                   self.missing_fields, self.seen_tokens_per_second)
+
+    def record(self, name: str, with_steps: bool = True, view: RunView | None = None) -> dict:
+        """The run as JSON-ready data: text, config, metrics and (for exports) the per-step trace. Pass the `view`
+        already built for this render, so the events are summarised once."""
+        view = view or self.view()
+        record = {
+            "run": name, "status": self.status, "settings": asdict(self.settings),
+            "config": asdict(self.settings.generation_config()), "prompt_tokens": self.prompt_tokens,
+            "text": self.text, "token_ids": self.token_ids, "finish_reason": self.finish_reason,
+            "baseline_tokens_per_second": self.baseline_tokens_per_second, "speedup": view.speedup,
+            "seen_tokens_per_second": self.seen_tokens_per_second,
+            "metrics": view.metrics.to_dict(),
+        }
+        if with_steps:
+            record["steps"] = [e.to_dict() for e in self.events]
+        return record
+
+
+class _ActiveTimeEvents:
+    """Rewrites each event's elapsed_ms to exclude the time the decode loop sat paused between steps."""
+
+    def __init__(self, events: Iterable[StepEvent]) -> None:
+        self._events = iter(events)
+        self._paused_s = 0.0
+        self._paused_since: float | None = None
+
+    def __iter__(self) -> "_ActiveTimeEvents":
+        return self
+
+    def __next__(self) -> StepEvent:
+        if self._paused_since is not None:
+            self._paused_s += time.perf_counter() - self._paused_since
+        event = next(self._events)
+        self._paused_since = time.perf_counter()
+        return replace(event, elapsed_ms=max(event.elapsed_ms - self._paused_s * 1000, 0.0))
+
+    def close(self) -> None:
+        getattr(self._events, "close", lambda: None)()
+
+
+class RunDriver:
+    """Advances one backend stream a step at a time and keeps its Run up to date."""
+
+    def __init__(self, backend: Backend, settings: RunSettings, prompt_ids: list[int],
+                 should_stop: Callable[[], bool]) -> None:
+        self.run = Run(settings, len(prompt_ids), missing_fields=dict(backend.missing_fields))
+        self._backend, self._prompt_ids, self._should_stop = backend, prompt_ids, should_stop
+        self._provenance = ProvenanceBuilder(backend.decode)
+        self._events: _ActiveTimeEvents | None = None
+        self._engine_checks_stop = True
+        self._first_step_asked: float | None = None
+
+    def open(self) -> None:
+        """Load the drafter (and check that it fits the target) before anything is measured."""
+        s = self.run.settings
+        if on_zerogpu() and self._backend.name == "local":  # the GPU exists only inside a spaces.GPU call
+            from playground.backends.zerogpu import stream_local
+
+            # the engine runs in a forked worker that cannot see the stop switch: the driver stops pulling instead
+            stream = stream_local(s.preset, self._prompt_ids, s.drafter, s.generation_config())
+            self._engine_checks_stop = False
+        else:
+            stream = self._backend.stream(self._prompt_ids, s.drafter, s.generation_config(), self._should_stop)
+        self._events = _ActiveTimeEvents(stream)
+
+    def measure_baseline(self) -> None:
+        self.run.baseline_tokens_per_second = self._backend.baseline_tokens_per_second(self._prompt_ids)
+        self.run.phase = "generating"
+
+    def advance(self) -> bool:
+        """Take one step; False once the run has finished."""
+        if self.run.finished:
+            return False
+        assert self._events is not None, "open() first"
+        if not self._engine_checks_stop and self.run.events and self._should_stop():
+            self._events.close()
+            self.run.events[-1] = replace(self.run.events[-1], finished=True, finish_reason="cancelled")
+            self.run.phase = "done"
+            return False
+        if self._first_step_asked is None:
+            self._first_step_asked = time.perf_counter()
+        event = next(self._events, None)
+        self.run.seen_seconds = time.perf_counter() - self._first_step_asked
+        if event is None:
+            self.run.phase = "done"
+            return False
+        self._provenance.add(event)
+        self.run.events.append(event)
+        self.run.pieces = self._provenance.pieces
+        if event.finished:
+            self.run.phase = "done"
+        return not event.finished
+
+
+def play(drivers: list[RunDriver], interval_s: float = RENDER_INTERVAL_S) -> Iterator[None]:
+    """Advance the drivers in turn, one step each; yield when a UI update is due, and once at the end."""
+    active = list(drivers)
+    last_render = float("-inf")
+    while active:
+        active = [d for d in active if d.advance()]
+        if active and time.perf_counter() - last_render >= interval_s:
+            yield
+            last_render = time.perf_counter()
+    yield

@@ -1,0 +1,72 @@
+"""What the user picked for one run, checked before anything runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from playground.backends import backend_unavailable_reason
+from playground.engine import GenerationConfig
+from playground.engine.templates import CHAT_TEMPLATES
+from playground.presets import DRAFTER_LABELS, Preset, default_preset_name, get_preset
+
+UI_MAX_K = 10
+MAX_NEW_TOKENS = 1024
+
+
+class RequestError(ValueError):
+    """A request the playground cannot run; the message is meant for the user."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What the user picked for one run."""
+
+    drafter: str = "eagle3.1"  # a drafter name of the preset, or "none" for plain decoding
+    k: int = 4
+    preset: str = field(default_factory=default_preset_name)
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    chat_template: str = "default"  # "default" (the tokenizer's) or a shipped one (engine.templates)
+    system: str = ""
+    seed: int | None = None  # sampling only: the same seed repeats the same answer
+
+    @property
+    def plain(self) -> bool:
+        return self.drafter == "none"
+
+    @property
+    def drafter_label(self) -> str:
+        return "plain decoding" if self.plain else DRAFTER_LABELS.get(self.drafter, self.drafter)
+
+    def checked_preset(self) -> Preset:
+        """The preset, after checking every field; raises RequestError with a message for the user."""
+        try:
+            preset = get_preset(self.preset)
+        except KeyError as err:
+            raise RequestError(err.args[0]) from None
+        unavailable = backend_unavailable_reason(preset)
+        if unavailable:
+            raise RequestError(unavailable)
+        if self.drafter not in preset.drafter_names:
+            raise RequestError(f"unknown drafter {self.drafter!r}; choose one of {', '.join(preset.drafter_names)}")
+        if not isinstance(self.k, int) or not 1 <= self.k <= UI_MAX_K:
+            raise RequestError(f"k (speculative tokens per step) must be between 1 and {UI_MAX_K}, got {self.k}")
+        if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
+            raise RequestError(f"max new tokens must be between 1 and {MAX_NEW_TOKENS}, got {self.max_new_tokens}")
+        if self.chat_template not in CHAT_TEMPLATES:
+            raise RequestError(f"unknown chat template {self.chat_template!r}; "
+                               f"choose one of {', '.join(CHAT_TEMPLATES)}")
+        try:
+            self.generation_config().validate()
+        except ValueError as err:
+            raise RequestError(str(err)) from None
+        return preset
+
+    def generation_config(self) -> GenerationConfig:
+        return GenerationConfig(max_new_tokens=self.max_new_tokens, k=self.k, temperature=self.temperature,
+                                top_p=self.top_p, seed=self.seed)
+
+    @property
+    def template_name(self) -> str | None:
+        return None if self.chat_template == "default" else self.chat_template
