@@ -169,3 +169,33 @@ def test_the_seed_box_means_random_when_empty_and_repeats_when_set(page) -> None
         seeds.append(found and (None if found.group(1) == "null" else int(found.group(1))))
         page.get_by_text("Live run data (JSON)").click()
     assert seeds == [None, 42], seeds
+
+
+def card(page, name: str, where: str = "#chat-stats") -> tuple[str, str]:
+    """(value, name) of the stat card whose name starts with `name`."""
+    cards = page.locator(f"{where} .stat")
+    for i in range(cards.count()):
+        label = cards.nth(i).locator(".stat-name").inner_text()
+        if label.startswith(name):
+            return cards.nth(i).locator(".stat-value").inner_text(), label
+    raise AssertionError(f"no {name!r} card")
+
+
+def test_plain_against_the_live_baseline_reads_one_within_the_shown_range(page) -> None:
+    """What the cards show for plain decoding against the plain baseline measured alongside it, three runs in a row:
+    1.00× inside the range on the card; the rate the user saw beside the engine's."""
+    page.locator("#drafter").get_by_text("none (plain decoding)").click()
+    page.locator("#max-new-tokens input[type=number]").fill("96")
+    page.locator("#max-new-tokens input[type=number]").press("Enter")
+    for turn in range(1, 4):
+        page.locator("#prompt textarea").fill(PROMPT)
+        page.locator("#send").click()
+        page.wait_for_function(f"document.querySelectorAll('#chat [data-testid=user]').length >= {turn}")
+        page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
+        page.wait_for_function("document.querySelector('#chat-stats').innerText.includes('bursts)')")
+        speedup, label = card(page, "speedup")
+        low, high = map(float, re.search(r"\(([\d.]+)–([\d.]+)\)", label).groups())
+        assert low <= 1.0 <= high and speedup.endswith("×"), (speedup, label)
+        assert low <= float(speedup.rstrip("×")) <= high
+        assert card(page, "tok/s (engine)")[0].isdigit() and card(page, "tok/s seen")[0].isdigit()
+        assert re.fullmatch(r"plain tok/s \(\d+ bursts\)", card(page, "plain tok/s")[1])

@@ -11,7 +11,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from playground.backends import shared_backend
-from playground.engine import GenerationConfig, StepEvent
+from playground.engine import Baseline, GenerationConfig, StepEvent
 from playground.engine.text import IncrementalDecoder
 from playground.presets import get_preset
 from playground.viz import (
@@ -93,12 +93,15 @@ def _run(drafter: str, k: int = 4, instrument: bool = True) -> list[StepEvent]:
     return events
 
 
+BASELINE = Baseline(tokens_per_second=100.0, slowest=80.0, fastest=125.0, bursts=5, tokens=20)
+
+
 @pytest.fixture(scope="module")
 def views(pair_models: Path) -> dict[str, RunView]:
     return {
-        "eagle3.1": RunView.from_events("EAGLE-3.1", False, 4, _run("eagle3.1"), baseline_tokens_per_second=100.0),
-        "eagle3": RunView.from_events("EAGLE-3", False, 3, _run("eagle3", k=3), baseline_tokens_per_second=100.0),
-        "plain": RunView.from_events("plain decoding", True, 4, _run("none"), baseline_tokens_per_second=100.0),
+        "eagle3.1": RunView.from_events("EAGLE-3.1", False, 4, _run("eagle3.1"), BASELINE),
+        "eagle3": RunView.from_events("EAGLE-3", False, 3, _run("eagle3", k=3), BASELINE),
+        "plain": RunView.from_events("plain decoding", True, 4, _run("none"), BASELINE),
         "uninstrumented": RunView.from_events("EAGLE-3", False, 4, _run("eagle3", instrument=False)),
     }
 
@@ -125,7 +128,12 @@ def test_figures_draw_what_a_run_has(views: dict[str, RunView]) -> None:
     assert totals == pytest.approx([1.0] * v.k, abs=1e-4)
     assert len(hidden_rms_figure([v]).data[0].y) == v.k
     speed = speedup_figure([v])
-    assert list(speed.data[0].y) == ["plain decoding (baseline)", v.label] and "Speedup" in speed.layout.title.text
+    assert [t.y[0] for t in speed.data] == ["plain decoding", v.label] and "Speedup" in speed.layout.title.text
+    assert speed.data[0].x[0] == 100.0 and speed.data[1].x[0] == pytest.approx(v.metrics.decode_tokens_per_second)
+    assert (speed.data[0].error_x.arrayminus[0], speed.data[0].error_x.array[0]) == (20.0, 25.0)  # slowest–fastest
+    low, high = v.speedup_range  # the range divides by the fastest and the slowest burst
+    assert low == pytest.approx(v.speedup * 100 / 125) and high == pytest.approx(v.speedup * 100 / 80)
+    assert f"{v.speedup:.2f}× ({low:.2f}–{high:.2f})" in speed.layout.title.text
 
 
 def test_overlaid_runs(views: dict[str, RunView]) -> None:
@@ -134,7 +142,7 @@ def test_overlaid_runs(views: dict[str, RunView]) -> None:
     drift = attention_drift_figure(pair)
     assert {t.offsetgroup for t in drift.data} == {"0", "1"}
     assert [t.name for t in drift.data if t.x == (None,)] == ["EAGLE-3, k=3", "EAGLE-3.1, k=4"]  # pattern key
-    assert len(speedup_figure(pair).data[0].y) == 3
+    assert [t.y[0] for t in speedup_figure(pair).data] == ["plain decoding", "EAGLE-3, k=3", "EAGLE-3.1, k=4"]
 
 
 def test_missing_fields_are_explained_not_drawn_as_zero(views: dict[str, RunView]) -> None:
@@ -150,7 +158,7 @@ def test_missing_fields_are_explained_not_drawn_as_zero(views: dict[str, RunView
                     "baseline": "plain decoding needs a second server"})
     assert "vLLM does not expose" in _message(attention_drift_figure([told]))
     assert "needs a second server" in _message(speedup_figure([told]))
-    assert "measuring" in speedup_figure([bare]).layout.title.text  # no baseline yet, none missing
+    assert "measuring plain decoding" in speedup_figure([bare]).layout.title.text  # no baseline yet, none missing
     mixed = attention_drift_figure([views["eagle3.1"], plain])  # one side drawn, the other explained
     assert mixed.data and "no drafter" in _message(mixed)
 
@@ -161,5 +169,8 @@ def test_summary_table_and_stats(views: dict[str, RunView]) -> None:
     assert table["drafter"].tolist() == ["EAGLE-3", "plain decoding"]
     assert table.loc[1, "mean acceptance length"] == "—" and table.loc[0, "speedup"] == pytest.approx(
         views["eagle3"].speedup, abs=0.01)
+    low, high = views["eagle3"].speedup_range
+    assert table.loc[0, "speedup range"] == f"{low:.2f}–{high:.2f}" and table.loc[1, "speedup range"] != "—"
     stats = stats_html(views["eagle3.1"])
-    assert html.escape(MEAN_ACCEPTANCE_LENGTH_HELP, quote=True) in stats and "speedup" in stats
+    assert html.escape(MEAN_ACCEPTANCE_LENGTH_HELP, quote=True) in stats and "speedup (" in stats
+    assert "plain tok/s (5 bursts)" in stats and "slowest 80.0, fastest 125.0 tok/s" in stats

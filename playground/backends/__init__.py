@@ -7,8 +7,8 @@
 | remote vLLM server | remote.py | any `vllm serve … --speculative-config …` or `python -m playground serve` |
 
 Every backend has `name`, `preset`, `missing_fields` (StepEvent fields it leaves None, and why), `preload` (load or
-connect at start-up, raising what is wrong), `encode`, `decode`, `stream` and `baseline_tokens_per_second` (None where
-it cannot measure plain decoding itself).
+connect at start-up, raising what is wrong), `encode`, `decode` and `stream`. A backend that cannot decode without a
+drafter (a vLLM engine started with one) says why in `missing_fields["baseline"]`.
 `backend_unavailable_reason(preset)` says, in one sentence, why a preset cannot run on this machine.
 """
 
@@ -43,8 +43,6 @@ class Backend(Protocol):
 
     def stream(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
                should_stop: Callable[[], bool] | None = None) -> Iterable[StepEvent]: ...
-
-    def baseline_tokens_per_second(self, prompt_ids: list[int], max_new_tokens: int = 32) -> float | None: ...
 
 
 def open_backend(preset: Preset) -> Backend:

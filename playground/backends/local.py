@@ -10,7 +10,7 @@ import torch
 
 from playground.engine import (
     CheckpointError, Eagle3Drafter, GenerationConfig, StepEvent, Target, load_drafter, plain_generate,
-    speculative_generate, summarize,
+    speculative_generate,
 )
 from playground.presets import Preset
 from playground.smollm2 import local_folder
@@ -37,7 +37,6 @@ class LocalBackend:
         self._lock = threading.Lock()
         self._target: Target | None = None
         self._drafters: dict[str, LoadedDrafter] = {}
-        self._baseline: dict[tuple, float] = {}
         self._warmed: set[str] = set()  # decode paths ("none" or a drafter source) run once before any timing
 
     @property
@@ -92,19 +91,6 @@ class LocalBackend:
         """Step events of one request; the path (plain or this drafter) is warmed up first, so timings are honest."""
         self.warm_up(prompt_ids, drafter)
         return self._generate(prompt_ids, drafter, cfg, should_stop)
-
-    def baseline_tokens_per_second(self, prompt_ids: list[int], max_new_tokens: int = 32) -> float:
-        """Plain greedy decoding speed measured on this machine and target (cached per prompt length bucket).
-
-        The plain path is warmed up first (as every path is before it streams), then the median of three runs."""
-        key = (len(prompt_ids) // 256, max_new_tokens)
-        if key not in self._baseline:
-            self.warm_up(prompt_ids, "none")
-            cfg = GenerationConfig(max_new_tokens=max_new_tokens, instrument=False)
-            runs = [summarize(list(plain_generate(self.target, prompt_ids, cfg)), 1).tokens_per_second or 0.0
-                    for _ in range(3)]
-            self._baseline[key] = sorted(runs)[1]
-        return self._baseline[key]
 
 
 __all__ = ["CheckpointError", "LocalBackend", "LoadedDrafter"]

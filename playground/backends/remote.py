@@ -267,8 +267,6 @@ class RemoteBackend:
         self._texts.clear()
         return RemoteStream(self, body, self.served_k or cfg.k, should_stop)
 
-    def baseline_tokens_per_second(self, prompt_ids: list[int], max_new_tokens: int = 32) -> None:
-        return None  # see missing_fields["baseline"]
 
     def close(self) -> None:
         self._client.close()

@@ -260,5 +260,3 @@ class VllmBackend:
         cfg.validate()
         return VllmStream(self, prompt_ids, drafter, cfg, should_stop)
 
-    def baseline_tokens_per_second(self, prompt_ids: list[int], max_new_tokens: int = 32) -> None:
-        return None  # see missing_fields["baseline"]

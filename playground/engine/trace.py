@@ -8,6 +8,9 @@ summaries, the server's `/metrics` and per-request usage, and reads back vLLM's 
 - per-position acceptance rate[i] = drafts accepted at position i / drafting steps
 - draft acceptance rate = accepted draft tokens / drafted tokens
 - tokens per second = emitted tokens / wall time of the decode loop (prefill included)
+- decode tokens per second = the same after the first step (which holds the prefill): the steady rate
+- live speedup = decode tokens per second of the run / the `Baseline`'s (plain decoding of the same prompt on the
+  same machine, timed in short bursts between the run's steps), with a range from the slowest and fastest burst
 
 A field a backend cannot provide is None, never zero, so that the UI can say why it is missing.
 """
@@ -68,10 +71,32 @@ class RunMetrics:
     per_position_acceptance: list[float] | None
     draft_acceptance_rate: float | None
     tokens_per_second: float | None
+    decode_tokens_per_second: float | None
     elapsed_ms: float
     attention_by_depth: list[AttentionMass] | None = None
     hidden_rms_by_depth: list[float] | None = None
     per_position_counts: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """Plain decoding measured alongside a run: decode steps timed in short bursts."""
+
+    tokens_per_second: float  # pooled: burst tokens / burst time
+    slowest: float  # tokens/s of the slowest burst
+    fastest: float
+    bursts: int
+    tokens: int
+
+    def speedup(self, tokens_per_second: float | None) -> float | None:
+        return tokens_per_second / self.tokens_per_second if tokens_per_second else None
+
+    def speedup_range(self, tokens_per_second: float | None) -> tuple[float, float] | None:
+        """The speedup against the fastest and against the slowest burst."""
+        return (tokens_per_second / self.fastest, tokens_per_second / self.slowest) if tokens_per_second else None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -145,6 +170,7 @@ def summarize(events: list[StepEvent], k: int) -> RunMetrics:
     drafting = [e for e in events if e.drafted]
     generated = sum(len(e.emitted) for e in events)
     elapsed_ms = events[-1].elapsed_ms if events else 0.0
+    decode_ms = elapsed_ms - events[0].elapsed_ms if events else 0.0
 
     attention = hidden = None
     with_attention = [e.attention for e in drafting if e.attention]
@@ -168,6 +194,7 @@ def summarize(events: list[StepEvent], k: int) -> RunMetrics:
         per_position_acceptance=counters.per_position_acceptance,
         draft_acceptance_rate=counters.draft_acceptance_rate,
         tokens_per_second=generated / (elapsed_ms / 1000) if elapsed_ms > 0 else None,
+        decode_tokens_per_second=(generated - len(events[0].emitted)) / (decode_ms / 1000) if decode_ms > 0 else None,
         elapsed_ms=elapsed_ms,
         attention_by_depth=attention,
         hidden_rms_by_depth=hidden,

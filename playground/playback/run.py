@@ -13,9 +13,10 @@ from typing import Callable, Iterable, Iterator
 
 from playground.backends import Backend
 from playground.backends.availability import on_zerogpu
-from playground.engine import StepEvent
+from playground.engine import Baseline, StepEvent
 from playground.viz import ProvenanceBuilder, RunView, TokenPiece
 
+from .baseline import BaselineSampler
 from .settings import RunSettings
 
 RENDER_INTERVAL_S = 0.15  # at most ~7 UI updates a second; a UI update costs more than a decode step
@@ -31,15 +32,15 @@ FINISH_REASONS = {
 
 @dataclass
 class Run:
-    """One generation as recorded so far: events, decoded pieces, and the measured baseline."""
+    """One generation as recorded so far: events, decoded pieces, and the plain baseline measured alongside."""
 
     settings: RunSettings
     prompt_tokens: int
     events: list[StepEvent] = field(default_factory=list)
     pieces: list[TokenPiece] = field(default_factory=list)
-    baseline_tokens_per_second: float | None = None
+    baseline: Baseline | None = None  # filled in by a BaselineSampler as its bursts come in
     missing_fields: dict[str, str] = field(default_factory=dict)  # what the backend cannot report, and why
-    phase: str = "starting"  # "starting" | "measuring baseline" | "generating" | "done"
+    phase: str = "starting"  # "starting" | "generating" | "done"
     seen_seconds: float | None = None  # wall clock from asking for the first step to the latest one
 
     @property
@@ -62,8 +63,6 @@ class Run:
     def status(self) -> str:
         if self.finished:
             return FINISH_REASONS.get(self.finish_reason or "", "finished")
-        if self.phase == "measuring baseline":
-            return "measuring the plain-decoding baseline on this machine…"
         if self.events:
             return f"generating… {self.events[-1].total_tokens} tokens"
         return "starting…" if self.phase == "starting" else "generating…"
@@ -75,7 +74,7 @@ class Run:
 
     def view(self) -> RunView:
         s = self.settings
-        return RunView.from_events(s.drafter_label, s.plain, s.k, self.events, self.baseline_tokens_per_second,
+        return RunView.from_events(s.drafter_label, s.plain, s.k, self.events, self.baseline,
                                    self.missing_fields, self.seen_tokens_per_second)
 
     def record(self, name: str, with_steps: bool = True, view: RunView | None = None) -> dict:
@@ -86,7 +85,8 @@ class Run:
             "run": name, "status": self.status, "settings": asdict(self.settings),
             "config": asdict(self.settings.generation_config()), "prompt_tokens": self.prompt_tokens,
             "text": self.text, "token_ids": self.token_ids, "finish_reason": self.finish_reason,
-            "baseline_tokens_per_second": self.baseline_tokens_per_second, "speedup": view.speedup,
+            "baseline": self.baseline.to_dict() if self.baseline else None, "speedup": view.speedup,
+            "speedup_range": view.speedup_range,
             "seen_tokens_per_second": self.seen_tokens_per_second,
             "metrics": view.metrics.to_dict(),
         }
@@ -129,22 +129,34 @@ class RunDriver:
         self._engine_checks_stop = True
         self._first_step_asked: float | None = None
 
+    @property
+    def baseline_key(self) -> tuple:
+        """Runs with equal keys (same backend, same prompt) can share one plain baseline."""
+        return id(self._backend), tuple(self._prompt_ids)
+
+    @property
+    def can_run_plain(self) -> bool:
+        """Whether this backend can decode without a drafter (a vLLM engine started with one cannot)."""
+        return "baseline" not in self._backend.missing_fields
+
     def open(self) -> None:
         """Load the drafter (and check that it fits the target) before anything is measured."""
+        self._events = _ActiveTimeEvents(self._stream(self.run.settings.drafter))
+        self.run.phase = "generating"
+
+    def open_plain(self) -> Iterator[StepEvent]:
+        """Plain decoding of this run's prompt with its settings: the live baseline's stream."""
+        return self._stream("none")
+
+    def _stream(self, drafter: str) -> Iterator[StepEvent]:
         s = self.run.settings
         if on_zerogpu() and self._backend.name == "local":  # the GPU exists only inside a spaces.GPU call
             from playground.backends.zerogpu import stream_local
 
             # the engine runs in a forked worker that cannot see the stop switch: the driver stops pulling instead
-            stream = stream_local(s.preset, self._prompt_ids, s.drafter, s.generation_config())
             self._engine_checks_stop = False
-        else:
-            stream = self._backend.stream(self._prompt_ids, s.drafter, s.generation_config(), self._should_stop)
-        self._events = _ActiveTimeEvents(stream)
-
-    def measure_baseline(self) -> None:
-        self.run.baseline_tokens_per_second = self._backend.baseline_tokens_per_second(self._prompt_ids)
-        self.run.phase = "generating"
+            return stream_local(s.preset, self._prompt_ids, drafter, s.generation_config())
+        return self._backend.stream(self._prompt_ids, drafter, s.generation_config(), self._should_stop)
 
     def advance(self) -> bool:
         """Take one step; False once the run has finished."""
@@ -171,13 +183,19 @@ class RunDriver:
         return not event.finished
 
 
-def play(drivers: list[RunDriver], interval_s: float = RENDER_INTERVAL_S) -> Iterator[None]:
-    """Advance the drivers in turn, one step each; yield when a UI update is due, and once at the end."""
-    active = list(drivers)
+def play(drivers: list[RunDriver], baselines: Iterable[BaselineSampler] = (),
+         interval_s: float = RENDER_INTERVAL_S) -> Iterator[None]:
+    """Advance the drivers in turn, one step each, with the plain baselines keeping up between steps; yield when a UI
+    update is due, and once at the end."""
+    active, baselines = list(drivers), list(baselines)
     last_render = float("-inf")
     while active:
         active = [d for d in active if d.advance()]
+        for baseline in baselines:
+            baseline.keep_up()
         if active and time.perf_counter() - last_render >= interval_s:
             yield
             last_render = time.perf_counter()
+    for baseline in baselines:
+        baseline.finish()
     yield

@@ -8,6 +8,7 @@ from typing import Callable, Iterator
 from playground.backends import Backend, shared_backend
 from playground.presets import get_preset
 
+from .baseline import BaselineSampler
 from .run import Run, RunDriver, play
 from .settings import RequestError, RunSettings
 
@@ -68,7 +69,7 @@ def chat_turn(conversation: Conversation, prompt: str | None, settings: RunSetti
     driver.open()
     conversation.exchanges.append(Exchange(prompt, driver.run))
     try:
-        for _ in _play([driver]):
+        for _ in _play([driver], should_stop):
             yield driver.run
     except Exception:
         if not driver.run.events:  # failed before answering (e.g. the prompt is too long): forget the question
@@ -91,17 +92,16 @@ def regenerate_turn(conversation: Conversation, settings: RunSettings,
         raise
 
 
-def _play(drivers: list[RunDriver]) -> Iterator[None]:
-    """Shared by chat and compare: the baseline (announced, then measured), then the interleaved steps."""
+def _play(drivers: list[RunDriver], should_stop: Callable[[], bool]) -> Iterator[None]:
+    """Shared by chat and compare: the runs, stepped in turn, with plain decoding of the same prompt measured alongside
+    (one baseline for the runs that share a backend and prompt)."""
+    groups: dict[tuple, list[RunDriver]] = {}
     for d in drivers:
-        d.run.phase = "measuring baseline"
+        if d.can_run_plain:
+            groups.setdefault(d.baseline_key, []).append(d)
+    baselines = [BaselineSampler(group[0].open_plain, [d.run for d in group], should_stop) for group in groups.values()]
     yield
-    for d in drivers:  # one measurement per preset and prompt-length bucket: later calls hit the backend's cache
-        d.measure_baseline()
-    yield from play(drivers)
-
-
-
+    yield from play(drivers, baselines)
 
 
 @dataclass
@@ -122,5 +122,5 @@ def compare(prompt: str | None, left: RunSettings, right: RunSettings,
     for driver in drivers:
         driver.open()
     comparison = Comparison(prompt, drivers[0].run, drivers[1].run)
-    for _ in _play(drivers):
+    for _ in _play(drivers, should_stop):
         yield comparison

@@ -43,10 +43,12 @@ them all in one forward pass. Guesses it agrees with are kept for free.
 - {MEAN_ACCEPTANCE_LENGTH_HELP}
 - Per-position acceptance rate = drafts accepted at position *i* / drafting steps.
 - {DRAFT_ACCEPTANCE_RATE_HELP}
-- Speedup = tokens/s of the run / tokens/s of plain greedy decoding of the same target, measured on this machine
-  (one warm-up, median of three runs, cached per prompt-length bucket). Timings count only the decode loop: pauses
-  while the page renders, or while the other side of a comparison steps, are left out. The *tok/s seen* card puts
-  them back: the rate you actually watched.
+- Speedup = the run's decode rate (tokens after the first / decode-loop time after the first step) / plain
+  decoding's. Plain decoding of the same prompt, with the same settings, runs alongside the answer in short bursts
+  between its steps — same machine, same moment, same load — taking up to a quarter of the answer's time; the range
+  divides by the fastest and the slowest burst, so plain against plain reads 1.00× within it. Timings count only
+  the decode loop: pauses while the page renders, while the other side of a comparison steps or while the baseline
+  measures are left out. The *tok/s seen* card puts them back: the rate you actually watched.
 """
 
 

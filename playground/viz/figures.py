@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 
 from .bench import VARIANT_COLORS
 from .provenance import depth_colour
+from .summary import speedup_text
 from .view import RunView
 
 HEIGHT = 290
@@ -181,39 +182,41 @@ def hidden_rms_figure(views: list[RunView]) -> go.Figure:
 
 
 def speedup_figure(views: list[RunView]) -> go.Figure:
-    """Tokens/s of each run so far next to plain decoding measured on the same machine and target."""
+    """Decode rate of each run so far next to plain decoding measured alongside it (whiskers: slowest to fastest
+    plain burst)."""
     title = TITLES["speedup"]
-    running = [(i, v) for i, v in enumerate(views) if v.metrics.tokens_per_second]
-    baseline = next((v.baseline_tokens_per_second for v in views if v.baseline_tokens_per_second), None)
+    running = [(i, v) for i, v in enumerate(views) if v.metrics.decode_tokens_per_second]
+    baselines = list({id(v.baseline): (v, v.baseline) for v in views if v.baseline}.values())
     unmeasurable = next((v.missing["baseline"] for v in views if "baseline" in v.missing), None)
-    if not running and baseline is None:
+    if not running and not baselines:
         return message_figure(title, f"no plain-decoding baseline: {unmeasurable}" if unmeasurable
-                              else "measuring the plain-decoding baseline…")
+                              else "measuring…")
     colours = _run_colours(views)
-    labels, values, bar_colours, texts = [], [], [], []
-    if baseline is not None:
-        labels.append("plain decoding (baseline)")
-        values.append(baseline)
-        bar_colours.append(BASELINE_COLOUR)
-        texts.append(f"{baseline:.0f} tok/s")
+    fig = go.Figure()
+    for view, b in baselines:
+        label = "plain decoding" if len(baselines) == 1 else f"plain decoding ({view.label})"
+        fig.add_bar(x=[b.tokens_per_second], y=[label], orientation="h", marker_color=BASELINE_COLOUR,
+                    error_x={"type": "data", "symmetric": False, "array": [b.fastest - b.tokens_per_second],
+                             "arrayminus": [b.tokens_per_second - b.slowest], "color": MUTED},
+                    text=[f"{b.tokens_per_second:.0f} tok/s ({b.bursts} bursts)"], textposition="inside",
+                    insidetextanchor="start", hovertemplate=f"{label}: %{{x:.1f}} tokens/s, bursts "
+                    f"{b.slowest:.1f}–{b.fastest:.1f}<extra></extra>")
     for i, view in running:
-        tps = view.metrics.tokens_per_second
-        labels.append(view.label)
-        values.append(tps)
-        bar_colours.append(colours[i])
-        texts.append(f"{tps:.0f} tok/s" + (f" · {view.speedup:.2f}×" if view.speedup else ""))
-    fig = go.Figure(go.Bar(x=values, y=labels, orientation="h", marker_color=bar_colours, text=texts,
-                           textposition="auto", hovertemplate="%{y}: %{x:.1f} tokens/s<extra></extra>"))
+        rate = view.metrics.decode_tokens_per_second
+        text = f"{rate:.0f} tok/s" + (f" · {speedup_text(view)}" if view.speedup else "")
+        fig.add_bar(x=[rate], y=[view.label], orientation="h", marker_color=colours[i], text=[text],
+                    textposition="inside", insidetextanchor="start",
+                    hovertemplate="%{y}: %{x:.1f} tokens/s<extra></extra>")
     fig.update_yaxes(autorange="reversed")
-    fig.update_xaxes(title_text="tokens / s", rangemode="tozero")
-    speedups = [f"{v.speedup:.2f}×" for _, v in running if v.speedup]
+    fig.update_xaxes(title_text="decode tokens / s", rangemode="tozero")
+    speedups = [speedup_text(v) for _, v in running if v.speedup]
     notes = []
-    if baseline is None and unmeasurable:
+    if not baselines and unmeasurable:
         headline, notes = title, [f"no plain-decoding baseline: {unmeasurable}"]
-    elif baseline is None:
-        headline = f"{title} · measuring baseline…"
+    elif not baselines:
+        headline = f"{title} · measuring plain decoding alongside…"
     elif speedups:
-        headline = f"Speedup {' / '.join(speedups)} vs plain decoding (measured here)"
+        headline = f"Speedup {' / '.join(speedups)} vs plain decoding, measured alongside"
     else:
         headline = title
     return _with_notes(_layout(fig, headline, revision="speedup", showlegend=False, bargap=0.35), notes)

@@ -13,17 +13,21 @@ MEAN_ACCEPTANCE_LENGTH_HELP = (
     "counting the target's own bonus token (vLLM's definition)."
 )
 DRAFT_ACCEPTANCE_RATE_HELP = "Draft acceptance rate = accepted draft tokens / drafted tokens."
-SPEEDUP_HELP = ("Speedup = tokens/s of this run / tokens/s of plain decoding, both measured on this machine with the "
-                "same target (never derived from acceptance length).")
-BASELINE_HELP = ("Plain greedy decoding of the same target on this machine, after a warm-up: the median of three "
-                 "runs, measured once per prompt-length bucket.")
-TOKENS_PER_SECOND_HELP = ("The engine's rate: generated tokens / time inside the decode loop (prefill included; "
-                          "pauses while the page renders left out). The speedup uses this rate.")
+SPEEDUP_HELP = ("Speedup = the engine's decode rate of this run / plain decoding's, measured alongside it on this "
+                "machine (never derived from acceptance length). The range divides by the fastest and the slowest "
+                "plain burst: how much the machine's noise could move the figure.")
+BASELINE_HELP = ("Plain decoding of the same prompt with the same settings on this machine, timed in short bursts of "
+                 "decode steps between this run's steps, so both see the same load (it costs the run some time). "
+                 "The rate pools every burst.")
+TOKENS_PER_SECOND_HELP = ("The engine's decode rate: tokens after the first / time inside the decode loop after the "
+                          "first step (which holds the prefill). Pauses while the page renders, the other side of a "
+                          "comparison steps or the baseline measures are left out. The speedup uses this rate.")
 SEEN_TOKENS_PER_SECOND_HELP = ("The rate you saw: generated tokens / wall-clock seconds since the answer started, "
-                               "including the pauses while the page renders (and, in Compare, while the other side "
-                               "steps).")
+                               "including the pauses while the page renders, the plain baseline measures alongside "
+                               "and, in Compare, the other side steps.")
 NOT_AVAILABLE = "—"
-SUMMARY_COLUMNS = ["drafter", "k", "tokens", "tok/s", "speedup", "mean acceptance length", "draft acceptance rate"]
+SUMMARY_COLUMNS = ["drafter", "k", "tokens", "decode tok/s", "speedup", "speedup range", "mean acceptance length",
+                   "draft acceptance rate"]
 
 
 def _fmt(value: float | None, pattern: str) -> str:
@@ -35,18 +39,37 @@ def _card(value: str, name: str, help_text: str) -> str:
             f'{html.escape(value)}</div><div class="stat-name">{html.escape(name)}</div></div>')
 
 
+def baseline_card(view: RunView) -> tuple[str, str, str]:
+    """Value, name and tooltip of the plain-baseline card."""
+    b = view.baseline
+    if b is None:
+        missing = view.missing.get("baseline")
+        return ("n/a", "plain tok/s", missing) if missing else ("measuring…", "plain tok/s", BASELINE_HELP)
+    return (f"{b.tokens_per_second:.0f}", f"plain tok/s ({b.bursts} burst{'s' * (b.bursts != 1)})",
+            f"{BASELINE_HELP} {b.tokens} tokens in {b.bursts} bursts; slowest {b.slowest:.1f}, fastest "
+            f"{b.fastest:.1f} tok/s.")
+
+
+def speedup_text(view: RunView) -> str:
+    """'1.42× (1.30–1.55)': the speedup and its range, or '—'."""
+    if view.speedup is None:
+        return NOT_AVAILABLE
+    low, high = view.speedup_range
+    return f"{view.speedup:.2f}× ({low:.2f}–{high:.2f})"
+
+
 def stats_html(view: RunView, note: str = "") -> str:
     """Live numbers of one run as a row of cards; each card's tooltip gives its definition."""
     m = view.metrics
     no_drafts = "Plain decoding drafts nothing." if view.plain else ""
-    baseline = view.baseline_tokens_per_second
+    speedup_range = view.speedup_range
     cards = [
         _card(str(m.generated_tokens), "tokens", f"{m.steps} target forwards (steps)."),
-        _card(_fmt(m.tokens_per_second, "{:.0f}"), "tok/s (engine)", TOKENS_PER_SECOND_HELP),
+        _card(_fmt(m.decode_tokens_per_second, "{:.0f}"), "tok/s (engine)", TOKENS_PER_SECOND_HELP),
         _card(_fmt(view.seen_tokens_per_second, "{:.0f}"), "tok/s seen", SEEN_TOKENS_PER_SECOND_HELP),
-        _card(_fmt(baseline, "{:.0f}") if baseline else ("n/a" if "baseline" in view.missing else "measuring…"),
-              "plain tok/s (baseline)", view.missing.get("baseline") or BASELINE_HELP),
-        _card(_fmt(view.speedup, "{:.2f}×"), "speedup", SPEEDUP_HELP),
+        _card(*baseline_card(view)),
+        _card(_fmt(view.speedup, "{:.2f}×"),
+              "speedup" + (f" ({speedup_range[0]:.2f}–{speedup_range[1]:.2f})" if speedup_range else ""), SPEEDUP_HELP),
         _card(_fmt(m.mean_acceptance_length, "{:.2f}"), "mean acceptance length",
               f"{MEAN_ACCEPTANCE_LENGTH_HELP} {no_drafts}".strip()),
         _card(_fmt(m.draft_acceptance_rate, "{:.0%}"), "draft acceptance rate",
@@ -61,13 +84,14 @@ def _round(value: float | None, digits: int) -> float | str:
 
 
 def summary_table(views: list[RunView]) -> pd.DataFrame:
-    """One row per run: drafter, k, tokens, tok/s, speedup vs measured baseline, acceptance length and rate."""
+    """One row per run: drafter, k, tokens, decode rate, speedup (and range) vs the plain baseline, acceptance."""
     rows = []
     for view in views:
-        m = view.metrics
+        m, speedup_range = view.metrics, view.speedup_range
         rows.append([view.drafter, NOT_AVAILABLE if view.plain else view.k, m.generated_tokens,
-                     _round(m.tokens_per_second, 1), _round(view.speedup, 2), _round(m.mean_acceptance_length, 2),
-                     _round(m.draft_acceptance_rate, 3)])
+                     _round(m.decode_tokens_per_second, 1), _round(view.speedup, 2),
+                     f"{speedup_range[0]:.2f}–{speedup_range[1]:.2f}" if speedup_range else NOT_AVAILABLE,
+                     _round(m.mean_acceptance_length, 2), _round(m.draft_acceptance_rate, 3)])
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from playground.engine import RunMetrics, StepEvent, summarize
+from playground.engine import Baseline, RunMetrics, StepEvent, summarize
 
 
 @dataclass
@@ -14,16 +14,16 @@ class RunView:
     k: int
     events: list[StepEvent]
     metrics: RunMetrics
-    baseline_tokens_per_second: float | None = None  # plain decoding, same target and machine; None while measuring
+    baseline: Baseline | None = None  # plain decoding measured alongside; None until its first burst
     missing: dict[str, str] = field(default_factory=dict)  # StepEvent fields (and "baseline") the backend cannot
     # provide, and why: a backend's `missing_fields`
     seen_tokens_per_second: float | None = None  # wall clock, rendering pauses included: what the user saw
 
     @classmethod
     def from_events(cls, drafter: str, plain: bool, k: int, events: list[StepEvent],
-                    baseline_tokens_per_second: float | None = None, missing: dict[str, str] | None = None,
+                    baseline: Baseline | None = None, missing: dict[str, str] | None = None,
                     seen_tokens_per_second: float | None = None) -> "RunView":
-        return cls(drafter, plain, k, events, summarize(events, k), baseline_tokens_per_second, dict(missing or {}),
+        return cls(drafter, plain, k, events, summarize(events, k), baseline, dict(missing or {}),
                    seen_tokens_per_second)
 
     @property
@@ -32,6 +32,9 @@ class RunView:
 
     @property
     def speedup(self) -> float | None:
-        """Measured tokens/s over the measured plain-decoding tokens/s (never derived from acceptance length)."""
-        tps, base = self.metrics.tokens_per_second, self.baseline_tokens_per_second
-        return tps / base if tps and base else None
+        """Measured decode rate over the plain baseline's (never derived from acceptance length)."""
+        return self.baseline.speedup(self.metrics.decode_tokens_per_second) if self.baseline else None
+
+    @property
+    def speedup_range(self) -> tuple[float, float] | None:
+        return self.baseline.speedup_range(self.metrics.decode_tokens_per_second) if self.baseline else None
