@@ -199,3 +199,26 @@ def test_plain_against_the_live_baseline_reads_one_within_the_shown_range(page) 
         assert low <= float(speedup.rstrip("×")) <= high
         assert card(page, "tok/s (engine)")[0].isdigit() and card(page, "tok/s seen")[0].isdigit()
         assert re.fullmatch(r"plain tok/s \(\d+ bursts\)", card(page, "plain tok/s")[1])
+
+
+def test_an_error_after_a_conversation_leaves_it_visible_and_the_status_truthful(page) -> None:
+    """A refused request (here an empty prompt) is one toast; the conversation stays on screen, not covered by an
+    error badge, and the status still describes the last answer."""
+    from playwright.sync_api import expect
+
+    page.locator("#max-new-tokens input[type=number]").fill("16")
+    page.locator("#max-new-tokens input[type=number]").press("Enter")
+    page.locator("#prompt textarea").fill(PROMPT)
+    page.locator("#send").click()
+    page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
+    answered, status = settled_tokens(page), page.locator("#chat-status").inner_text()
+    page.locator("#prompt textarea").fill("   ")
+    page.locator("#send").click()
+    expect(page.get_by_text("the prompt is empty: type a message first")).to_have_count(1)
+    expect(page.locator("#chat [data-testid=user]")).to_have_count(1)  # the history is back on screen
+    expect(page.locator("#chat")).not_to_contain_text("Error")
+    expect(page.locator("#chat-status")).to_have_text(status)
+    assert tokens(page) == answered
+    page.locator("#prompt textarea").fill(PROMPT)  # and the chat goes on
+    page.locator("#send").click()
+    page.wait_for_function("document.querySelectorAll('#chat [data-testid=user]').length === 2")

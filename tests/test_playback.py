@@ -199,3 +199,24 @@ def test_baseline_sampler_takes_its_share_and_survives_short_answers() -> None:
     one_token = BaselineSampler(plain(1), [run], NEVER)
     one_token.finish()
     assert one_token.exhausted and one_token.estimate is None
+
+
+def test_a_run_that_breaks_off_says_so_and_stays_in_the_conversation(pair_models: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine error mid-answer: the partial answer stays in the history and its status says it failed (not
+    'generating…' forever); an error before the first step forgets the question."""
+    backend = shared_backend(get_preset("smollm2-135m"))
+    real_stream = backend.stream
+
+    def breaking_stream(prompt_ids, drafter, cfg, should_stop=None):
+        for i, event in enumerate(real_stream(prompt_ids, drafter, cfg, should_stop)):
+            if i == 3 and drafter != "none":
+                raise RuntimeError("the engine fell over")
+            yield event
+
+    monkeypatch.setattr(backend, "stream", breaking_stream)
+    conversation = Conversation()
+    with pytest.raises(RuntimeError):
+        answer(conversation)
+    run = conversation.exchanges[-1].run
+    assert run.events and run.status == "failed: the engine fell over" and run.record("t")["status"] == run.status

@@ -41,6 +41,7 @@ class Run:
     baseline: Baseline | None = None  # filled in by a BaselineSampler as its bursts come in
     missing_fields: dict[str, str] = field(default_factory=dict)  # what the backend cannot report, and why
     phase: str = "starting"  # "starting" | "generating" | "done"
+    error: str | None = None  # why the run broke off, when it did
     seen_seconds: float | None = None  # wall clock from asking for the first step to the latest one
 
     @property
@@ -61,6 +62,8 @@ class Run:
 
     @property
     def status(self) -> str:
+        if self.error:
+            return f"failed: {self.error}"
         if self.finished:
             return FINISH_REASONS.get(self.finish_reason or "", "finished")
         if self.events:

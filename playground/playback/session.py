@@ -71,9 +71,10 @@ def chat_turn(conversation: Conversation, prompt: str | None, settings: RunSetti
     try:
         for _ in _play([driver], should_stop):
             yield driver.run
-    except Exception:
+    except Exception as err:
         if not driver.run.events:  # failed before answering (e.g. the prompt is too long): forget the question
             conversation.exchanges.pop()
+        driver.run.error = str(err) or type(err).__name__
         raise
 
 
@@ -122,5 +123,10 @@ def compare(prompt: str | None, left: RunSettings, right: RunSettings,
     for driver in drivers:
         driver.open()
     comparison = Comparison(prompt, drivers[0].run, drivers[1].run)
-    for _ in _play(drivers, should_stop):
-        yield comparison
+    try:
+        for _ in _play(drivers, should_stop):
+            yield comparison
+    except Exception as err:
+        for driver in drivers:
+            driver.run.error = str(err) or type(err).__name__
+        raise

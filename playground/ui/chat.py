@@ -40,6 +40,14 @@ def _run_outputs(run: Run) -> tuple:
             run.record(TAB, with_steps=False, view=view))
 
 
+def show_conversation(conversation: Conversation) -> tuple:
+    """After a refused or failed request: the conversation as it stands and its last run's numbers, so that nothing
+    stays covered by the error or reads 'generating…'. The error itself is the one toast."""
+    if not conversation.exchanges:
+        return ([], *_empty_outputs())
+    return (_chatbot_messages(conversation), *_run_outputs(conversation.exchanges[-1].run))
+
+
 def _hint(plot: str):
     return message_figure(TITLES[plot], "send a prompt to see this chart")
 
@@ -134,6 +142,8 @@ def build_chat_tab(preset: Preset) -> None:
         regenerate, inputs=[*settings_inputs, conversation], outputs=[chatbot, *run_views, conversation],
         api_name="regenerate", concurrency_id=ENGINE, show_progress="hidden",
     )
+    for event in (chat_event, regenerate_event):
+        event.failure(show_conversation, conversation, [chatbot, *run_views], queue=False, api_visibility="private")
     stop_button.click(stop, None, None, cancels=[chat_event, regenerate_event], queue=False, api_name="stop")
     clear_button.click(clear, None, [chatbot, *run_views, conversation], cancels=[chat_event, regenerate_event],
                        queue=False, api_name="clear")

@@ -39,12 +39,20 @@ def run_comparison(prompt: str, left_drafter: str, left_k: float, right_drafter:
         yield stopped_before_start(10)
         return
     for comparison in compare(prompt, left, right, stop.is_set):
-        views = [comparison.left.view(), comparison.right.view()]
-        status = " · ".join(f"**{v.label}**: {run.status}" for v, run in zip(views, (comparison.left,
-                                                                                     comparison.right)))
-        yield (_side_html(comparison.left), _side_html(comparison.right), stats_html(views[0]),
-               stats_html(views[1]), status, summary_table(views), acceptance_by_position_figure(views),
-               attention_drift_figure(views), speedup_figure(views), comparison)
+        yield (*show_comparison(comparison), comparison)
+
+
+def show_comparison(comparison: Comparison | None) -> tuple:
+    """Both panels, their cards, the status, the table and the charts (the hints before any comparison); also what a
+    refused or failed request leaves on screen, so that nothing stays covered by the error."""
+    if comparison is None:
+        return ("", "", "", "", "", None, _hint("position"), _hint("drift"), _hint("speedup"))
+    runs = (comparison.left, comparison.right)
+    views = [run.view() for run in runs]
+    status = " · ".join(f"**{v.label}**: {run.status}" for v, run in zip(views, runs))
+    return (_side_html(comparison.left), _side_html(comparison.right), stats_html(views[0]), stats_html(views[1]),
+            status, summary_table(views), acceptance_by_position_figure(views), attention_drift_figure(views),
+            speedup_figure(views))
 
 
 def stop(request: gr.Request) -> None:
@@ -103,6 +111,9 @@ def build_compare_tab(preset: Preset) -> None:
                  speedup_plot, comparison],
         api_name="compare", concurrency_id=ENGINE, show_progress="hidden",
     )
+    compare_event.failure(show_comparison, comparison, [left_html, right_html, left_stats, right_stats, status, table,
+                                                        position_plot, drift_plot, speedup_plot],
+                          queue=False, api_visibility="private")
     stop_button.click(stop, None, None, cancels=[compare_event], queue=False, api_name="stop_compare")
     export_button.click(export, comparison, export_out, api_name="export_compare")
     sides = [left_drafter, left_k, right_drafter, right_k]
