@@ -16,7 +16,7 @@ from playground.engine.text import IncrementalDecoder
 from playground.presets import get_preset
 from playground.viz import (
     MEAN_ACCEPTANCE_LENGTH_HELP, SUMMARY_COLUMNS, RunView, accepted_per_step_figure,
-    acceptance_by_position_figure, attention_drift_figure, hidden_rms_figure, legend_html, provenance_css,
+    acceptance_by_position_figure, attention_drift_figure, depth_colour, hidden_rms_figure, legend_html, provenance_css,
     provenance_html, speedup_figure, stats_html, summary_table, token_pieces,
 )
 from tests.appserver import long_answer_prompt
@@ -117,6 +117,7 @@ def test_figures_draw_what_a_run_has(views: dict[str, RunView]) -> None:
     assert len([t for t in accept.data if t.type == "bar"]) == v.k  # one stacked segment per depth
     assert [s.y0 for s in accept.layout.shapes] == [v.k]  # the ceiling line
     assert sum(sum(t.y) for t in accept.data) == v.metrics.accepted_tokens
+    assert [t.marker.color for t in accept.data] == [depth_colour(d, 0.85) for d in range(1, v.k + 1)]
     position = acceptance_by_position_figure([v])
     assert list(position.data[0].y) == pytest.approx(v.metrics.per_position_acceptance)
     drift = attention_drift_figure([v])
@@ -174,3 +175,21 @@ def test_summary_table_and_stats(views: dict[str, RunView]) -> None:
     stats = stats_html(views["eagle3.1"])
     assert html.escape(MEAN_ACCEPTANCE_LENGTH_HELP, quote=True) in stats and "speedup (" in stats
     assert "plain tok/s (5 bursts)" in stats and "slowest 80.0, fastest 125.0 tok/s" in stats
+
+
+def test_depth_colours_are_a_sequential_palette_shared_by_text_and_charts() -> None:
+    """Depth colours get darker with depth (an ordered palette, so depth reads without telling hues apart), every
+    coloured depth has its own colour, and the dark theme has its own (lighter) rules."""
+    from playground.viz.provenance import DEPTH_POSITIONS
+
+    def luminance(css: str) -> float:
+        r, g, b = (float(v) for v in css[css.index("(") + 1 : -1].split(",")[:3])
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+    colours = [depth_colour(d) for d in range(1, len(DEPTH_POSITIONS) + 1)]
+    assert len(set(colours)) == len(colours)
+    lum = [luminance(c) for c in colours]
+    assert all(a > b for a, b in zip(lum, lum[1:]))
+    assert min(a - b for a, b in zip(lum[:5], lum[1:5])) > 15  # the common depths (k <= 5) are well apart
+    assert f".tok-draft.depth-1 {{ background: {depth_colour(1, 0.35)}" in provenance_css()
+    assert ".dark .tok-draft.depth-10" in provenance_css()

@@ -15,18 +15,25 @@ import html
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from plotly.colors import sample_colorscale
+
 from playground.engine import MAX_K, StepEvent
 from playground.engine.text import IncrementalDecoder
 
-COLOURED_DEPTHS = 10  # depths beyond this share the last colour
+# Draft depths on Viridis (ordered light to dark, readable with the common colour-vision deficiencies): depth 1 is
+# yellow, then green, teal, blue, indigo, purple. The first depths, where most accepted drafts are, take the widest
+# steps; depths beyond the last share its colour.
+DEPTH_POSITIONS = (1.0, 0.8, 0.6, 0.45, 0.33, 0.24, 0.16, 0.1, 0.05, 0.0)
+_DEPTH_RGB = [tuple(int(float(v)) for v in c[c.index("(") + 1 : -1].split(","))
+              for c in sample_colorscale("Viridis", list(DEPTH_POSITIONS))]
+DARK_THEME_LIFT = 0.35  # on a dark page the deep (dark) colours are mixed this far towards white
 
 
-def depth_colour(depth: int, alpha: float = 1.0) -> str:
-    """Colour of draft depth d: round the hue wheel from teal (depth 1) through blue and violet to orange (10).
-
-    Mid lightness and saturation keep it legible behind both dark and light text; the charts use it too."""
-    hue = (170 + (min(max(depth, 1), COLOURED_DEPTHS) - 1) * 220 / (COLOURED_DEPTHS - 1)) % 360
-    return f"hsla({hue:.0f}, 70%, 50%, {alpha})"
+def depth_colour(depth: int, alpha: float = 1.0, lift: float = 0.0) -> str:
+    """Colour of draft depth d (1-based) as CSS rgba; the charts use it too. `lift` mixes it towards white."""
+    rgb = _DEPTH_RGB[min(max(depth, 1), len(_DEPTH_RGB)) - 1]
+    r, g, b = (round(c + (255 - c) * lift) for c in rgb)
+    return f"rgba({r}, {g}, {b}, {alpha})"
 
 
 @dataclass(frozen=True)
@@ -119,8 +126,10 @@ def provenance_css() -> str:
 
     Colours key off the ``depth-d`` class, not ``data-depth``: Gradio's Chatbot sanitiser drops data attributes."""
     depth_rules = "\n".join(
-        f".tok-draft.depth-{d} {{ background: {depth_colour(d, 0.3)}; "
-        f"border-bottom: 2px solid {depth_colour(d, 0.95)}; }}"
+        f".tok-draft.depth-{d} {{ background: {depth_colour(d, 0.35)}; "
+        f"border-bottom: 2px solid {depth_colour(d)}; }}\n"
+        f".dark .tok-draft.depth-{d} {{ background: {depth_colour(d, 0.45, DARK_THEME_LIFT)}; "
+        f"border-bottom-color: {depth_colour(d, 1.0, DARK_THEME_LIFT)}; }}"
         for d in range(1, MAX_K + 1)
     )
     return f"""
@@ -134,6 +143,7 @@ def provenance_css() -> str:
   color: var(--body-text-color-subdued, inherit); }}
 .provenance-legend .tok-draft, .provenance-legend .tok-target {{ padding: 0 6px; border-radius: 3px;
   font-family: var(--font-mono, monospace); }}
+.provenance-legend .tok-draft {{ color: var(--body-text-color, inherit); font-weight: 600; }}
 .provenance-legend .legend-target {{ border: 1px dashed var(--border-color-primary, #999); }}
 .provenance-legend .legend-label {{ margin-left: 10px; }}
 {depth_rules}
