@@ -20,7 +20,7 @@ from playground.presets import get_preset
 
 ROW_COLUMNS = {
     "drafter", "k", "context_tokens", "template", "prompt_set", "tokens_per_second", "baseline_tokens_per_second",
-    "speedup", "mean_acceptance_length", "per_position_acceptance", "attention_by_depth", "hidden_rms_by_depth",
+    "speedup", "speedup_runs", "mean_acceptance_length", "per_position_acceptance", "attention_by_depth", "hidden_rms_by_depth",
     "lossless", "note",
 }
 RECORDS = [
@@ -139,3 +139,20 @@ def test_findings_follow_the_numbers_either_way() -> None:
     assert any("0.80× (shorter) EAGLE-3's at k=4" in f for f in worse)
     assert any("in 1 of 2 matched" in f for f in better) and any("in 0 of 2 matched" in f for f in worse)
     assert "sampled" in findings([_row("EAGLE-3", 1, 1.5)], greedy=False)[0]
+
+
+def test_speed_findings_know_their_noise() -> None:
+    """The fastest method is named with its spread over passes; a runner-up whose range overlaps is 'within noise';
+    a single pass says it has no spread."""
+    fast, close, slow = _row("EAGLE-3.1", 4, 2.5), _row("EAGLE-3", 4, 2.4), _row("EAGLE-3", 1, 1.5)
+    fast.update(speedup_runs=[2.3, 2.5, 2.7], tokens_per_second=25.0)
+    close.update(speedup_runs=[2.2, 2.4, 2.6], tokens_per_second=24.0)
+    slow.update(speedup_runs=[1.4, 1.5, 1.6], tokens_per_second=15.0)
+    speed = [f for f in findings([fast, close, slow], greedy=True) if "fastest method" in f]
+    assert len(speed) == 1 and "2.50× plain decoding" in speed[0] and "median of 3 passes, which ranged 2.30–2.70×" in speed[0]
+    assert "Within noise of EAGLE-3 k=4" in speed[0] and "k=1" not in speed[0].split("Within noise")[1]
+    close.update(speedup_runs=[2.0, 2.1, 2.2])
+    apart = [f for f in findings([fast, close, slow], greedy=True) if "fastest method" in f][0]
+    assert "Within noise" not in apart
+    fast.update(speedup_runs=[2.5])
+    assert "one pass, so no spread was measured" in [f for f in findings([fast], greedy=True) if "fastest" in f][0]

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from playground.bench.report import deepest_pairs, deepest_rows, pairs, findings, study_rows, write_outputs
+from playground.bench.report import deepest_pairs, deepest_rows, findings, pairs, study_rows, write_outputs
 from playground.bench.runner import BenchResult, ProgressCallback
 from playground.viz import bench as figures
+from playground.viz.bench import speedup_range
 from playground.viz.figures import message_figure
 
 Row = dict
@@ -23,11 +24,12 @@ DRIFT_STUDY = REPO_ROOT / "assets" / "bench" / "drift" / "results.json"
 # (result field, column header) of the tab's table; `note` says why a row has no numbers
 TAB_COLUMNS = (("drafter", "drafter"), ("k", "k"), ("prompt_set", "prompt set"), ("template", "template"),
                ("context_tokens", "context tokens"), ("tokens_per_second", "tokens/s"), ("speedup", "speedup vs plain"),
+               ("speedup_range", "speedup range (passes)"),
                ("mean_acceptance_length", "mean acceptance length"), ("lossless", "lossless"), ("note", "note"))
 TAB_HEADERS = [header for _, header in TAB_COLUMNS]
 # (label, profile) for the tab's menu; only names from playground.bench.profiles
 TAB_PROFILES = (
-    ("smoke: 3 prompts, k 1 and 3, 16 tokens (seconds)", "smoke"),
+    ("smoke: 3 prompts, k 1 and 3, 16 tokens, 2 passes (seconds)", "smoke"),
     ("default: speed beside the peers, k 4, 128 tokens (a few minutes)", "default"),
     ("drift: EAGLE-3 vs EAGLE-3.1 by k, context, template (takes many minutes)", "drift"),
 )
@@ -47,8 +49,14 @@ def _cell(value):
     return round(value, 2) if isinstance(value, float) else value
 
 
+def _range_text(r: Row) -> str | None:
+    spread = speedup_range(r)
+    return f"{spread[0]:.2f}–{spread[1]:.2f}" if spread else None
+
+
 def table_rows(rows: list[Row]) -> list[list]:
-    return [[_cell(r.get(field)) for field, _ in TAB_COLUMNS] for r in rows]
+    return [[_range_text(r) if field == "speedup_range" else _cell(r.get(field)) for field, _ in TAB_COLUMNS]
+            for r in rows]
 
 
 def findings_markdown(data: dict, title: str) -> str:

@@ -11,10 +11,10 @@ DRIFT_K = 8  # k for the context and template studies: deep enough for drift to 
 
 def profiles() -> dict[str, BenchConfig]:
     return {
-        # A few prompts, k 1 and 3, tiny answers: tests and the app's Benchmark tab.
+        # A few prompts, k 1 and 3, tiny answers, two passes (so speedups have a spread): tests and the Benchmark tab.
         "smoke": BenchConfig(
             sweeps=[Sweep(("held-out",), PEERS_AND_EAGLES, (1, 3), study="speed")],
-            max_new_tokens=16, repeats=1, limit=3, profile="smoke",
+            max_new_tokens=16, repeats=2, limit=3, profile="smoke",
         ),
         # The speed comparison: our EAGLE drafters beside transformers' generate peers, on held-out, MT-Bench and
         # HumanEval prompts.

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 
 from playground.bench.runner import BenchResult
 from playground.viz import bench as figures
-from playground.viz.bench import condition, method_name
+from playground.viz.bench import condition, method_name, speedup_range
 
 Row = dict
 STUDIES = ("k", "context", "template")
@@ -65,6 +65,13 @@ def _lossless_findings(rows: list[Row], greedy: bool) -> list[str]:
             for r in broken]
 
 
+def _spread_words(r: Row) -> str:
+    spread = speedup_range(r)
+    if spread is None:
+        return "one pass, so no spread was measured: indicative only"
+    return f"median of {len(r['speedup_runs'])} passes, which ranged {spread[0]:.2f}–{spread[1]:.2f}×"
+
+
 def _speed_findings(rows: list[Row]) -> list[str]:
     out = []
     by_condition: dict[str, list[Row]] = defaultdict(list)
@@ -72,10 +79,16 @@ def _speed_findings(rows: list[Row]) -> list[str]:
         if r["tokens_per_second"] is not None:
             by_condition[condition(r)].append(r)
     for cond, group in by_condition.items():
-        best = max(group, key=lambda r: r["tokens_per_second"])
-        out.append(f"On {cond}, the fastest method was {method_name(best)} at {best['tokens_per_second']:.1f} "
-                   f"tokens/s, {best['speedup']:.2f}× plain decoding ({best['baseline_tokens_per_second']:.1f} tokens/s, "
-                   "same run, same prompts).")
+        ranked = sorted(group, key=lambda r: r["tokens_per_second"], reverse=True)
+        best = ranked[0]
+        finding = (f"On {cond}, the fastest method was {method_name(best)} at {best['tokens_per_second']:.1f} "
+                   f"tokens/s: {best['speedup']:.2f}× plain decoding ({best['baseline_tokens_per_second']:.1f} "
+                   f"tokens/s, same run, same prompts; {_spread_words(best)}).")
+        close = [r for r in ranked[1:] if _overlap(best, r)]
+        if close:
+            finding += (" Within noise of " + ", ".join(f"{method_name(r)} ({r['speedup']:.2f}×, {_spread_words(r)})"
+                                                        for r in close) + ": the passes do not separate them.")
+        out.append(finding)
         eagles, peers = _eagles_and_peers(group)
         for eagle in eagles if peers else []:
             ratios = ", ".join(f"{eagle['tokens_per_second'] / p['tokens_per_second']:.2f}× {method_name(p)}"
@@ -86,6 +99,11 @@ def _speed_findings(rows: list[Row]) -> list[str]:
         if r["note"] and r["label"] not in notes[(condition(r), r["note"])]:
             notes[(condition(r), r["note"])].append(r["label"])
     return out + [f"Not measured on {cond} ({', '.join(labels)}): {note}." for (cond, note), labels in notes.items()]
+
+
+def _overlap(a: Row, b: Row) -> bool:
+    ra, rb = speedup_range(a), speedup_range(b)
+    return ra is not None and rb is not None and ra[0] <= rb[1] and rb[0] <= ra[1]
 
 
 def _eagles_and_peers(rows: list[Row]) -> tuple[list[Row], list[Row]]:

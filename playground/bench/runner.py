@@ -98,6 +98,7 @@ class BenchRow:
     tokens_per_second_runs: list[float] = field(default_factory=list)
     baseline_tokens_per_second: float | None = None  # `none` in the same cell, same run
     speedup: float | None = None  # tokens_per_second / baseline_tokens_per_second
+    speedup_runs: list[float] = field(default_factory=list)  # per pass, against plain decoding in the same pass
     mean_acceptance_length: float | None = None
     draft_acceptance_rate: float | None = None
     per_position_acceptance: list[float] | None = None
@@ -280,8 +281,8 @@ class Bench:
         return total
 
     def describe_estimate(self, seconds: float) -> str:
-        return (f"{self.total} generation runs, estimated {seconds / 60:.1f} min "
-                "(at plain-decoding speed, every answer to max_new_tokens)")
+        return (f"{self.total} generation runs, at most about {seconds / 60:.1f} min (every answer to max_new_tokens at "
+                "plain-decoding speed; answers that end sooner and faster methods take less)")
 
     def run(self) -> list[BenchRow]:
         self.log(self.describe_estimate(self.warm_up()))
@@ -325,6 +326,7 @@ class Bench:
         row.tokens_per_second_runs = [_speed(p) for p in passes]
         row.tokens_per_second = _median_speed(passes)
         row.speedup = row.tokens_per_second / row.baseline_tokens_per_second
+        row.speedup_runs = [_speed(p) / _speed(b) for p, b in zip(passes, baseline)]
         if method.kind == "eagle":
             steps = [e for p in passes for conversation in p for a in conversation for e in a.events]
             metrics = summarize(steps, method.k)

@@ -7,7 +7,6 @@ import gradio as gr
 
 from playground.bench.present import TAB_HEADERS, TAB_PROFILES, BenchView, load_view, run_and_view
 from playground.presets import Preset, presets
-from playground.viz.figures import message_figure
 
 from .common import ENGINE, report_user_errors
 
@@ -18,6 +17,11 @@ def _outputs(view: BenchView) -> tuple:
     return (view.findings_markdown, view.table, *view.figures, [str(p) for p in view.files])
 
 
+def _reveal() -> tuple:
+    """Table, charts and files, hidden until the first result."""
+    return (gr.Dataframe(visible=True), *(gr.Plot(visible=True) for _ in PLOTS), gr.File(visible=True))
+
+
 @report_user_errors
 def run_profile_for_tab(profile: str, preset: str, progress: gr.Progress = gr.Progress()):
     progress(0, desc="starting the bench")
@@ -26,13 +30,15 @@ def run_profile_for_tab(profile: str, preset: str, progress: gr.Progress = gr.Pr
 
 
 def _results(prefix: str, view: BenchView | None, hint: str) -> list[gr.components.Component]:
-    """Findings, table and the three charts of one result (`view`, or empty ones that say `hint`)."""
+    """Findings, table and the three charts of one result; without one, the findings say `hint` (once) and the rest
+    stays hidden until there is a result."""
     findings = gr.Markdown(view.findings_markdown if view else hint, elem_id=f"{prefix}findings")
     table = gr.Dataframe(value=view.table if view else None, headers=TAB_HEADERS, interactive=False,
-                         label="Results", elem_id=f"{prefix}table")
+                         label="Results", elem_id=f"{prefix}table", visible=view is not None)
+
     def plot(i: int) -> gr.Plot:
-        return gr.Plot(view.figures[i] if view else message_figure("", hint), show_label=False,
-                       elem_id=f"{prefix}plot-{PLOTS[i]}")
+        return gr.Plot(view.figures[i] if view else None, show_label=False, elem_id=f"{prefix}plot-{PLOTS[i]}",
+                       visible=view is not None)
 
     speed = plot(0)  # a bar per method: wide
     with gr.Row():
@@ -53,10 +59,11 @@ def build_bench_tab(preset: Preset) -> None:
                 elem_classes="status-line")
     outputs = _results("bench-", None, "Run a profile to see its findings here.")
     files = gr.File(label="results.csv · results.json · report.html", file_count="multiple",
-                    elem_id="bench-files")
+                    elem_id="bench-files", visible=False)
     with gr.Accordion("The last full drift study (committed results)", open=True, elem_id="bench-drift-study"):
         drift = load_view()
         _results("bench-drift-", drift, "No committed drift study (assets/bench/drift/results.json) in this copy.")
 
     run_button.click(run_profile_for_tab, [profile, preset_menu], [*outputs, files], api_name="bench",
-                     concurrency_id=ENGINE)
+                     concurrency_id=ENGINE, show_progress_on=outputs[0]  # one progress bar, on the findings
+                     ).success(_reveal, None, [*outputs[1:], files], queue=False, api_visibility="private")

@@ -65,14 +65,29 @@ def _lines(rows: list[Row], series: Callable[[Row], tuple], name: Callable[[Row]
 
 
 def speed_figure(rows: list[Row]) -> go.Figure:
-    """Tokens/s of every method, one bar colour per condition, each bar labelled with its speedup."""
+    """Tokens/s of every method, one horizontal bar per (method, condition) so every label reads level, coloured by
+    condition; each bar labelled with its speedup and, over several passes, the speedup's range."""
     fig = go.Figure()
     measured = [r for r in rows if r["tokens_per_second"] is not None]
     for (cond,), group in _groups(measured, lambda r: (condition(r),)).items():
-        fig.add_bar(x=[method_name(r) for r in group], y=[r["tokens_per_second"] for r in group], name=cond,
-                    text=[f"{r['speedup']:.2f}×" for r in group], textposition="outside")
-    return _layout(fig, "Decoding speed (bar label: speedup over plain decoding, same run)", "method", "tokens / s",
-                   barmode="group")
+        fig.add_bar(y=[f"{method_name(r)} · {cond}" for r in group], x=[r["tokens_per_second"] for r in group],
+                    name=cond, orientation="h", text=[_speedup_label(r) for r in group], textposition="auto",
+                    textfont={"size": 12}, hovertemplate="%{y}: %{x:.1f} tokens/s, %{text}<extra></extra>")
+    fig.update_yaxes(autorange="reversed", automargin=True)
+    fig = _layout(fig, "Decoding speed (bar label: speedup over plain decoding, same run)", "tokens / s", "",
+                  barmode="overlay")
+    return fig.update_layout(height=max(320, 120 + 26 * len(measured)))
+
+
+def speedup_range(r: Row) -> tuple[float, float] | None:
+    """Lowest and highest per-pass speedup (None with fewer than two passes: no spread was measured)."""
+    runs = r.get("speedup_runs") or []
+    return (min(runs), max(runs)) if len(runs) >= 2 else None
+
+
+def _speedup_label(r: Row) -> str:
+    spread = speedup_range(r)
+    return f"{r['speedup']:.2f}×" + (f" ({spread[0]:.2f}–{spread[1]:.2f})" if spread else "")
 
 
 def acceptance_vs_k_figure(rows: list[Row]) -> go.Figure:
