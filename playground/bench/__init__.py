@@ -9,7 +9,8 @@ from playground.backends import require_local, shared_backend
 from playground.bench.methods import Runner
 from playground.bench.profiles import get_profile, profiles
 from playground.bench.prompts import PromptRecord, PromptSet, builtin_sets, load_prompt_set
-from playground.bench.report import findings, write_outputs
+from playground.bench.findings import findings
+from playground.bench.report import write_outputs
 from playground.bench.runner import BenchConfig, BenchResult, BenchRow, ProgressCallback, Sweep, run_bench
 from playground.presets import DEFAULT, Preset, get_preset
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from playground.bench.report import deepest_pairs, deepest_rows, findings, pairs, study_rows, write_outputs
+from playground.bench.findings import deepest_pairs, findings, pairs, study_rows
+from playground.bench.report import deepest_rows, write_outputs
 from playground.bench.runner import BenchResult, ProgressCallback
 from playground.viz import bench as figures
 from playground.viz.bench import speedup_range
