@@ -23,7 +23,7 @@ from playground.presets import get_preset
 from playground.bench.prompts import load_prompt_set
 
 
-def _run(backend: LocalBackend, prompt: list[int], drafter: str, cfg: GenerationConfig) -> list[StepEvent]:
+def run_events(backend: LocalBackend, prompt: list[int], drafter: str, cfg: GenerationConfig) -> list[StepEvent]:
     return list(backend.stream(prompt, drafter, cfg))
 
 
@@ -34,14 +34,14 @@ def _ids(events: list[StepEvent]) -> list[int]:
 def acceptance_table(backend: LocalBackend, prompts: list[list[int]], drafters: list[str], ks: list[int],
                      max_new_tokens: int) -> dict:
     """Per drafter and k: metrics pooled over every step of every prompt, and whether output matched plain."""
-    plain = [_ids(_run(backend, p, "none", GenerationConfig(max_new_tokens=max_new_tokens))) for p in prompts]
+    plain = [_ids(run_events(backend, p, "none", GenerationConfig(max_new_tokens=max_new_tokens))) for p in prompts]
     table: dict = {}
     jobs = [(d, k) for d in drafters for k in ks]
     for drafter, k in tqdm(jobs, desc="acceptance", unit="config"):
         cfg = GenerationConfig(max_new_tokens=max_new_tokens, k=k)
         pooled, lossless = [], True
         for prompt, reference in zip(prompts, plain):
-            events = _run(backend, prompt, drafter, cfg)
+            events = run_events(backend, prompt, drafter, cfg)
             lossless &= _ids(events) == reference
             pooled += events
         m = summarize(pooled, k)

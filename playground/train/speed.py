@@ -21,12 +21,9 @@ from playground.backends.local import LocalBackend
 from playground.bench.prompts import load_prompt_set
 from playground.engine import GenerationConfig, StepEvent, summarize
 from playground.presets import get_preset
+from playground.train.evaluate import run_events
 
 SPEED_SETS = ("held-out", "mt-bench", "humaneval")
-
-
-def _run(backend: LocalBackend, prompt: list[int], drafter: str, cfg: GenerationConfig) -> list[StepEvent]:
-    return list(backend.stream(prompt, drafter, cfg))
 
 
 def long_answer_prompts(backend: LocalBackend, per_set: int, max_new_tokens: int) -> list[list[int]]:
@@ -37,7 +34,7 @@ def long_answer_prompts(backend: LocalBackend, per_set: int, max_new_tokens: int
         found = 0
         for record in load_prompt_set(name).records:
             prompt = backend.encode(record.messages([]))
-            if _run(backend, prompt, "none", cfg)[-1].total_tokens == max_new_tokens:
+            if run_events(backend, prompt, "none", cfg)[-1].total_tokens == max_new_tokens:
                 chosen.append(prompt)
                 found += 1
             if found == per_set:
@@ -59,7 +56,7 @@ def speed_table(backend: LocalBackend, prompts: list[list[int]], drafters: list[
     (prompt, repeat) pairs, and the pooled rate (all tokens / all time) per repeat, median over repeats."""
     configs = [("none", 1)] + [(d, k) for d in drafters for k in ks]
     for name, k in configs:  # warm-up of every path
-        _run(backend, prompts[0], name, GenerationConfig(max_new_tokens=16, k=k, instrument=False))
+        run_events(backend, prompts[0], name, GenerationConfig(max_new_tokens=16, k=k, instrument=False))
     rates: dict[tuple, list[float]] = {c: [] for c in configs}
     ratios: dict[tuple, list[float]] = {c: [] for c in configs[1:]}
     pooled: dict[tuple, list[float]] = {c: [] for c in configs}
@@ -72,7 +69,7 @@ def speed_table(backend: LocalBackend, prompts: list[list[int]], drafters: list[
         for prompt in prompts:
             now = {}
             for name, k in configs:
-                events = _run(backend, prompt, name, GenerationConfig(max_new_tokens=max_new_tokens, k=k,
+                events = run_events(backend, prompt, name, GenerationConfig(max_new_tokens=max_new_tokens, k=k,
                                                                       instrument=False))
                 m = summarize(events, k)
                 now[(name, k)] = m.tokens_per_second
