@@ -9,7 +9,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from playground.engine import MAX_K, GenerationConfig, summarize
+from playground.engine import MAX_K, GenerationConfig, RunRecord
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.text import IncrementalDecoder
 from playground.presets import Preset, default_preset_name, get_preset
@@ -82,26 +82,16 @@ def generate(args: argparse.Namespace) -> dict:
         if not args.json:
             sys.stdout.write(decoder.extend(event.emitted) + (decoder.flush() if event.finished else ""))
             sys.stdout.flush()
-    metrics = summarize(events, getattr(stream, "k", cfg.k))  # vLLM / remote: the engine's k
-    result = {
-        "text": backend.decode(ids),
-        "token_ids": ids,
-        "prompt_tokens": len(prompt_ids),
-        "finish_reason": events[-1].finish_reason,
-        "preset": preset.name,
-        "target": preset.target,
-        "drafter": drafter,
-        "config": asdict(cfg),
-        **{k: v for k, v in metrics.to_dict().items() if k != "k"},
-        "steps": [e.to_dict() for e in events],
-    }
+    record = RunRecord.of(events, backend.decode(ids), len(prompt_ids), drafter, cfg,
+                          getattr(stream, "k", cfg.k))  # vLLM / remote: the engine's k
+    result = {"preset": preset.name, "target": preset.target, **record.to_dict()}
     if args.json:
         print(json.dumps(result))
     else:
-        m = metrics
+        m = record.metrics
         al = f"{m.mean_acceptance_length:.2f}" if m.mean_acceptance_length else "n/a"
         print(f"\n\n[{m.generated_tokens} tokens, {m.tokens_per_second:.1f} tok/s, mean acceptance length {al}, "
-              f"finish: {result['finish_reason']}]", file=sys.stderr)
+              f"finish: {record.finish_reason}]", file=sys.stderr)
     return result
 
 

@@ -116,12 +116,12 @@ def check_speculative_json(result: dict, tiny: TinyModels) -> None:
         assert s["attention"][0]["draft"] == 0.0
         assert len(s["hidden_rms"]) == n and all(r > 0 for r in s["hidden_rms"])
     accepted = sum(s["accepted"] for s in drafting)
-    assert result["mean_acceptance_length"] == pytest.approx(1 + accepted / len(drafting))
-    per_position = result["per_position_acceptance"]
+    assert result["metrics"]["mean_acceptance_length"] == pytest.approx(1 + accepted / len(drafting))
+    per_position = result["metrics"]["per_position_acceptance"]
     assert len(per_position) == K and all(0 <= a <= 1 for a in per_position)
     assert all(a >= b for a, b in zip(per_position, per_position[1:]))
     assert per_position[0] == pytest.approx(sum(s["accepted"] >= 1 for s in drafting) / len(drafting))
-    assert result["tokens_per_second"] > 0 and math.isfinite(result["tokens_per_second"])
+    assert result["metrics"]["tokens_per_second"] > 0 and math.isfinite(result["metrics"]["tokens_per_second"])
 
 
 def test_generate_json_with_target_and_drafter_path(outputs: dict[str, dict], tiny: TinyModels) -> None:
@@ -141,7 +141,7 @@ def test_drafter_none_gives_the_same_greedy_tokens(outputs: dict[str, dict], tin
                                                    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PLAYGROUND_MODELS_DIR", str(tiny.root))
     plain = parse(run_in_process(capsys, *json_args("--drafter", "none")))
-    assert plain["mean_acceptance_length"] is None
+    assert plain["metrics"]["mean_acceptance_length"] is None
     assert all(s["drafted"] == [] and len(s["emitted"]) == 1 for s in plain["steps"])
     assert plain["token_ids"] == outputs["eagle3-by-path"]["token_ids"] == outputs["eagle3.1-preset"]["token_ids"]
     assert plain["prompt_tokens"] == outputs["eagle3.1-preset"]["prompt_tokens"] > 0
@@ -191,3 +191,16 @@ def test_errors_are_one_line_on_stderr(tiny: TinyModels, broken_drafter: Path, t
     if not torch.cuda.is_available():
         line = _one_line_error(run_in_process(capsys, "--prompt", PROMPT, "--device", "cuda"))
         assert "cuda" in line.lower() or "gpu" in line.lower()
+
+
+def test_the_json_is_a_run_record_that_reads_back_typed(outputs: dict[str, dict]) -> None:
+    """`--json` is `RunRecord.to_dict()` plus preset and target; `from_dict` gives back the same record, typed."""
+    from playground.engine import AttentionMass, GenerationConfig, RunRecord, StepEvent
+
+    result = dict(outputs["eagle3.1-preset"])
+    assert {result.pop("preset"), result.pop("target")} and "metrics" in result
+    record = RunRecord.from_dict(result)
+    assert json.loads(json.dumps(record.to_dict())) == result
+    assert isinstance(record.config, GenerationConfig) and isinstance(record.steps[1], StepEvent)
+    assert isinstance(record.metrics.attention_by_depth[0], AttentionMass)
+    assert isinstance(record.steps[1].attention[0], AttentionMass)

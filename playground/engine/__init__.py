@@ -3,11 +3,12 @@
 from .checkpoint import CheckpointError, load_drafter, save_drafter
 from .decode import MAX_K, GenerationConfig, plain_generate, speculative_generate
 from .drafter import DrafterConfig, Eagle3Drafter
+from .record import RunRecord
 from .target import Target, TargetError
 from .trace import AttentionMass, Baseline, RunMetrics, SpecCounters, StepEvent, summarize
 
 __all__ = [
     "MAX_K", "AttentionMass", "Baseline", "CheckpointError", "DrafterConfig", "Eagle3Drafter", "GenerationConfig", "RunMetrics",
-    "SpecCounters", "StepEvent", "Target", "TargetError", "load_drafter", "plain_generate", "save_drafter",
+    "RunRecord", "SpecCounters", "StepEvent", "Target", "TargetError", "load_drafter", "plain_generate", "save_drafter",
     "speculative_generate", "summarize",
 ]

@@ -13,7 +13,7 @@ from typing import Callable, Iterable, Iterator
 
 from playground.backends import Backend
 from playground.backends.availability import on_zerogpu
-from playground.engine import Baseline, StepEvent
+from playground.engine import Baseline, RunRecord, StepEvent
 from playground.viz import ProvenanceBuilder, RunView, TokenPiece
 
 from .baseline import BaselineSampler
@@ -84,18 +84,12 @@ class Run:
         """The run as JSON-ready data: text, config, metrics and (for exports) the per-step trace. Pass the `view`
         already built for this render, so the events are summarised once."""
         view = view or self.view()
-        record = {
-            "run": name, "status": self.status, "settings": asdict(self.settings),
-            "config": asdict(self.settings.generation_config()), "prompt_tokens": self.prompt_tokens,
-            "text": self.text, "token_ids": self.token_ids, "finish_reason": self.finish_reason,
-            "baseline": self.baseline.to_dict() if self.baseline else None, "speedup": view.speedup,
-            "speedup_range": view.speedup_range,
-            "seen_tokens_per_second": self.seen_tokens_per_second,
-            "metrics": view.metrics.to_dict(),
-        }
-        if with_steps:
-            record["steps"] = [e.to_dict() for e in self.events]
-        return record
+        s = self.settings
+        run = RunRecord(self.text, self.token_ids, self.prompt_tokens, self.finish_reason, s.drafter,
+                        s.generation_config(), view.metrics, self.events)
+        return {"run": name, "status": self.status, "settings": asdict(s), **run.to_dict(with_steps),
+                "baseline": self.baseline.to_dict() if self.baseline else None, "speedup": view.speedup,
+                "speedup_range": view.speedup_range, "seen_tokens_per_second": self.seen_tokens_per_second}
 
 
 class _ActiveTimeEvents:
