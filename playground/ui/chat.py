@@ -14,8 +14,8 @@ from playground.viz import (
 )
 
 from .common import (
-    ENGINE, STOP_SWITCHES, armed_stop, depth_legend, drafter_control, export_files, follow_preset, generation_controls,
-    k_control, report_user_errors, run_settings, session_id, stopped_before_start,
+    ENGINE, STOP_SWITCHES, depth_legend, drafter_control, export_files, follow_preset, generation_controls, k_control,
+    report_user_errors, run_settings, session_id, stoppable,
 )
 
 TAB = "chat"
@@ -60,24 +60,18 @@ def _empty_outputs() -> tuple:
 def chat(prompt: str, drafter: str, k: float, preset: str, temperature: float, top_p: float, max_new_tokens: float,
          chat_template: str, system: str, seed: float | None, conversation: Conversation, request: gr.Request):
     settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system, seed)
-    stop = armed_stop(request, TAB)
-    if stop.is_set():
-        yield stopped_before_start(11)
-        return
-    for run in chat_turn(conversation, prompt, settings, stop.is_set):
-        yield ("", _chatbot_messages(conversation), *_run_outputs(run), conversation)
+    yield from stoppable(request, TAB, 11, lambda should_stop: (
+        ("", _chatbot_messages(conversation), *_run_outputs(run), conversation)
+        for run in chat_turn(conversation, prompt, settings, should_stop)))
 
 
 @report_user_errors
 def regenerate(drafter: str, k: float, preset: str, temperature: float, top_p: float, max_new_tokens: float,
                chat_template: str, system: str, seed: float | None, conversation: Conversation, request: gr.Request):
     settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system, seed)
-    stop = armed_stop(request, TAB)
-    if stop.is_set():
-        yield stopped_before_start(10)
-        return
-    for run in regenerate_turn(conversation, settings, stop.is_set):
-        yield (_chatbot_messages(conversation), *_run_outputs(run), conversation)
+    yield from stoppable(request, TAB, 10, lambda should_stop: (
+        (_chatbot_messages(conversation), *_run_outputs(run), conversation)
+        for run in regenerate_turn(conversation, settings, should_stop)))
 
 
 def stop(request: gr.Request) -> None:

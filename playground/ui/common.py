@@ -47,10 +47,16 @@ def armed_stop(request: gr.Request | None, tab: str) -> threading.Event:
     return STOP_SWITCHES.arm(session_id(request), tab, arrived if arrived is not None else time.monotonic())
 
 
-def stopped_before_start(n_outputs: int) -> tuple:
-    """What a run stopped while queued shows: a note, and every output left as it was."""
-    gr.Info("Stopped before it started: the queued run was cancelled.")
-    return (gr.skip(),) * n_outputs
+def stoppable(request: gr.Request | None, tab: str, n_outputs: int,
+              updates: Callable[[Callable[[], bool]], Iterator[tuple]]) -> Iterator[tuple]:
+    """The UI updates of `updates(should_stop)`, wired to the tab's Stop. A run stopped while it was still queued
+    does not start: a note, and every output left as it was."""
+    stop = armed_stop(request, tab)
+    if stop.is_set():
+        gr.Info("Stopped before it started: the queued run was cancelled.")
+        yield (gr.skip(),) * n_outputs
+        return
+    yield from updates(stop.is_set)
 
 LAYOUT_CSS = """
 .side-panel { min-height: 220px; max-height: 460px; overflow-y: auto; padding: 4px 8px; }

@@ -12,8 +12,8 @@ from playground.viz import (
 )
 
 from .common import (
-    ENGINE, STOP_SWITCHES, armed_stop, compare_drafters, depth_legend, drafter_control, export_files, follow_preset,
-    generation_controls, k_control, report_user_errors, run_settings, session_id, stopped_before_start,
+    ENGINE, STOP_SWITCHES, compare_drafters, depth_legend, drafter_control, export_files, follow_preset,
+    generation_controls, k_control, report_user_errors, run_settings, session_id, stoppable,
 )
 
 TAB = "compare"
@@ -34,12 +34,8 @@ def run_comparison(prompt: str, left_drafter: str, left_k: float, right_drafter:
                    seed: float | None, request: gr.Request):
     shared = (preset, temperature, top_p, max_new_tokens, chat_template, system, seed)
     left, right = run_settings(left_drafter, left_k, *shared), run_settings(right_drafter, right_k, *shared)
-    stop = armed_stop(request, TAB)
-    if stop.is_set():
-        yield stopped_before_start(10)
-        return
-    for comparison in compare(prompt, left, right, stop.is_set):
-        yield (*show_comparison(comparison), comparison)
+    yield from stoppable(request, TAB, 10, lambda should_stop: (
+        (*show_comparison(comparison), comparison) for comparison in compare(prompt, left, right, should_stop)))
 
 
 def show_comparison(comparison: Comparison | None) -> tuple:
