@@ -63,6 +63,18 @@ def export(comparison: Comparison | None) -> list[str]:
     return export_files({"left": comparison.left, "right": comparison.right}, messages, TAB)
 
 
+def _side(preset: Preset, side: str, drafter: str) -> tuple[gr.Radio, gr.Slider, gr.HTML, gr.HTML]:
+    """One side's drafter and k, its coloured answer and its stat cards (elem ids compare-<side>-…)."""
+    with gr.Column():
+        with gr.Row():
+            choice = drafter_control(preset, drafter, elem_id=f"compare-{side}-drafter",
+                                     label=f"{side.capitalize()} drafter")
+            k = k_control(elem_id=f"compare-{side}-k", label=f"{side.capitalize()} k")
+        answer = gr.HTML(elem_id=f"compare-{side}", elem_classes="side-panel")
+        stats = gr.HTML(elem_id=f"compare-{side}-stats")
+    return choice, k, answer, stats
+
+
 def build_compare_tab(preset: Preset) -> None:
     comparison = gr.State(None)
     left_default, right_default = compare_drafters(preset)
@@ -76,20 +88,8 @@ def build_compare_tab(preset: Preset) -> None:
         controls = generation_controls("compare-", preset)
     legend = gr.HTML(depth_legend((left_default, 4), (right_default, 4)), elem_id="compare-legend")
     with gr.Row(equal_height=False):
-        with gr.Column():
-            with gr.Row():
-                left_drafter = drafter_control(preset, left_default, elem_id="compare-left-drafter",
-                                               label="Left drafter")
-                left_k = k_control(elem_id="compare-left-k", label="Left k")
-            left_html = gr.HTML(elem_id="compare-left", elem_classes="side-panel")
-            left_stats = gr.HTML(elem_id="compare-left-stats")
-        with gr.Column():
-            with gr.Row():
-                right_drafter = drafter_control(preset, right_default, elem_id="compare-right-drafter",
-                                                label="Right drafter")
-                right_k = k_control(elem_id="compare-right-k", label="Right k")
-            right_html = gr.HTML(elem_id="compare-right", elem_classes="side-panel")
-            right_stats = gr.HTML(elem_id="compare-right-stats")
+        left_drafter, left_k, left_html, left_stats = _side(preset, "left", left_default)
+        right_drafter, right_k, right_html, right_stats = _side(preset, "right", right_default)
     status = gr.Markdown(elem_id="compare-status", elem_classes="status-line")
     table = gr.Dataframe(headers=SUMMARY_COLUMNS, elem_id="compare-table", interactive=False, label="Summary")
     with gr.Row():
