@@ -185,7 +185,7 @@ def test_plain_against_the_live_baseline_reads_one_within_the_shown_range(page) 
     """What the cards show for plain decoding against the plain baseline measured alongside it, three runs in a row:
     1.00× inside the range on the card; the rate the user saw beside the engine's."""
     page.locator("#drafter").get_by_text("none (plain decoding)").click()
-    page.locator("#max-new-tokens input[type=number]").fill("96")
+    page.locator("#max-new-tokens input[type=number]").fill("300")
     page.locator("#max-new-tokens input[type=number]").press("Enter")
     for turn in range(1, 4):
         page.locator("#prompt textarea").fill(PROMPT)

@@ -95,7 +95,7 @@ def test_compare_interleaves_both_runs(pair_models: Path) -> None:
         both_running |= all(run.events and not run.finished for run in runs)
     assert both_running, "the two runs should advance together, not one after the other"
     assert comparison.left.finished and comparison.right.finished
-    assert comparison.left.baseline is comparison.right.baseline  # one plain stream for the same target and prompt
+    assert comparison.left.baseline.bursts >= 3 and comparison.right.baseline.bursts >= 3  # each timed beside it
     assert comparison.left.view().label == "EAGLE-3, k=3" and comparison.right.view().label == "EAGLE-3.1, k=5"
 
 
@@ -169,54 +169,61 @@ def test_plain_against_its_live_baseline_reads_one_within_the_shown_range(pair_m
     """The live speedup of plain decoding over the plain baseline measured alongside it: 1.00× inside the range the
     UI shows, run after run (a baseline measured once and reused drifted to 0.7–0.86× here)."""
     for _ in range(3):
-        run = answer(Conversation(), max_new_tokens=80, drafter="none")[-1]
+        run = answer(Conversation(), max_new_tokens=1000, drafter="none")[-1]
         low, high = run.view().speedup_range
         assert run.baseline.bursts >= 3 and low <= 1.0 <= high, (run.view().speedup, low, high)
 
 
-def test_baseline_sampler_takes_its_share_and_survives_short_answers() -> None:
-    """The sampler's bookkeeping on scripted streams: the prefill is never timed, an ended answer is reopened, an
-    answer with nothing to time ends the sampling instead of looping, and the spend stays near its share."""
-    from playground.playback.baseline import MIN_BURSTS, SHARE, BaselineSampler
+def test_baseline_sampler_takes_its_share_at_the_runs_position() -> None:
+    """The sampler's bookkeeping with a scripted probe: each burst asks for plain steps at the run's current context
+    (prompt + the run's tokens), the spend stays near its share, finishing tops up to a spread, and a full context
+    ends the sampling instead of looping."""
+    from playground.playback.baseline import BURST_SECONDS, BURST_TOKENS, MIN_BURSTS, SHARE, BaselineSampler
 
-    def plain(tokens: int):
-        def stream():
-            for step in range(tokens):
-                time.sleep(0.02 if step == 0 else 0.001)  # a slow prefill, then fast decode steps
-                yield StepEvent(step=step, drafted=[], accepted=0, emitted=[7], total_tokens=step + 1,
-                                elapsed_ms=0.0, finished=step == tokens - 1, finish_reason="eos" if step == tokens - 1 else None)
-        return stream
+    class ScriptedProbe:
+        def __init__(self, room: int) -> None:
+            self.contexts, self.room = [], room
 
-    run = SimpleNamespace(events=[StepEvent(step=0, drafted=[], accepted=0, emitted=[1], elapsed_ms=0.0),
-                                  StepEvent(step=1, drafted=[], accepted=0, emitted=[1], elapsed_ms=400.0)],
-                          baseline=None)
-    sampler = BaselineSampler(plain(3), [run], NEVER)  # answers of 3 tokens: 2 timed per answer
+        def time_steps(self, context: list[int], min_steps: int, min_seconds: float) -> list[float]:
+            self.contexts.append(list(context))
+            if len(context) >= self.room:
+                return []
+            time.sleep(0.05)  # the catch-up forward: spent, not timed
+            return [0.02] * max(min_steps, round(min_seconds / 0.02))
+
+    def step(i: int, elapsed_ms: float) -> StepEvent:
+        return StepEvent(step=i, drafted=[], accepted=0, emitted=[10 + i], elapsed_ms=elapsed_ms)
+
+    run = SimpleNamespace(events=[step(0, 0.0), step(1, 800.0)], baseline=None)
+    run.token_ids = [10, 11]
+    probe = ScriptedProbe(room=100)
+    sampler = BaselineSampler(probe, [1, 2, 3], run, NEVER)
     sampler.keep_up()
-    assert SHARE * 0.4 <= sampler.spent_s < SHARE * 0.4 + 0.1 and run.baseline.bursts >= 1
-    assert run.baseline.slowest > 250  # 1 ms decode steps: a burst holding a 20 ms prefill would be < 175 tok/s
-    sampler.finish()
-    assert run.baseline.bursts >= MIN_BURSTS and run.baseline.tokens % 4 == 0
-    one_token = BaselineSampler(plain(1), [run], NEVER)
-    one_token.finish()
-    assert one_token.exhausted and one_token.estimate is None
+    assert probe.contexts[0] == [1, 2, 3, 10, 11] and SHARE * 0.8 <= sampler.spent_s < SHARE * 0.8 + 0.2
+    assert run.baseline.tokens_per_second == pytest.approx(50.0) and run.baseline.tokens >= BURST_TOKENS
+    assert run.baseline.tokens * 0.02 >= BURST_SECONDS * run.baseline.bursts - 1e-9
+    short = SimpleNamespace(events=[step(0, 0.0), step(1, 10.0)], token_ids=[10, 11], baseline=None)
+    topped_up = BaselineSampler(ScriptedProbe(room=100), [1, 2, 3], short, NEVER)
+    topped_up.keep_up()
+    assert short.baseline.bursts == 1  # 10 ms of run: one burst is already past the share
+    topped_up.finish()
+    assert short.baseline.bursts == MIN_BURSTS
+    full = BaselineSampler(ScriptedProbe(room=3), [1, 2, 3], run, NEVER)
+    full.finish()
+    assert full.exhausted and full.estimate is None
 
 
-def test_a_run_that_breaks_off_says_so_and_stays_in_the_conversation(pair_models: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """An engine error mid-answer: the partial answer stays in the history and its status says it failed (not
-    'generating…' forever); an error before the first step forgets the question."""
-    backend = shared_backend(get_preset("smollm2-135m"))
-    real_stream = backend.stream
+def test_plain_probe_times_steps_at_the_context_it_is_given(tiny) -> None:
+    """The probe catches its cache up with the run's tokens, times one-token steps from there, and forgets its own
+    tokens at the next burst."""
+    from playground.engine import PlainProbe
 
-    def breaking_stream(prompt_ids, drafter, cfg, should_stop=None):
-        for i, event in enumerate(real_stream(prompt_ids, drafter, cfg, should_stop)):
-            if i == 3 and drafter != "none":
-                raise RuntimeError("the engine fell over")
-            yield event
-
-    monkeypatch.setattr(backend, "stream", breaking_stream)
-    conversation = Conversation()
-    with pytest.raises(RuntimeError):
-        answer(conversation)
-    run = conversation.exchanges[-1].run
-    assert run.events and run.status == "failed: the engine fell over" and run.record("t")["status"] == run.status
+    probe = PlainProbe(tiny.target)
+    context = tiny.training_prompts[0] + [5, 6, 7]
+    seconds = probe.time_steps(context, 3, 0.0)
+    assert len(seconds) == 3 and all(s > 0 for s in seconds)
+    assert probe._cache.get_seq_length() == len(context) + 2  # the context, then its own first two tokens
+    longer = context + [8, 9]
+    assert len(probe.time_steps(longer, 2, 0.0)) == 2 and probe._cache.get_seq_length() == len(longer) + 1
+    edge = [5] * (tiny.target.max_positions - 2)
+    assert len(PlainProbe(tiny.target).time_steps(edge, 5, 0.0)) == 2  # no step past the target's context

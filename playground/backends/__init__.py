@@ -7,8 +7,9 @@
 | remote vLLM server | remote.py | any `vllm serve … --speculative-config …` or `python -m playground serve` |
 
 Every backend has `name`, `preset`, `missing_fields` (StepEvent fields it leaves None, and why), `preload` (load or
-connect at start-up, raising what is wrong), `encode`, `decode` and `stream`. A backend that cannot decode without a
-drafter (a vLLM engine started with one) says why in `missing_fields["baseline"]`.
+connect at start-up, raising what is wrong), `encode`, `decode` and `stream`. The local backend also has
+`plain_probe()`, which times plain decode steps beside a run (the live speedup's baseline); the others say why they
+cannot in `missing_fields["baseline"]`.
 `backend_unavailable_reason(preset)` says, in one sentence, why a preset cannot run on this machine.
 """
 

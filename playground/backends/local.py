@@ -9,7 +9,7 @@ from typing import Callable, Iterator
 import torch
 
 from playground.engine import (
-    CheckpointError, Eagle3Drafter, GenerationConfig, StepEvent, Target, load_drafter, plain_generate,
+    CheckpointError, Eagle3Drafter, GenerationConfig, PlainProbe, StepEvent, Target, load_drafter, plain_generate,
     speculative_generate,
 )
 from playground.presets import Preset
@@ -57,6 +57,10 @@ class LocalBackend:
                 aux = target.attach(drafter)
                 self._drafters[source] = LoadedDrafter(drafter, aux, layout, source)
             return self._drafters[source]
+
+    def plain_probe(self) -> PlainProbe:
+        """Times plain decode steps at a run's position (the live speedup's baseline); one per run."""
+        return PlainProbe(self.target)
 
     def encode(self, messages: list[dict], chat_template: str | None = None, raw: bool = False) -> list[int]:
         return self.target.encode_chat(messages, chat_template=chat_template, raw=raw)

@@ -1,14 +1,14 @@
 """The speculative-decoding engine: target wrapper, EAGLE-3/3.1 drafter, decode loops, step events."""
 
 from .checkpoint import CheckpointError, load_drafter, save_drafter
-from .decode import MAX_K, GenerationConfig, plain_generate, speculative_generate
+from .decode import MAX_K, GenerationConfig, PlainProbe, plain_generate, speculative_generate
 from .drafter import DrafterConfig, Eagle3Drafter
 from .record import RunRecord
 from .target import Target, TargetError
 from .trace import AttentionMass, Baseline, RunMetrics, SpecCounters, StepEvent, summarize
 
 __all__ = [
-    "MAX_K", "AttentionMass", "Baseline", "CheckpointError", "DrafterConfig", "Eagle3Drafter", "GenerationConfig", "RunMetrics",
-    "RunRecord", "SpecCounters", "StepEvent", "Target", "TargetError", "load_drafter", "plain_generate", "save_drafter",
+    "MAX_K", "AttentionMass", "Baseline", "CheckpointError", "DrafterConfig", "Eagle3Drafter", "GenerationConfig",
+    "PlainProbe", "RunMetrics", "RunRecord", "SpecCounters", "StepEvent", "Target", "TargetError", "load_drafter", "plain_generate", "save_drafter",
     "speculative_generate", "summarize",
 ]

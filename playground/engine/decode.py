@@ -121,6 +121,40 @@ def plain_generate(target: Target, prompt_ids: list[int], cfg: GenerationConfig,
         next_input, step = [token], step + 1
 
 
+class PlainProbe:
+    """Times plain decode steps at the position a run has reached: the live speedup's baseline.
+
+    Plain decoding slows as its context grows (attention and the KV cache), so a baseline timed near the start of an
+    answer flatters a run that has gone far past it. Before each burst the probe's cache catches up, in one untimed
+    forward, with the tokens the run has produced since the last burst; it then times one-token greedy steps from
+    there — exactly the work `plain_generate` does per token — and forgets its own tokens again at the next burst.
+    """
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self._cache = target.new_cache()
+        self._matched = 0  # cache positions that hold the run's own tokens
+
+    @torch.inference_mode()
+    def time_steps(self, context: list[int], min_steps: int, min_seconds: float) -> list[float]:
+        """Seconds of each plain step continuing `context` (the prompt and the run's tokens so far): at least
+        `min_steps` steps and `min_seconds` in all, fewer only where the target's context ends."""
+        t = self.target
+        room = t.max_positions - len(context)
+        if room < 1 or not context:
+            return []
+        t.rollback(self._cache, self._matched)
+        if len(context) - 1 > self._matched:
+            t.forward(context[self._matched : -1], self._cache, last_only=True)
+        self._matched = len(context)
+        token, seconds = context[-1], []
+        while len(seconds) < min(min_steps, room) or (sum(seconds) < min_seconds and len(seconds) < room):
+            start = t.clock()
+            token = int(t.forward([token], self._cache, last_only=True).logits[-1].argmax())
+            seconds.append(t.clock() - start)
+        return seconds
+
+
 @dataclass
 class _Chain:
     drafted: torch.Tensor  # [k] target ids, on the device (read back once, after verification)

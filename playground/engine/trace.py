@@ -9,8 +9,10 @@ summaries, the server's `/metrics` and per-request usage, and reads back vLLM's 
 - draft acceptance rate = accepted draft tokens / drafted tokens
 - tokens per second = emitted tokens / wall time of the decode loop (prefill included)
 - decode tokens per second = the same after the first step (which holds the prefill): the steady rate
-- live speedup = decode tokens per second of the run / the `Baseline`'s (plain decoding of the same prompt on the
-  same machine, timed in short bursts between the run's steps), with a range from the slowest and fastest burst
+- live speedup = decode tokens per second of the run / the `Baseline`'s (plain decode steps at the run's position
+  on the same machine, timed in short bursts between the run's steps). Its range sets the run's slowest stretch
+  against the fastest burst and the run's fastest stretch against the slowest burst, the run cut into as many
+  stretches of equal time as there are bursts (`window_rates`): noise on either side widens it
 
 A field a backend cannot provide is None, never zero, so that the UI can say why it is missing.
 """
@@ -94,9 +96,10 @@ class Baseline:
     def speedup(self, tokens_per_second: float | None) -> float | None:
         return tokens_per_second / self.tokens_per_second if tokens_per_second else None
 
-    def speedup_range(self, tokens_per_second: float | None) -> tuple[float, float] | None:
-        """The speedup against the fastest and against the slowest burst."""
-        return (tokens_per_second / self.fastest, tokens_per_second / self.slowest) if tokens_per_second else None
+    def speedup_range(self, events: list[StepEvent]) -> tuple[float, float] | None:
+        """(slowest stretch of the run / fastest burst, fastest stretch / slowest burst)."""
+        rates = window_rates(events, self.bursts)
+        return (min(rates) / self.fastest, max(rates) / self.slowest) if rates else None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -154,6 +157,22 @@ class SpecCounters:
     @property
     def draft_acceptance_rate(self) -> float | None:
         return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+
+def window_rates(events: list[StepEvent], windows: int) -> list[float]:
+    """Decode rates of the run cut, after its first step, into `windows` consecutive stretches of about equal time
+    (fewer when there are fewer steps)."""
+    steps = events[1:]
+    if not steps or windows < 1:
+        return []
+    start, end = events[0].elapsed_ms, events[-1].elapsed_ms
+    rates, tokens, since = [], 0, start
+    for event in steps:
+        tokens += len(event.emitted)
+        if event.elapsed_ms - start >= (end - start) * (len(rates) + 1) / windows and event.elapsed_ms > since:
+            rates.append(tokens / ((event.elapsed_ms - since) / 1000))
+            tokens, since = 0, event.elapsed_ms
+    return rates
 
 
 def _mean_by_depth(rows: list[list[float]], k: int) -> list[float | None]:

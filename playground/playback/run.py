@@ -119,41 +119,37 @@ class RunDriver:
 
     def __init__(self, backend: Backend, settings: RunSettings, prompt_ids: list[int],
                  should_stop: Callable[[], bool]) -> None:
-        self.run = Run(settings, len(prompt_ids), missing_fields=dict(backend.missing_fields))
+        self._on_zerogpu = on_zerogpu() and backend.name == "local"  # the GPU exists only inside a spaces.GPU call
+        missing = dict(backend.missing_fields)
+        if self._on_zerogpu:
+            missing["baseline"] = ("on ZeroGPU the GPU exists only inside each request's GPU call, so plain decoding "
+                                   "is not timed beside the run")
+        self.run = Run(settings, len(prompt_ids), missing_fields=missing)
         self._backend, self._prompt_ids, self._should_stop = backend, prompt_ids, should_stop
         self._provenance = ProvenanceBuilder(backend.decode)
         self._events: _ActiveTimeEvents | None = None
         self._engine_checks_stop = True
         self._first_step_asked: float | None = None
 
-    @property
-    def baseline_key(self) -> tuple:
-        """Runs with equal keys (same backend, same prompt) can share one plain baseline."""
-        return id(self._backend), tuple(self._prompt_ids)
-
-    @property
-    def can_run_plain(self) -> bool:
-        """Whether this backend can decode without a drafter (a vLLM engine started with one cannot)."""
-        return "baseline" not in self._backend.missing_fields
+    def baseline(self, should_stop: Callable[[], bool]) -> BaselineSampler | None:
+        """The live plain baseline of this run, where the backend can time plain steps in this process."""
+        if "baseline" in self.run.missing_fields:
+            return None
+        return BaselineSampler(self._backend.plain_probe(), self._prompt_ids, self.run, should_stop)
 
     def open(self) -> None:
         """Load the drafter (and check that it fits the target) before anything is measured."""
-        self._events = _ActiveTimeEvents(self._stream(self.run.settings.drafter))
-        self.run.phase = "generating"
-
-    def open_plain(self) -> Iterator[StepEvent]:
-        """Plain decoding of this run's prompt with its settings: the live baseline's stream."""
-        return self._stream("none")
-
-    def _stream(self, drafter: str) -> Iterator[StepEvent]:
         s = self.run.settings
-        if on_zerogpu() and self._backend.name == "local":  # the GPU exists only inside a spaces.GPU call
+        if self._on_zerogpu:
             from playground.backends.zerogpu import stream_local
 
             # the engine runs in a forked worker that cannot see the stop switch: the driver stops pulling instead
+            stream = stream_local(s.preset, self._prompt_ids, s.drafter, s.generation_config())
             self._engine_checks_stop = False
-            return stream_local(s.preset, self._prompt_ids, drafter, s.generation_config())
-        return self._backend.stream(self._prompt_ids, drafter, s.generation_config(), self._should_stop)
+        else:
+            stream = self._backend.stream(self._prompt_ids, s.drafter, s.generation_config(), self._should_stop)
+        self._events = _ActiveTimeEvents(stream)
+        self.run.phase = "generating"
 
     def advance(self) -> bool:
         """Take one step; False once the run has finished."""

@@ -8,7 +8,6 @@ from typing import Callable, Iterator
 from playground.backends import Backend, shared_backend
 from playground.presets import get_preset
 
-from .baseline import BaselineSampler
 from .run import Run, RunDriver, play
 from .settings import RequestError, RunSettings
 
@@ -94,13 +93,8 @@ def regenerate_turn(conversation: Conversation, settings: RunSettings,
 
 
 def _play(drivers: list[RunDriver], should_stop: Callable[[], bool]) -> Iterator[None]:
-    """Shared by chat and compare: the runs, stepped in turn, with plain decoding of the same prompt measured alongside
-    (one baseline for the runs that share a backend and prompt)."""
-    groups: dict[tuple, list[RunDriver]] = {}
-    for d in drivers:
-        if d.can_run_plain:
-            groups.setdefault(d.baseline_key, []).append(d)
-    baselines = [BaselineSampler(group[0].open_plain, [d.run for d in group], should_stop) for group in groups.values()]
+    """Shared by chat and compare: the runs, stepped in turn, each with plain decoding timed alongside it."""
+    baselines = [b for b in (d.baseline(should_stop) for d in drivers) if b is not None]
     yield
     yield from play(drivers, baselines)
 

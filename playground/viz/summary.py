@@ -14,11 +14,12 @@ MEAN_ACCEPTANCE_LENGTH_HELP = (
 )
 DRAFT_ACCEPTANCE_RATE_HELP = "Draft acceptance rate = accepted draft tokens / drafted tokens."
 SPEEDUP_HELP = ("Speedup = the engine's decode rate of this run / plain decoding's, measured alongside it on this "
-                "machine (never derived from acceptance length). The range divides by the fastest and the slowest "
-                "plain burst: how much the machine's noise could move the figure.")
-BASELINE_HELP = ("Plain decoding of the same prompt with the same settings on this machine, timed in short bursts of "
-                 "decode steps between this run's steps, so both see the same load (it costs the run some time). "
-                 "The rate pools every burst.")
+                "machine (never derived from acceptance length). The range sets this run's slowest stretch against "
+                "the fastest plain burst and its fastest against the slowest: how much the machine's noise could "
+                "move the figure.")
+BASELINE_HELP = ("Plain decode steps of this target on this machine, timed in short bursts between this run's steps "
+                 "at the position the run has reached, so both see the same load and context length (it costs the "
+                 "run some time). The rate pools every burst.")
 TOKENS_PER_SECOND_HELP = ("The engine's decode rate: tokens after the first / time inside the decode loop after the "
                           "first step (which holds the prefill). Pauses while the page renders, the other side of a "
                           "comparison steps or the baseline measures are left out. The speedup uses this rate.")

@@ -37,4 +37,4 @@ class RunView:
 
     @property
     def speedup_range(self) -> tuple[float, float] | None:
-        return self.baseline.speedup_range(self.metrics.decode_tokens_per_second) if self.baseline else None
+        return self.baseline.speedup_range(self.events) if self.baseline else None
