@@ -131,11 +131,11 @@ class RunDriver:
         self._engine_checks_stop = True
         self._first_step_asked: float | None = None
 
-    def baseline(self, should_stop: Callable[[], bool]) -> BaselineSampler | None:
+    def baseline(self) -> BaselineSampler | None:
         """The live plain baseline of this run, where the backend can time plain steps in this process."""
         if "baseline" in self.run.missing_fields:
             return None
-        return BaselineSampler(self._backend.plain_probe(), self._prompt_ids, self.run, should_stop)
+        return BaselineSampler(self._backend.plain_probe(), self._prompt_ids, self.run, self._should_stop)
 
     def open(self) -> None:
         """Load the drafter (and check that it fits the target) before anything is measured."""

@@ -68,7 +68,7 @@ def chat_turn(conversation: Conversation, prompt: str | None, settings: RunSetti
     driver.open()
     conversation.exchanges.append(Exchange(prompt, driver.run))
     try:
-        for _ in _play([driver], should_stop):
+        for _ in _play([driver]):
             yield driver.run
     except Exception as err:
         if not driver.run.events:  # failed before answering (e.g. the prompt is too long): forget the question
@@ -92,9 +92,9 @@ def regenerate_turn(conversation: Conversation, settings: RunSettings,
         raise
 
 
-def _play(drivers: list[RunDriver], should_stop: Callable[[], bool]) -> Iterator[None]:
+def _play(drivers: list[RunDriver]) -> Iterator[None]:
     """Shared by chat and compare: the runs, stepped in turn, each with plain decoding timed alongside it."""
-    baselines = [b for b in (d.baseline(should_stop) for d in drivers) if b is not None]
+    baselines = [b for b in (d.baseline() for d in drivers) if b is not None]
     yield
     yield from play(drivers, baselines)
 
@@ -118,7 +118,7 @@ def compare(prompt: str | None, left: RunSettings, right: RunSettings,
         driver.open()
     comparison = Comparison(prompt, drivers[0].run, drivers[1].run)
     try:
-        for _ in _play(drivers, should_stop):
+        for _ in _play(drivers):
             yield comparison
     except Exception as err:
         for driver in drivers:
