@@ -29,15 +29,17 @@ them all in one forward pass. Guesses it agrees with are kept for free.
   state). The drift chart shows where the drafter looks at each depth; the RMS chart, how large the carried state is.
 
 ### On the shipped pair (SmolLM2-135M-Instruct and our drafters; study in `assets/bench/drift/`)
-- The carried state's RMS grows with depth for EAGLE-3 (about 10 → 18 over depths 1–8) and stays near 1.2 for
-  EAGLE-3.1.
-- At depth 8, EAGLE-3 puts 46 % of its attention on its own drafts, EAGLE-3.1 40 %; both give the first (sink) token
-  about 1 % or less.
-- EAGLE-3.1 keeps accepting deep drafts: held-out, k = 8, mean acceptance length 2.65 vs EAGLE-3's 2.31 (k = 4: 2.41
-  vs 2.26; k = 1: 1.61 vs 1.64, no gain). Under the unfamiliar `llama3` template it keeps more of it (57 % vs 52 %).
-- But on a 2-core CPU speculative decoding is still **slower** than plain decoding with these drafters on long answers
-  (0.67–0.71× at k = 4 in our runs; up to 1.2× on short ones, within noise): verifying k+1 tokens costs this CPU well
-  over one plain step. The Speed chart shows this run's measured figure, never an estimate.
+- The carried state's RMS grows with depth for EAGLE-3 (about 11 → 20 over depths 1–8) and stays near 1.3 for
+  EAGLE-3.1: that is what `norm_output` fixes.
+- At depth 8, EAGLE-3 puts 45 % of its attention on its own drafts, EAGLE-3.1 37 %; both give the first (sink)
+  token about 1 % or less. The drift chart shows both shares growing with depth; EAGLE-3.1's grows less.
+- EAGLE-3.1 keeps accepting deeper drafts: held-out, mean acceptance length at k = 4 is 2.62 vs EAGLE-3's 2.39, at
+  k = 8 2.96 vs 2.47 (k = 1: 1.67 vs 1.66, no gain). Under the unfamiliar `llama3` template it keeps slightly more
+  of it (49 % vs 47 % at k = 8).
+- But on a 2-core CPU speculative decoding is **slower** than plain decoding with these drafters on long answers
+  (0.81–0.85× at k = 4, two threads): on MT-Bench and HumanEval kinds of prompts the acceptance length is only ~1.7,
+  and verifying k + 1 tokens costs this CPU about twice a plain step. Short, familiar answers can reach 1.6–1.7×.
+  The Speed chart shows this run's measured figure, never an estimate.
 
 ### Metric definitions (vLLM's)
 - {MEAN_ACCEPTANCE_LENGTH_HELP}
