@@ -1,5 +1,6 @@
 """Start the app, run one chat answer and one comparison in headless Chromium, and save small PNG screenshots of
-both tabs to assets/screenshots/ (each under 200 KB).
+every tab to assets/screenshots/ (each under 200 KB): chat, compare, benchmark (the committed drift study) and about
+at 1280 px, and the chat at phone width.
 
     python scripts/screenshots.py                  # tiny test models (fast)
     PLAYGROUND_TEST_REAL_MODELS=1 python scripts/screenshots.py
@@ -25,6 +26,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run", "--disable-quic"]
 MAX_BYTES = 200_000
 VIEWPORT = {"width": 1280, "height": 1100}
+PHONE = {"width": 390, "height": 844}
 
 
 def save_small_png(png: bytes, path: Path) -> int:
@@ -40,6 +42,11 @@ def save_small_png(png: bytes, path: Path) -> int:
 
 
 def capture(url: str, out: Path, prompt: str, dark: bool) -> None:
+    def save(page, name: str, full_page: bool = True) -> None:
+        page.mouse.move(0, 0)
+        size = save_small_png(page.screenshot(full_page=full_page), out / name)
+        print(f"{out / name}: {size} bytes")
+
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport=VIEWPORT)
@@ -48,15 +55,20 @@ def capture(url: str, out: Path, prompt: str, dark: bool) -> None:
         page.locator("#prompt textarea").fill(prompt)
         page.locator("#send").click()
         page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
-        page.mouse.move(0, 0)
-        size = save_small_png(page.screenshot(full_page=True), out / "chat.png")
-        print(f"{out / 'chat.png'}: {size} bytes")
+        save(page, "chat.png")
+        page.set_viewport_size(PHONE)
+        save(page, "chat-phone.png", full_page=False)
+        page.set_viewport_size(VIEWPORT)
         page.get_by_role("tab", name="Compare").click()
         page.locator("#compare-prompt textarea").fill(prompt)
         page.locator("#compare-run").click()
         page.wait_for_function("document.querySelector('#compare-status').innerText.split('finished').length === 3")
-        size = save_small_png(page.screenshot(full_page=True), out / "compare.png")
-        print(f"{out / 'compare.png'}: {size} bytes")
+        save(page, "compare.png")
+        page.get_by_role("tab", name="Benchmark").click()
+        page.locator("#bench-drift-findings").wait_for()
+        save(page, "benchmark.png", full_page=False)
+        page.get_by_role("tab", name="About").click()
+        save(page, "about.png", full_page=False)
         browser.close()
 
 

@@ -209,14 +209,16 @@ def speedup_figure(views: list[RunView]) -> go.Figure:
                     hovertemplate="%{y}: %{x:.1f} tokens/s<extra></extra>")
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title_text="decode tokens / s", rangemode="tozero")
-    speedups = [speedup_text(v) for _, v in running if v.speedup]
+    # one run: the speedup and its range in the title; several: just the speedups (their ranges are on the bars)
+    speedups = [speedup_text(v) if len(running) == 1 else f"{v.speedup:.2f}×" for _, v in running if v.speedup]
     notes = []
     if not baselines and unmeasurable:
         headline, notes = title, [f"no plain-decoding baseline: {unmeasurable}"]
     elif not baselines:
         headline = f"{title} · measuring plain decoding alongside…"
     elif speedups:
-        headline = f"Speedup {' / '.join(speedups)} vs plain decoding, measured alongside"
+        headline = f"Speedup {' / '.join(speedups)} vs plain decoding" + (", measured alongside" if len(speedups) == 1
+                                                                           else "")
     else:
         headline = title
     return _with_notes(_layout(fig, headline, revision="speedup", showlegend=False, bargap=0.35), notes)
