@@ -259,30 +259,35 @@ class Bench:
         return answers
 
     def warm_up(self) -> float:
-        """Run every method once before timing; return the estimated seconds of the whole run, from plain
-        decoding's warm-up in each cell (as if every run decoded at plain speed up to max_new_tokens)."""
-        total = 0.0
-        for cell in self._ready_cells():
-            prompt_ids = self.encode(cell.records[0].messages([]), cell.template)
-            answer = self.runner.generate(Method("none"), prompt_ids, self._cfg(0, 0, max_new_tokens=WARMUP_TOKENS))
-            self._tick(f"warm-up · {cell.prompt_set.name} · {cell.template}")
-            events = answer.events or []
-            prefill = events[0].elapsed_ms / 1000 if events else answer.seconds
-            per_token = (answer.seconds - prefill) / max(len(answer.ids) - 1, 1)
-            turns = statistics.mean(len(r.turns) if self.config.turns == "all" else 1 for r in cell.records)
-            runs = len(cell.records) * turns * (self.config.repeats * len(self.runnable(cell))
-                                                + sum(m.kind == "eagle" for m in self.runnable(cell)))
-            total += runs * (prefill + self.config.max_new_tokens * per_token)
-        first = self._ready_cells()[0]
+        """Run every method once before timing; return the estimated seconds of the whole run: each cell's plain
+        prefill and per-token time from its own warm-up, times each method's warm-up speed relative to plain on
+        the same prompt, every answer to max_new_tokens (answers that end sooner take less)."""
+        plain: dict[int, tuple[float, float]] = {}
+        for c, cell in enumerate(self.cells):
+            if cell.records:
+                prompt_ids = self.encode(cell.records[0].messages([]), cell.template)
+                plain[c] = _prefill_and_per_token(self.runner.generate(
+                    Method("none"), prompt_ids, self._cfg(0, 0, max_new_tokens=WARMUP_TOKENS)))
+                self._tick(f"warm-up · {cell.prompt_set.name} · {cell.template}")
+        first = self.cells[next(iter(plain))]
         prompt_ids = self.encode(first.records[0].messages([]), first.template)
+        relative = {Method("none"): 1.0}
         for method in self._warmup_methods():
-            self.runner.generate(method, prompt_ids, self._cfg(0, 0, max_new_tokens=WARMUP_TOKENS))
+            answer = self.runner.generate(method, prompt_ids, self._cfg(0, 0, max_new_tokens=WARMUP_TOKENS))
+            relative[method] = _prefill_and_per_token(answer)[1] / plain[self.cells.index(first)][1]
             self._tick(f"warm-up · {method}")
+        total = 0.0
+        for c, (prefill, per_token) in plain.items():
+            cell = self.cells[c]
+            turns = statistics.mean(len(r.turns) if self.config.turns == "all" else 1 for r in cell.records)
+            for method in self.runnable(cell):
+                runs = len(cell.records) * turns * (self.config.repeats + (method.kind == "eagle"))
+                total += runs * (prefill + self.config.max_new_tokens * per_token * relative.get(method, 1.0))
         return total
 
     def describe_estimate(self, seconds: float) -> str:
-        return (f"{self.total} generation runs, at most about {seconds / 60:.1f} min (every answer to max_new_tokens at "
-                "plain-decoding speed; answers that end sooner and faster methods take less)")
+        return (f"{self.total} generation runs, about {seconds / 60:.1f} min at most (every answer to "
+                "max_new_tokens at each method's warm-up speed; answers that end sooner take less)")
 
     def run(self) -> list[BenchRow]:
         self.log(self.describe_estimate(self.warm_up()))
@@ -347,6 +352,15 @@ class Bench:
                 if [a.ids for a in conversation] != reference[i]})
             row.lossless = not row.mismatched_prompts
         return row
+
+
+def _prefill_and_per_token(answer: Answer) -> tuple[float, float]:
+    """Seconds of the first step (prefill and first token) and per later token; a peer without steps: 0 and the
+    mean over its tokens."""
+    if not answer.events:
+        return 0.0, answer.seconds / max(len(answer.ids), 1)
+    prefill = answer.events[0].elapsed_ms / 1000
+    return prefill, (answer.seconds - prefill) / max(len(answer.ids) - 1, 1)
 
 
 def _speed(pass_: list[list[Answer]]) -> float:
