@@ -27,7 +27,9 @@ TITLES = {
 
 def _layout(fig: go.Figure, title: str, revision: str, **extra) -> go.Figure:
     fig.update_layout(
-        title={"text": title, "x": 0.01, "xanchor": "left", "y": 0.98, "yanchor": "top", "font": {"size": 14}},
+        # plotly grows a two-line title upwards from its anchor: start it one line lower
+        title={"text": title, "x": 0.01, "xanchor": "left", "y": 0.92 if "<br>" in title else 0.98, "yanchor": "top",
+               "font": {"size": 14}},
         height=HEIGHT, margin={"l": 48, "r": 16, "t": 72, "b": 40},
         paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
         font={"color": MUTED, "size": 11},
@@ -37,6 +39,12 @@ def _layout(fig: go.Figure, title: str, revision: str, **extra) -> go.Figure:
     fig.update_xaxes(gridcolor="rgba(128,128,128,0.18)", zeroline=False)
     fig.update_yaxes(gridcolor="rgba(128,128,128,0.18)", zeroline=False)
     return fig
+
+
+def _two_lines(main: str, detail: str) -> str:
+    """A title on two lines, the detail smaller: plotly titles do not wrap, and one line is cut at phone width.
+    Only for charts without a legend (the legend sits where the second line goes)."""
+    return f"{main}<br><span style='font-size:11px'>{detail}</span>"
 
 
 def _run_colours(views: list[RunView]) -> list[str]:
@@ -110,7 +118,8 @@ def accepted_per_step_figure(view: RunView) -> go.Figure:
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="accepted", range=[0, view.k + 0.6], dtick=1 if view.k <= 10 else 2)
     mal = view.metrics.mean_acceptance_length
-    return _layout(fig, f"{title} · mean acceptance length {mal:.2f}", revision="accept", barmode="stack", bargap=0.1)
+    return _layout(fig, _two_lines(title, f"mean acceptance length {mal:.2f}"), revision="accept", barmode="stack",
+                   bargap=0.1)
 
 
 def acceptance_by_position_figure(views: list[RunView]) -> go.Figure:
@@ -215,10 +224,10 @@ def speedup_figure(views: list[RunView]) -> go.Figure:
     if not baselines and unmeasurable:
         headline, notes = title, [f"no plain-decoding baseline: {unmeasurable}"]
     elif not baselines:
-        headline = f"{title} · measuring plain decoding alongside…"
+        headline = _two_lines(title, "measuring plain decoding alongside…")
     elif speedups:
-        headline = f"Speedup {' / '.join(speedups)} vs plain decoding" + (", measured alongside" if len(speedups) == 1
-                                                                           else "")
+        headline = _two_lines(f"Speedup {' / '.join(speedups)}",
+                              "vs plain decoding" + (", measured alongside" if len(speedups) == 1 else ""))
     else:
         headline = title
     return _with_notes(_layout(fig, headline, revision="speedup", showlegend=False, bargap=0.35), notes)
