@@ -95,6 +95,19 @@ def generate(args: argparse.Namespace) -> dict:
     return result
 
 
+def parse_ks(text: str | None) -> tuple[int, ...] | None:
+    """A `--k` comma list (e.g. "1,3,4"), each k in 1..MAX_K; None for an empty one."""
+    if not text:
+        return None
+    try:
+        ks = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise UsageError(f"--k takes a comma list of integers, got {text!r}") from None
+    if not all(1 <= k <= MAX_K for k in ks):
+        raise UsageError(f"every k must be between 1 and {MAX_K}, got {text!r}")
+    return ks
+
+
 def add_threads_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: PLAYGROUND_THREADS, else torch's); "
                         "1 holds up better on a busy machine")

@@ -15,25 +15,13 @@ from playground.bench.profiles import get_profile, profiles
 from playground.bench.prompts import builtin_sets
 from playground.bench.report import write_outputs
 from playground.bench.runner import TEMPLATES_HELP, Bench, BenchConfig, run_bench, with_overrides
-from playground.cli import UsageError, add_threads_flag, resolve_preset
+from playground.cli import UsageError, add_threads_flag, parse_ks, resolve_preset
 from playground.engine import MAX_K
 from playground.presets import DEVICES, DTYPES, REPO_ROOT, Preset
 
 
 def _names(text: str | None) -> tuple[str, ...] | None:
     return tuple(part.strip() for part in text.split(",") if part.strip()) if text else None
-
-
-def _ks(text: str | None) -> tuple[int, ...] | None:
-    if not text:
-        return None
-    try:
-        ks = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise UsageError(f"--k takes a comma list of integers, got {text!r}") from None
-    if not all(1 <= k <= MAX_K for k in ks):
-        raise UsageError(f"every k must be between 1 and {MAX_K}, got {text!r}")
-    return ks
 
 
 def _check_drafters(config: BenchConfig, preset: Preset) -> None:
@@ -46,7 +34,7 @@ def _check_drafters(config: BenchConfig, preset: Preset) -> None:
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     config = with_overrides(
-        get_profile(args.profile), prompt_sets=_names(args.prompts), drafters=_names(args.drafters), ks=_ks(args.k),
+        get_profile(args.profile), prompt_sets=_names(args.prompts), drafters=_names(args.drafters), ks=parse_ks(args.k),
         templates=_names(args.templates), max_new_tokens=args.max_new_tokens, temperature=args.temperature,
         top_p=args.top_p, repeats=args.repeats, limit=args.limit, turns=args.turns, seed=args.seed,
         assistant=args.assistant)

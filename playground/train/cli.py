@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from playground.cli import parse_ks
 from playground.smollm2 import HUB_ID, local_folder
 
 
@@ -41,24 +42,17 @@ def _distill(args: argparse.Namespace) -> None:
         distill(local_folder(args.target), args.out / split, split, cfg)
 
 
-def _ks(text: str) -> list[int]:
-    try:
-        return [int(k) for k in text.split(",")]
-    except ValueError:
-        raise SystemExit(f"--k wants a comma list of whole numbers, got {text!r}") from None
-
-
 def _evaluate(args: argparse.Namespace) -> None:
     from playground.train.evaluate import main
 
-    main(args.out, preset_name=args.preset, n_prompts=args.prompts, ks=_ks(args.k), max_new_tokens=args.max_new_tokens,
-         template_k=args.template_k, threads=args.threads)
+    main(args.out, preset_name=args.preset, n_prompts=args.prompts, ks=list(parse_ks(args.k)),
+         max_new_tokens=args.max_new_tokens, template_k=args.template_k, threads=args.threads)
 
 
 def _speed(args: argparse.Namespace) -> None:
     from playground.train.speed import main
 
-    main(args.out, preset_name=args.preset, ks=_ks(args.k), prompts_per_set=args.prompts,
+    main(args.out, preset_name=args.preset, ks=list(parse_ks(args.k)), prompts_per_set=args.prompts,
          max_new_tokens=args.max_new_tokens, repeats=args.repeats, threads=args.threads)
 
 
