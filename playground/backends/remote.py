@@ -267,6 +267,5 @@ class RemoteBackend:
         self._texts.clear()
         return RemoteStream(self, body, self.served_k or cfg.k, should_stop)
 
-
     def close(self) -> None:
         self._client.close()

@@ -259,4 +259,3 @@ class VllmBackend:
                should_stop: Callable[[], bool] | None = None) -> VllmStream:
         cfg.validate()
         return VllmStream(self, prompt_ids, drafter, cfg, should_stop)
-

@@ -269,12 +269,12 @@ class Bench:
                 plain[c] = _prefill_and_per_token(self.runner.generate(
                     Method("none"), prompt_ids, self._cfg(0, 0, max_new_tokens=WARMUP_TOKENS)))
                 self._tick(f"warm-up · {cell.prompt_set.name} · {cell.template}")
-        first = self.cells[next(iter(plain))]
-        prompt_ids = self.encode(first.records[0].messages([]), first.template)
+        first = next(iter(plain))
+        prompt_ids = self.encode(self.cells[first].records[0].messages([]), self.cells[first].template)
         relative = {Method("none"): 1.0}
         for method in self._warmup_methods():
             answer = self.runner.generate(method, prompt_ids, self._cfg(0, 0, max_new_tokens=WARMUP_TOKENS))
-            relative[method] = _prefill_and_per_token(answer)[1] / plain[self.cells.index(first)][1]
+            relative[method] = _prefill_and_per_token(answer)[1] / plain[first][1]
             self._tick(f"warm-up · {method}")
         total = 0.0
         for c, (prefill, per_token) in plain.items():

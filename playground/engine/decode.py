@@ -147,11 +147,12 @@ class PlainProbe:
         if len(context) - 1 > self._matched:
             t.forward(context[self._matched : -1], self._cache, last_only=True)
         self._matched = len(context)
-        token, seconds = context[-1], []
-        while len(seconds) < min(min_steps, room) or (sum(seconds) < min_seconds and len(seconds) < room):
+        token, seconds, total = context[-1], [], 0.0
+        while len(seconds) < room and (len(seconds) < min_steps or total < min_seconds):
             start = t.clock()
             token = int(t.forward([token], self._cache, last_only=True).logits[-1].argmax())
             seconds.append(t.clock() - start)
+            total += seconds[-1]
         return seconds
 
 

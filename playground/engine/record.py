@@ -46,8 +46,7 @@ class RunRecord:
         steps = [StepEvent(**dict(s, attention=_masses(s.get("attention")))) for s in data.get("steps", [])]
         return cls(text=data["text"], token_ids=list(data["token_ids"]), prompt_tokens=data["prompt_tokens"],
                    finish_reason=data["finish_reason"], drafter=data["drafter"], config=GenerationConfig(**config),
-                   metrics=RunMetrics(**metrics),
-                   steps=steps)
+                   metrics=RunMetrics(**metrics), steps=steps)
 
 
 def _masses(rows: list[dict] | None) -> list[AttentionMass] | None:

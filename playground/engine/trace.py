@@ -159,6 +159,11 @@ class SpecCounters:
         return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
 
 
+def decode_seconds(events: list[StepEvent]) -> float:
+    """A run's decode-loop time after its first step (which holds the prefill)."""
+    return (events[-1].elapsed_ms - events[0].elapsed_ms) / 1000 if events else 0.0
+
+
 def window_rates(events: list[StepEvent], windows: int) -> list[float]:
     """Decode rates of the run cut, after its first step, into `windows` consecutive stretches of about equal time
     (fewer when there are fewer steps)."""
@@ -189,7 +194,7 @@ def summarize(events: list[StepEvent], k: int) -> RunMetrics:
     drafting = [e for e in events if e.drafted]
     generated = sum(len(e.emitted) for e in events)
     elapsed_ms = events[-1].elapsed_ms if events else 0.0
-    decode_ms = elapsed_ms - events[0].elapsed_ms if events else 0.0
+    decode_s = decode_seconds(events)
 
     attention = hidden = None
     with_attention = [e.attention for e in drafting if e.attention]
@@ -213,7 +218,7 @@ def summarize(events: list[StepEvent], k: int) -> RunMetrics:
         per_position_acceptance=counters.per_position_acceptance,
         draft_acceptance_rate=counters.draft_acceptance_rate,
         tokens_per_second=generated / (elapsed_ms / 1000) if elapsed_ms > 0 else None,
-        decode_tokens_per_second=(generated - len(events[0].emitted)) / (decode_ms / 1000) if decode_ms > 0 else None,
+        decode_tokens_per_second=(generated - len(events[0].emitted)) / decode_s if decode_s > 0 else None,
         elapsed_ms=elapsed_ms,
         attention_by_depth=attention,
         hidden_rms_by_depth=hidden,

@@ -4,8 +4,8 @@ the run has reached.
 A baseline measured once and reused goes stale as the machine's load changes, and a speedup against it can read
 0.7× for plain decoding against itself. Measured alongside the run instead — same machine, same moment, same
 prompt, same context length (`engine.PlainProbe`) — the two rates see the same conditions, and the bursts' spread
-and the run's own stretches say how noisy the figure is. It costs time: the bursts and their catch-up forwards get up to `SHARE` of the run's
-decode time, and at least `MIN_BURSTS` bursts are taken once the run has finished.
+and the run's own stretches say how noisy the figure is. It costs time: the bursts and their catch-up forwards get
+up to `SHARE` of the run's decode time, and at least `MIN_BURSTS` bursts are taken once the run has finished.
 """
 
 from __future__ import annotations
@@ -13,17 +13,13 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from playground.engine import Baseline, PlainProbe, StepEvent
+from playground.engine import Baseline, PlainProbe
+from playground.engine.trace import decode_seconds
 
 SHARE = 0.25
 BURST_TOKENS = 4  # a burst times at least this many decode steps…
 BURST_SECONDS = 0.05  # …and at least this long, so that a fast model's bursts are not timer and scheduler noise
 MIN_BURSTS = 5
-
-
-def decode_seconds(events: list[StepEvent]) -> float:
-    """A run's decode-loop time after its first step (the prefill), pauses excluded."""
-    return (events[-1].elapsed_ms - events[0].elapsed_ms) / 1000 if events else 0.0
 
 
 class BaselineSampler:

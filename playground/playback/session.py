@@ -11,6 +11,7 @@ from playground.presets import get_preset
 from .run import Run, RunDriver, play
 from .settings import RequestError, RunSettings
 
+
 def _prepare(settings: RunSettings, messages: list[dict]) -> tuple[Backend, list[int]]:
     preset = settings.checked_preset()
     backend = shared_backend(preset)
@@ -33,9 +34,6 @@ def load_preset(name: str) -> str | None:
     except (ValueError, OSError) as err:  # BackendUnavailable, TargetError and CheckpointError are ValueErrors
         return str(err)
     return None
-
-
-
 
 
 @dataclass

@@ -58,6 +58,7 @@ def stoppable(request: gr.Request | None, tab: str, n_outputs: int,
         return
     yield from updates(stop.is_set)
 
+
 LAYOUT_CSS = """
 .side-panel { min-height: 220px; max-height: 460px; overflow-y: auto; padding: 4px 8px; }
 .side-title { font-weight: 600; margin-bottom: 4px; }
