@@ -9,10 +9,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from playground.bench.prompts import load_prompt_set
 from playground.engine import Target, load_drafter
 from playground.train.distill import DistillConfig, distill
 from playground.train.drafter import DrafterTrainConfig, train_drafters
-from playground.train.prompts import PromptItem, build_prompts, prompts_for, split_of
+from playground.train.prompts import PromptItem, build_collection, build_prompts, prompts_for, split_of
 
 
 def _items(n: int, follow_ups: bool) -> list[PromptItem]:
@@ -32,11 +33,30 @@ def test_prompt_set_is_diverse_deterministic_and_split() -> None:
     assert not {i.messages[-1]["content"] for i in train} & {i.messages[-1]["content"] for i in held_out}
 
 
+def test_task_collection_is_benchmark_shaped_but_not_the_benchmarks() -> None:
+    """The `tasks` round: HumanEval-worded completions of our own functions and MT-Bench's eight categories, never
+    a prompt of either benchmark, split by the same hash."""
+    items = build_collection("tasks")
+    assert items == build_collection("tasks") and len(items) > 500
+    assert {"completion", "writing", "roleplay", "reasoning", "maths", "coding", "extraction", "stem",
+            "humanities"} == {item.kind for item in items}
+    completion = next(item.messages[-1]["content"] for item in items if item.kind == "completion")
+    assert completion.startswith("Complete the following Python function.\n\n```python\ndef ") and '"""' in completion
+    benchmarks = {turn for name in ("mt-bench", "humaneval") for r in load_prompt_set(name).records for turn in r.turns}
+    assert not benchmarks & {item.messages[-1]["content"] for item in items}
+    held_out = prompts_for("validation", collection="tasks")
+    assert 0 < len(held_out) < len(items) and all(split_of(i.messages[-1]["content"]) == "validation" for i in held_out)
+    with pytest.raises(ValueError, match="unknown prompt collection"):
+        build_collection("nope")
+
+
 def test_distill_records_answers_and_features(tiny_root: Path, tmp_path: Path) -> None:
     cfg = DistillConfig(max_new_tokens=6, batch_size=4)
     distill(str(tiny_root / "target"), tmp_path, "train", cfg, items=_items(8, follow_ups=True))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["turn1-00000.safetensors", "turn1-00001.safetensors",
                                                           "turn2-00000.safetensors"]
+    distill(str(tiny_root / "target"), tmp_path / "tasks", "train", cfg, items=_items(4, False), collection="tasks")
+    assert [p.name for p in (tmp_path / "tasks").iterdir()] == ["tasks-turn1-00000.safetensors"]
     shard = load_file(tmp_path / "turn1-00000.safetensors")
     target = Target.load(str(tiny_root / "target"))
     offsets = shard["offsets"].tolist()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from playground.cli import parse_ks
 from playground.smollm2 import HUB_ID, local_folder
+from playground.train.prompts import COLLECTIONS
 
 
 def _corpus(args: argparse.Namespace) -> None:
@@ -39,7 +40,7 @@ def _distill(args: argparse.Namespace) -> None:
     cfg = DistillConfig(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, threads=args.threads,
                         shard=args.shard, shards=args.shards)
     for split in args.splits.split(","):
-        distill(local_folder(args.target), args.out / split, split, cfg)
+        distill(local_folder(args.target), args.out / split, split, cfg, collection=args.collection)
 
 
 def _evaluate(args: argparse.Namespace) -> None:
@@ -99,6 +100,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target", default=HUB_ID, help="the target: an HF folder or Hub id (default: SmolLM2-135M-Instruct)")
     p.add_argument("--out", type=Path, default=Path("runs/smollm2/distill"), help="writes OUT/<split>/*.safetensors")
     p.add_argument("--splits", default="train,validation", help="comma list of prompt-set splits to answer")
+    p.add_argument("--collection", choices=COLLECTIONS, default="base",
+                   help="prompt collection: base (short requests) or tasks (benchmark-shaped, a second round)")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--shard", type=int, default=0, help="this process's share: batches shard, shard+shards, ...")

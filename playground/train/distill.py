@@ -105,24 +105,26 @@ def save_shard(path: Path, sequences: list[Sequence], meta: dict) -> None:
 
 
 def distill(target_path: str, out: Path, split: str, cfg: DistillConfig, chat_template: str | None = None,
-            items: list[PromptItem] | None = None) -> None:
-    """Answer every prompt of `split` (or `items`), first turns then follow-ups, into shards under `out`."""
+            items: list[PromptItem] | None = None, collection: str = "base") -> None:
+    """Answer every prompt of `split` of a collection (or `items`), first turns then follow-ups, into shards under
+    `out`; shards of a collection other than `base` are named after it (`tasks-turn1-00000.safetensors`)."""
     torch.set_num_threads(cfg.threads)
     out.mkdir(parents=True, exist_ok=True)
     target = Target.load(target_path)
     aux_layers = target.default_aux_layer_ids()
-    items = prompts_for(split) if items is None else items
+    items = prompts_for(split, collection=collection) if items is None else items
+    prefix = "" if collection == "base" else f"{collection}-"
     batches = [items[i : i + cfg.batch_size] for i in range(0, len(items), cfg.batch_size)]
     for index in range(cfg.shard, len(batches), cfg.shards):  # first turns
-        _answer(target, out / f"turn1-{index:05d}.safetensors", batches[index], aux_layers, cfg, chat_template)
+        _answer(target, out / f"{prefix}turn1-{index:05d}.safetensors", batches[index], aux_layers, cfg, chat_template)
     # Follow-ups, asked after the target's own first answers; about one item in five has one, so turn-2 shard c
     # gathers the follow-ups of first-turn batches c*FOLLOW_UP_GROUP ... into one full batch.
     groups = range(0, len(batches), FOLLOW_UP_GROUP)
     for c, first in enumerate(groups):
         if c % cfg.shards != cfg.shard:
             continue
-        path = out / f"turn2-{c:05d}.safetensors"
-        sources = [out / f"turn1-{i:05d}.safetensors" for i in range(first, min(first + FOLLOW_UP_GROUP, len(batches)))]
+        path = out / f"{prefix}turn2-{c:05d}.safetensors"
+        sources = [out / f"{prefix}turn1-{i:05d}.safetensors" for i in range(first, min(first + FOLLOW_UP_GROUP, len(batches)))]
         if path.exists() or not all(p.exists() for p in sources):
             continue  # done, or another process has not written its first turns yet (run again to finish)
         second = []

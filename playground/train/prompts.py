@@ -203,5 +203,19 @@ def build_prompts(seed: int = 0, library: int = 450) -> list[PromptItem]:
     return items
 
 
-def prompts_for(split: Split, seed: int = 0) -> list[PromptItem]:
-    return [p for p in build_prompts(seed) if split_of(p.messages[-1]["content"]) == split]
+COLLECTIONS = ("base", "tasks")
+
+
+def build_collection(name: str, seed: int = 0) -> list[PromptItem]:
+    """`base` (this module) or `tasks` (task_prompts.py: benchmark-shaped requests, distilled in a second round)."""
+    if name == "base":
+        return build_prompts(seed)
+    if name == "tasks":
+        from playground.train.task_prompts import build_task_prompts  # it builds on this module's vocabulary
+
+        return build_task_prompts(seed)
+    raise ValueError(f"unknown prompt collection {name!r}; choose from {', '.join(COLLECTIONS)}")
+
+
+def prompts_for(split: Split, seed: int = 0, collection: str = "base") -> list[PromptItem]:
+    return [p for p in build_collection(collection, seed) if split_of(p.messages[-1]["content"]) == split]
