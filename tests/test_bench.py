@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from playground.__main__ import main
-from playground.bench import BenchConfig, Sweep, findings, load_prompt_set, run_profile
+from playground.bench import BenchConfig, BenchResult, BenchRow, Sweep, findings, load_prompt_set, run_profile
 from playground.bench.prompts import SCHEMA, builtin_sets
-from playground.engine import decode
+from playground.engine import AttentionMass, decode
 from playground.presets import get_preset
 
 ROW_COLUMNS = {
@@ -53,6 +53,9 @@ def test_smoke_profile_writes_three_outputs(tiny_pair: Path, tmp_path: Path) -> 
     data = json.loads((out / "results.json").read_text())
     assert {"cpu", "cores", "torch", "transformers", "python"} <= set(data["machine"])
     assert data["config"]["profile"] == "smoke" and len(data["rows"]) == len(csv_rows)
+    typed = BenchResult.from_dict(data)  # read back typed, nothing lost
+    assert typed.to_dict() == {key: value for key, value in data.items() if key != "findings"}
+    assert all(isinstance(a, AttentionMass) for r in typed.rows for a in r.attention_by_depth or [])
     rows = {(r["drafter"], r["k"]): r for r in data["rows"]}
     assert set(rows) == {("none", None), ("hf-greedy", None)} | {
         (name, k) for name in ("eagle3", "eagle3.1", "prompt-lookup", "hf-assisted") for k in (1, 3)}
@@ -122,12 +125,11 @@ def test_lossless_flag_catches_a_broken_verifier(tiny_pair: Path, tmp_path: Path
     assert calls[-1][0] == calls[-1][1] == len(calls)  # progress reached its total, one call per run
 
 
-def _row(variant: str, k: int, al: float, prompt_set: str = "held-out", template: str = "default") -> dict:
-    return {"drafter": variant.lower(), "label": variant, "kind": "eagle", "variant": variant, "k": k,
-            "prompt_set": prompt_set, "template": template, "studies": ["k"], "context_tokens": 100, "prompts": 2,
-            "tokens_per_second": 10.0 * al, "baseline_tokens_per_second": 10.0, "speedup": al,
-            "mean_acceptance_length": al, "per_position_acceptance": None, "attention_by_depth": None,
-            "hidden_rms_by_depth": None, "lossless": True, "mismatched_prompts": [], "note": None}
+def _row(variant: str, k: int, al: float, prompt_set: str = "held-out", template: str = "default") -> BenchRow:
+    return BenchRow(drafter=variant.lower(), label=variant, kind="eagle", variant=variant, k=k, prompt_set=prompt_set,
+                    template=template, studies=["k"], prompts=2, prompts_skipped=0, context_tokens=100,
+                    tokens_per_second=10.0 * al, baseline_tokens_per_second=10.0, speedup=al,
+                    mean_acceptance_length=al, lossless=True)
 
 
 def test_findings_follow_the_numbers_either_way() -> None:
@@ -145,14 +147,14 @@ def test_speed_findings_know_their_noise() -> None:
     """The fastest method is named with its spread over passes; a runner-up whose range overlaps is 'within noise';
     a single pass says it has no spread."""
     fast, close, slow = _row("EAGLE-3.1", 4, 2.5), _row("EAGLE-3", 4, 2.4), _row("EAGLE-3", 1, 1.5)
-    fast.update(speedup_runs=[2.3, 2.5, 2.7], tokens_per_second=25.0)
-    close.update(speedup_runs=[2.2, 2.4, 2.6], tokens_per_second=24.0)
-    slow.update(speedup_runs=[1.4, 1.5, 1.6], tokens_per_second=15.0)
+    fast.speedup_runs, fast.tokens_per_second = [2.3, 2.5, 2.7], 25.0
+    close.speedup_runs, close.tokens_per_second = [2.2, 2.4, 2.6], 24.0
+    slow.speedup_runs, slow.tokens_per_second = [1.4, 1.5, 1.6], 15.0
     speed = [f for f in findings([fast, close, slow], greedy=True) if "fastest method" in f]
     assert len(speed) == 1 and "2.50× plain decoding" in speed[0] and "median of 3 passes, which ranged 2.30–2.70×" in speed[0]
     assert "Within noise of EAGLE-3 k=4" in speed[0] and "k=1" not in speed[0].split("Within noise")[1]
-    close.update(speedup_runs=[2.0, 2.1, 2.2])
+    close.speedup_runs = [2.0, 2.1, 2.2]
     apart = [f for f in findings([fast, close, slow], greedy=True) if "fastest method" in f][0]
     assert "Within noise" not in apart
-    fast.update(speedup_runs=[2.5])
+    fast.speedup_runs = [2.5]
     assert "one pass, so no spread was measured" in [f for f in findings([fast], greedy=True) if "fastest" in f][0]

@@ -14,7 +14,8 @@ from playground.bench.methods import PEERS, Runner
 from playground.bench.profiles import get_profile, profiles
 from playground.bench.prompts import builtin_sets
 from playground.bench.report import write_outputs
-from playground.bench.runner import TEMPLATES_HELP, Bench, BenchConfig, run_bench, with_overrides
+from playground.bench.config import TEMPLATES_HELP, BenchConfig, with_overrides
+from playground.bench.runner import Bench, run_bench
 from playground.cli import UsageError, add_threads_flag, parse_ks, resolve_preset
 from playground.engine import MAX_K
 from playground.presets import DEVICES, DTYPES, REPO_ROOT, Preset
@@ -58,8 +59,7 @@ def bench(args: argparse.Namespace) -> None:
             bar.update(done - bar.n)
 
         if args.estimate:
-            bench = Bench(config, runner, progress)
-            bar.write(bench.describe_estimate(bench.warm_up()))
+            bar.write(Bench(config, runner, progress).estimate())
             return
         result = run_bench(config, runner, progress, log=bar.write)
     out = Path(args.out or REPO_ROOT / "runs" / "bench" / f"{args.profile}-{time.strftime('%Y%m%d-%H%M%S')}")

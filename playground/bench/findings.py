@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from playground.viz.bench import condition, method_name, speedup_range
+from playground.bench.rows import BenchRow
+from playground.viz.bench import condition, method_name, speedup_range, speedup_range_text
 
-Row = dict
 STUDIES = ("k", "context", "template")
 
 
@@ -22,189 +22,189 @@ def _ratio_words(ratio: float) -> str:
     return f"{ratio:.2f}× ({'longer' if ratio > 1 else 'shorter'})"
 
 
-def pairs(rows: list[Row]) -> list[tuple[Row, Row]]:
+def pairs(rows: list[BenchRow]) -> list[tuple[BenchRow, BenchRow]]:
     """(EAGLE-3 row, EAGLE-3.1 row) measured on the same prompt set, template and k."""
-    groups: dict[tuple, dict[str, list[Row]]] = defaultdict(lambda: defaultdict(list))
+    groups: dict[tuple, dict[str, list[BenchRow]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
-        if r["kind"] == "eagle" and r["mean_acceptance_length"] is not None:
-            groups[(r["prompt_set"], r["template"], r["k"])][r["variant"]].append(r)
+        if r.kind == "eagle" and r.mean_acceptance_length is not None:
+            groups[(r.prompt_set, r.template, r.k)][r.variant].append(r)
     return [(g["EAGLE-3"][0], g["EAGLE-3.1"][0]) for g in groups.values()
             if len(g["EAGLE-3"]) == 1 and len(g["EAGLE-3.1"]) == 1]
 
 
-def _al_ratio(pair: tuple[Row, Row]) -> float:
-    return pair[1]["mean_acceptance_length"] / pair[0]["mean_acceptance_length"]
+def _al_ratio(pair: tuple[BenchRow, BenchRow]) -> float:
+    return pair[1].mean_acceptance_length / pair[0].mean_acceptance_length
 
 
-def _lossless_findings(rows: list[Row], greedy: bool) -> list[str]:
+def _lossless_findings(rows: list[BenchRow], greedy: bool) -> list[str]:
     if not greedy:
         return [("Outputs were sampled (temperature > 0), so they are not compared token by token with plain "
                  "decoding; only greedy runs have a lossless check.")]
-    checked = [r for r in rows if r["lossless"] is not None]
-    broken = [r for r in checked if not r["lossless"]]
+    checked = [r for r in rows if r.lossless is not None]
+    broken = [r for r in checked if not r.lossless]
     if not broken:
         return [(f"Lossless: the greedy output of all {len(checked)} measured configurations was token-identical "
                  "to plain decoding on every prompt.")]
     return [f"NOT lossless: {method_name(r)} on {condition(r)} differed from plain decoding on "
-            f"{len(r['mismatched_prompts'])} of {r['prompts']} prompts ({', '.join(r['mismatched_prompts'][:5])})."
+            f"{len(r.mismatched_prompts)} of {r.prompts} prompts ({', '.join(r.mismatched_prompts[:5])})."
             for r in broken]
 
 
-def _spread_words(r: Row) -> str:
-    spread = speedup_range(r)
+def _spread_words(r: BenchRow) -> str:
+    spread = speedup_range_text(r)
     if spread is None:
         return "one pass, so no spread was measured: indicative only"
-    return f"median of {len(r['speedup_runs'])} passes, which ranged {spread[0]:.2f}–{spread[1]:.2f}×"
+    return f"median of {len(r.speedup_runs)} passes, which ranged {spread}×"
 
 
-def _speed_findings(rows: list[Row]) -> list[str]:
+def _speed_findings(rows: list[BenchRow]) -> list[str]:
     out = []
-    by_condition: dict[str, list[Row]] = defaultdict(list)
+    by_condition: dict[str, list[BenchRow]] = defaultdict(list)
     for r in rows:
-        if r["tokens_per_second"] is not None:
+        if r.tokens_per_second is not None:
             by_condition[condition(r)].append(r)
     for cond, group in by_condition.items():
-        ranked = sorted(group, key=lambda r: r["tokens_per_second"], reverse=True)
+        ranked = sorted(group, key=lambda r: r.tokens_per_second, reverse=True)
         best = ranked[0]
-        finding = (f"On {cond}, the fastest method was {method_name(best)} at {best['tokens_per_second']:.1f} "
-                   f"tokens/s: {best['speedup']:.2f}× plain decoding ({best['baseline_tokens_per_second']:.1f} "
+        finding = (f"On {cond}, the fastest method was {method_name(best)} at {best.tokens_per_second:.1f} "
+                   f"tokens/s: {best.speedup:.2f}× plain decoding ({best.baseline_tokens_per_second:.1f} "
                    f"tokens/s, same run, same prompts; {_spread_words(best)}).")
         close = [r for r in ranked[1:] if _overlap(best, r)]
         if close:
-            finding += (" Within noise of " + ", ".join(f"{method_name(r)} ({r['speedup']:.2f}×, {_spread_words(r)})"
+            finding += (" Within noise of " + ", ".join(f"{method_name(r)} ({r.speedup:.2f}×, {_spread_words(r)})"
                                                         for r in close) + ": the passes do not separate them.")
         out.append(finding)
         eagles, peers = eagles_and_peers(group)
         for eagle in eagles if peers else []:
-            ratios = ", ".join(f"{eagle['tokens_per_second'] / p['tokens_per_second']:.2f}× {method_name(p)}"
+            ratios = ", ".join(f"{eagle.tokens_per_second / p.tokens_per_second:.2f}× {method_name(p)}"
                                for p in peers)
             out.append(f"{method_name(eagle)} (its fastest k) ran at {ratios} (tokens/s ratios).")
     notes: dict[tuple[str, str], list[str]] = defaultdict(list)
     for r in rows:
-        if r["note"] and r["label"] not in notes[(condition(r), r["note"])]:
-            notes[(condition(r), r["note"])].append(r["label"])
+        if r.note and r.label not in notes[(condition(r), r.note)]:
+            notes[(condition(r), r.note)].append(r.label)
     return out + [f"Not measured on {cond} ({', '.join(labels)}): {note}." for (cond, note), labels in notes.items()]
 
 
-def _overlap(a: Row, b: Row) -> bool:
+def _overlap(a: BenchRow, b: BenchRow) -> bool:
     ra, rb = speedup_range(a), speedup_range(b)
     return ra is not None and rb is not None and ra[0] <= rb[1] and rb[0] <= ra[1]
 
 
-def eagles_and_peers(rows: list[Row]) -> tuple[list[Row], list[Row]]:
+def eagles_and_peers(rows: list[BenchRow]) -> tuple[list[BenchRow], list[BenchRow]]:
     """The fastest k of each EAGLE drafter and of each peer among measured rows of one condition."""
-    measured = [r for r in rows if r["tokens_per_second"] is not None]
-    return (_best_per_label([r for r in measured if r["kind"] == "eagle"]),
-            _best_per_label([r for r in measured if r["kind"] == "peer"]))
+    measured = [r for r in rows if r.tokens_per_second is not None]
+    return (_best_per_label([r for r in measured if r.kind == "eagle"]),
+            _best_per_label([r for r in measured if r.kind == "peer"]))
 
 
-def _best_per_label(rows: list[Row]) -> list[Row]:
-    best: dict[str, Row] = {}
+def _best_per_label(rows: list[BenchRow]) -> list[BenchRow]:
+    best: dict[str, BenchRow] = {}
     for r in rows:
-        if r["label"] not in best or r["tokens_per_second"] > best[r["label"]]["tokens_per_second"]:
-            best[r["label"]] = r
+        if r.label not in best or r.tokens_per_second > best[r.label].tokens_per_second:
+            best[r.label] = r
     return list(best.values())
 
 
-def _k_findings(pairs: list[tuple[Row, Row]]) -> list[str]:
+def _k_findings(pairs: list[tuple[BenchRow, BenchRow]]) -> list[str]:
     out = []
-    by_condition: dict[str, list[tuple[Row, Row]]] = defaultdict(list)
+    by_condition: dict[str, list[tuple[BenchRow, BenchRow]]] = defaultdict(list)
     for pair in pairs:
         by_condition[condition(pair[0])].append(pair)
     for cond, group in by_condition.items():
         if len(group) < 2:
             continue
-        group.sort(key=lambda p: p[0]["k"])
+        group.sort(key=lambda p: p[0].k)
         low, high = group[0], group[-1]
         out.append(
             f"On {cond}, EAGLE-3.1's mean acceptance length is {_ratio_words(_al_ratio(high))} EAGLE-3's at "
-            f"k={high[0]['k']} ({high[1]['mean_acceptance_length']:.2f} vs {high[0]['mean_acceptance_length']:.2f}) "
-            f"and {_ratio_words(_al_ratio(low))} at k={low[0]['k']} ({low[1]['mean_acceptance_length']:.2f} vs "
-            f"{low[0]['mean_acceptance_length']:.2f}).")
+            f"k={high[0].k} ({high[1].mean_acceptance_length:.2f} vs {high[0].mean_acceptance_length:.2f}) "
+            f"and {_ratio_words(_al_ratio(low))} at k={low[0].k} ({low[1].mean_acceptance_length:.2f} vs "
+            f"{low[0].mean_acceptance_length:.2f}).")
         out.append(
-            f"From k={low[0]['k']} to k={high[0]['k']}, EAGLE-3's acceptance length goes from "
-            f"{low[0]['mean_acceptance_length']:.2f} to {high[0]['mean_acceptance_length']:.2f} and EAGLE-3.1's from "
-            f"{low[1]['mean_acceptance_length']:.2f} to {high[1]['mean_acceptance_length']:.2f}.")
-        fastest = [max((p[i] for p in group), key=lambda r: r["speedup"] or 0) for i in (0, 1)]
-        out.append(f"Fastest k on {cond}: EAGLE-3 at k={fastest[0]['k']} ({fastest[0]['speedup']:.2f}×), "
-                   f"EAGLE-3.1 at k={fastest[1]['k']} ({fastest[1]['speedup']:.2f}×).")
+            f"From k={low[0].k} to k={high[0].k}, EAGLE-3's acceptance length goes from "
+            f"{low[0].mean_acceptance_length:.2f} to {high[0].mean_acceptance_length:.2f} and EAGLE-3.1's from "
+            f"{low[1].mean_acceptance_length:.2f} to {high[1].mean_acceptance_length:.2f}.")
+        fastest = [max((p[i] for p in group), key=lambda r: r.speedup or 0) for i in (0, 1)]
+        out.append(f"Fastest k on {cond}: EAGLE-3 at k={fastest[0].k} ({fastest[0].speedup:.2f}×), "
+                   f"EAGLE-3.1 at k={fastest[1].k} ({fastest[1].speedup:.2f}×).")
     return out
 
 
-def _context_findings(pairs: list[tuple[Row, Row]]) -> list[str]:
+def _context_findings(pairs: list[tuple[BenchRow, BenchRow]]) -> list[str]:
     out = []
-    by_k: dict[tuple, list[tuple[Row, Row]]] = defaultdict(list)
+    by_k: dict[tuple, list[tuple[BenchRow, BenchRow]]] = defaultdict(list)
     for pair in pairs:
-        by_k[(pair[0]["k"], pair[0]["template"])].append(pair)
+        by_k[(pair[0].k, pair[0].template)].append(pair)
     for (k, template), group in by_k.items():
-        lengths = sorted({p[0]["context_tokens"] for p in group})
+        lengths = sorted({p[0].context_tokens for p in group})
         if len(lengths) < 2:
             continue
-        group.sort(key=lambda p: p[0]["context_tokens"])
-        ratios = "; ".join(f"{_al_ratio(p):.2f}× at ~{p[0]['context_tokens']} prompt tokens ({p[0]['prompt_set']})"
+        group.sort(key=lambda p: p[0].context_tokens)
+        ratios = "; ".join(f"{_al_ratio(p):.2f}× at ~{p[0].context_tokens} prompt tokens ({p[0].prompt_set})"
                            for p in group)
         out.append(f"EAGLE-3.1 / EAGLE-3 mean acceptance length at k={k} ({template} template): {ratios}.")
         short, long = group[0], group[-1]
-        keep = [long[i]["mean_acceptance_length"] / short[i]["mean_acceptance_length"] for i in (0, 1)]
-        out.append(f"From ~{short[0]['context_tokens']} to ~{long[0]['context_tokens']} prompt tokens, EAGLE-3 keeps "
+        keep = [long[i].mean_acceptance_length / short[i].mean_acceptance_length for i in (0, 1)]
+        out.append(f"From ~{short[0].context_tokens} to ~{long[0].context_tokens} prompt tokens, EAGLE-3 keeps "
                    f"{_pct(keep[0])} of its acceptance length and EAGLE-3.1 keeps {_pct(keep[1])}.")
     return out
 
 
-def _template_findings(pairs: list[tuple[Row, Row]]) -> list[str]:
+def _template_findings(pairs: list[tuple[BenchRow, BenchRow]]) -> list[str]:
     out = []
-    reference = {p[0]["k"]: p for p in pairs if p[0]["template"] == "default" and
-                 not p[0]["prompt_set"].endswith("unfamiliar-system")}
+    reference = {p[0].k: p for p in pairs if p[0].template == "default" and
+                 not p[0].prompt_set.endswith("unfamiliar-system")}
     for pair in pairs:
-        base = reference.get(pair[0]["k"])
+        base = reference.get(pair[0].k)
         if base is None or pair is base:
             continue
-        keep = [pair[i]["mean_acceptance_length"] / base[i]["mean_acceptance_length"] for i in (0, 1)]
-        out.append(f"Under {condition(pair[0])} (vs {condition(base[0])}, k={pair[0]['k']}): EAGLE-3 keeps "
+        keep = [pair[i].mean_acceptance_length / base[i].mean_acceptance_length for i in (0, 1)]
+        out.append(f"Under {condition(pair[0])} (vs {condition(base[0])}, k={pair[0].k}): EAGLE-3 keeps "
                    f"{_pct(keep[0])} of its acceptance length, EAGLE-3.1 keeps {_pct(keep[1])}; EAGLE-3.1 / EAGLE-3 "
                    f"= {_ratio_words(_al_ratio(pair))}.")
     return out
 
 
-def _depth_findings(pairs: list[tuple[Row, Row]]) -> list[str]:
+def _depth_findings(pairs: list[tuple[BenchRow, BenchRow]]) -> list[str]:
     out = []
     for e3, e31 in pairs:
-        if not (e3["attention_by_depth"] and e31["attention_by_depth"]):
+        if not (e3.attention_by_depth and e31.attention_by_depth):
             continue
-        d = min(len(e3["attention_by_depth"]), len(e31["attention_by_depth"]))
-        a3, a31 = e3["attention_by_depth"][d - 1], e31["attention_by_depth"][d - 1]
-        out.append(f"At draft depth {d} ({condition(e3)}, k={e3['k']}), EAGLE-3 puts {_pct(a3['draft'])} of its "
-                   f"attention on its own drafts and {_pct(a3['sink'])} on the sink token; EAGLE-3.1 puts "
-                   f"{_pct(a31['draft'])} and {_pct(a31['sink'])}.")
-        if e3["hidden_rms_by_depth"] and e31["hidden_rms_by_depth"]:
-            r3, r31 = e3["hidden_rms_by_depth"], e31["hidden_rms_by_depth"]
+        d = min(len(e3.attention_by_depth), len(e31.attention_by_depth))
+        a3, a31 = e3.attention_by_depth[d - 1], e31.attention_by_depth[d - 1]
+        out.append(f"At draft depth {d} ({condition(e3)}, k={e3.k}), EAGLE-3 puts {_pct(a3.draft)} of its "
+                   f"attention on its own drafts and {_pct(a3.sink)} on the sink token; EAGLE-3.1 puts "
+                   f"{_pct(a31.draft)} and {_pct(a31.sink)}.")
+        if e3.hidden_rms_by_depth and e31.hidden_rms_by_depth:
+            r3, r31 = e3.hidden_rms_by_depth, e31.hidden_rms_by_depth
             out.append(f"The hidden state carried into depth 1..{len(r3)} has RMS {r3[0]:.2f} → {r3[-1]:.2f} for "
                        f"EAGLE-3 (×{r3[-1] / r3[0]:.2f}) and {r31[0]:.2f} → {r31[-1]:.2f} for EAGLE-3.1 "
                        f"(×{r31[-1] / r31[0]:.2f}).")
-        if e3["per_position_acceptance"] and e31["per_position_acceptance"]:
-            p3, p31 = e3["per_position_acceptance"][-1], e31["per_position_acceptance"][-1]
-            out.append(f"Acceptance at the deepest position ({len(e3['per_position_acceptance'])}) there: EAGLE-3 "
+        if e3.per_position_acceptance and e31.per_position_acceptance:
+            p3, p31 = e3.per_position_acceptance[-1], e31.per_position_acceptance[-1]
+            out.append(f"Acceptance at the deepest position ({len(e3.per_position_acceptance)}) there: EAGLE-3 "
                        f"{_pct(p3)}, EAGLE-3.1 {_pct(p31)} of drafting steps.")
     return out
 
 
-def deepest_pairs(matched: list[tuple[Row, Row]]) -> list[tuple[Row, Row]]:
+def deepest_pairs(matched: list[tuple[BenchRow, BenchRow]]) -> list[tuple[BenchRow, BenchRow]]:
     """Per condition, the pair with the largest k."""
-    best: dict[str, tuple[Row, Row]] = {}
+    best: dict[str, tuple[BenchRow, BenchRow]] = {}
     for pair in matched:
-        if condition(pair[0]) not in best or pair[0]["k"] > best[condition(pair[0])][0]["k"]:
+        if condition(pair[0]) not in best or pair[0].k > best[condition(pair[0])][0].k:
             best[condition(pair[0])] = pair
     return list(best.values())
 
 
-def study_rows(rows: list[Row], study: str) -> list[Row]:
+def study_rows(rows: list[BenchRow], study: str) -> list[BenchRow]:
     """Rows a report section reads: those made for the study, or all rows when no sweep named any study."""
-    if any(s in STUDIES for r in rows for s in r["studies"]):
-        return [r for r in rows if study in r["studies"]]
+    if any(s in STUDIES for r in rows for s in r.studies):
+        return [r for r in rows if study in r.studies]
     return rows
 
 
-def findings(rows: list[Row], greedy: bool) -> list[str]:
+def findings(rows: list[BenchRow], greedy: bool) -> list[str]:
     """Plain-language statements of the measured numbers."""
     out = _lossless_findings(rows, greedy) + _speed_findings(rows)
     out += _k_findings(pairs(study_rows(rows, "k")))

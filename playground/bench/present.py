@@ -14,12 +14,12 @@ import plotly.graph_objects as go
 
 from playground.bench.findings import deepest_pairs, findings, pairs, study_rows
 from playground.bench.report import deepest_rows, write_outputs
-from playground.bench.runner import BenchResult, ProgressCallback
+from playground.bench.config import ProgressCallback
+from playground.bench.rows import BenchResult, BenchRow
 from playground.viz import bench as figures
-from playground.viz.bench import speedup_range
+from playground.viz.bench import speedup_range_text
 from playground.viz.figures import message_figure
 
-Row = dict
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DRIFT_STUDY = REPO_ROOT / "assets" / "bench" / "drift" / "results.json"
 # (result field, column header) of the tab's table; `note` says why a row has no numbers
@@ -50,33 +50,23 @@ def _cell(value):
     return round(value, 2) if isinstance(value, float) else value
 
 
-def _range_text(r: Row) -> str | None:
-    spread = speedup_range(r)
-    return f"{spread[0]:.2f}–{spread[1]:.2f}" if spread else None
-
-
-def table_rows(rows: list[Row]) -> list[list]:
-    return [[_range_text(r) if field == "speedup_range" else _cell(r.get(field)) for field, _ in TAB_COLUMNS]
+def table_rows(rows: list[BenchRow]) -> list[list]:
+    return [[speedup_range_text(r) if field == "speedup_range" else _cell(getattr(r, field)) for field, _ in TAB_COLUMNS]
             for r in rows]
 
 
-def findings_markdown(data: dict, title: str) -> str:
-    config = data.get("config", {})
-    head = (f"### {title}\nprofile **{config.get('profile')}** · preset **{data.get('preset')}** · "
-            f"{data.get('seconds', 0) / 60:.1f} min · started {data.get('started')} · "
-            f"{data.get('machine', {}).get('cpu', 'unknown machine')}")
-    items = data.get("findings")
-    if items is None:
-        items = findings(data["rows"], greedy=config.get("temperature", 0) == 0)
-    return head + "\n\n" + "\n".join(f"- {f}" for f in items)
+def findings_markdown(result: BenchResult, title: str) -> str:
+    head = (f"### {title}\nprofile **{result.config.get('profile')}** · preset **{result.preset}** · "
+            f"{result.seconds / 60:.1f} min · started {result.started} · {result.machine.get('cpu', 'unknown machine')}")
+    return head + "\n\n" + "\n".join(f"- {f}" for f in findings(result.rows, greedy=result.greedy))
 
 
-def tab_figures(rows: list[Row]) -> list[go.Figure]:
+def tab_figures(rows: list[BenchRow]) -> list[go.Figure]:
     """Speed of every method; mean acceptance length vs k; per-position acceptance at the deepest k."""
-    eagle = [r for r in rows if r["kind"] == "eagle" and r["mean_acceptance_length"] is not None]
+    eagle = [r for r in rows if r.kind == "eagle" and r.mean_acceptance_length is not None]
     by_k = study_rows(eagle, "k") or eagle
     speed = figures.speed_figure(rows)
-    if len({r["k"] for r in by_k}) > 1:
+    if len({r.k for r in by_k}) > 1:
         vs_k = figures.acceptance_vs_k_figure(by_k)
     else:
         vs_k = message_figure("Mean acceptance length vs k", "this profile measures one k only")
@@ -88,8 +78,8 @@ def tab_figures(rows: list[Row]) -> list[go.Figure]:
     return [speed, vs_k, position]
 
 
-def view(data: dict, title: str, files: list[Path] | None = None) -> BenchView:
-    return BenchView(findings_markdown(data, title), table_rows(data["rows"]), tab_figures(data["rows"]),
+def view(result: BenchResult, title: str, files: list[Path] | None = None) -> BenchView:
+    return BenchView(findings_markdown(result, title), table_rows(result.rows), tab_figures(result.rows),
                      list(files or []))
 
 
@@ -97,7 +87,7 @@ def load_view(path: Path = DRIFT_STUDY, title: str = "The last full drift study"
     """A committed results.json as the tab shows it, or None when there is none."""
     if not path.exists():
         return None
-    return view(json.loads(path.read_text()), title)
+    return view(BenchResult.from_dict(json.loads(path.read_text())), title)
 
 
 def save_and_view(result: BenchResult, out_dir: Path | None = None) -> BenchView:
@@ -105,8 +95,7 @@ def save_and_view(result: BenchResult, out_dir: Path | None = None) -> BenchView
     profile = result.config.get("profile") or "custom"
     out = out_dir or Path(tempfile.mkdtemp(prefix=f"eagle-bench-{profile}-{datetime.now():%Y%m%d-%H%M%S}-"))
     paths = write_outputs(result, out)
-    data = json.loads(paths["json"].read_text())
-    return view(data, f"This run ({profile})", [paths["csv"], paths["json"], paths["html"]])
+    return view(result, f"This run ({profile})", [paths["csv"], paths["json"], paths["html"]])
 
 
 def run_and_view(profile: str, preset: str, progress: ProgressCallback | None = None) -> BenchView:

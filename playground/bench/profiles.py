@@ -1,8 +1,8 @@
-"""Named bench configurations. Command-line flags override their fields (see `runner.with_overrides`)."""
+"""Named bench configurations. Command-line flags override their fields (see `config.with_overrides`)."""
 
 from __future__ import annotations
 
-from playground.bench.runner import BenchConfig, Sweep
+from playground.bench.config import BenchConfig, Sweep
 
 EAGLES = ("eagle3", "eagle3.1")
 PEERS_AND_EAGLES = (*EAGLES, "hf-greedy", "prompt-lookup", "hf-assisted")

@@ -12,11 +12,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from playground.bench.findings import deepest_pairs, eagles_and_peers, findings, pairs, study_rows
-from playground.bench.runner import BenchResult
+from playground.bench.rows import BenchResult, BenchRow
 from playground.viz import bench as figures
 from playground.viz.bench import condition, method_name
 
-Row = dict
 TABLE_COLUMNS = ("label", "k", "prompt_set", "template", "context_tokens", "prompts", "turns", "tokens_per_second",
                  "baseline_tokens_per_second", "speedup", "mean_acceptance_length", "draft_acceptance_rate",
                  "instrumented_tokens_per_second", "lossless", "note")
@@ -25,20 +24,20 @@ TABLE_COLUMNS = ("label", "k", "prompt_set", "template", "context_tokens", "prom
 # ------------------------------------------------------------------------------------------------ outputs
 
 
-def _figures(rows: list[Row]) -> list[tuple[str, list[go.Figure]]]:
+def _figures(rows: list[BenchRow]) -> list[tuple[str, list[go.Figure]]]:
     sections: list[tuple[str, list[go.Figure]]] = [("Speed", [figures.speed_figure(rows)])]
-    eagle = [r for r in rows if r["kind"] == "eagle" and r["mean_acceptance_length"] is not None]
+    eagle = [r for r in rows if r.kind == "eagle" and r.mean_acceptance_length is not None]
     if not eagle:
         return sections
     by_k = study_rows(eagle, "k")
-    if len({r["k"] for r in by_k}) > 1:
+    if len({r.k for r in by_k}) > 1:
         sections.append(("Acceptance length vs k", [figures.acceptance_vs_k_figure(by_k)]))
     deepest = [r for pair in deepest_pairs(pairs(by_k)) for r in pair] or deepest_rows(by_k)
     sections.append(("Drift by draft depth (the deepest k of each condition)", [
         figures.per_position_figure(deepest), figures.attention_by_depth_figure(deepest),
         figures.hidden_rms_figure(deepest)]))
     by_context = study_rows(eagle, "context")
-    if len({r["context_tokens"] for r in by_context}) > 1:
+    if len({r.context_tokens for r in by_context}) > 1:
         sections.append(("Acceptance length vs context length", [figures.acceptance_vs_context_figure(by_context)]))
     by_template = study_rows(eagle, "template")
     if len({condition(r) for r in by_template}) > 1:
@@ -48,9 +47,9 @@ def _figures(rows: list[Row]) -> list[tuple[str, list[go.Figure]]]:
     return sections
 
 
-def deepest_rows(rows: list[Row]) -> list[Row]:
-    deepest = max(r["k"] for r in rows)
-    return [r for r in rows if r["k"] == deepest]
+def deepest_rows(rows: list[BenchRow]) -> list[BenchRow]:
+    deepest = max(r.k for r in rows)
+    return [r for r in rows if r.k == deepest]
 
 
 def _cell(value) -> str:
@@ -61,16 +60,17 @@ def _cell(value) -> str:
     return html.escape(str(value))
 
 
-def _table(rows: list[Row]) -> str:
+def _table(rows: list[BenchRow]) -> str:
     head = "".join(f"<th>{c}</th>" for c in TABLE_COLUMNS)
-    body = "".join("<tr>" + "".join(f"<td>{_cell(r[c])}</td>" for c in TABLE_COLUMNS) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(f"<td>{_cell(getattr(r, c))}</td>" for c in TABLE_COLUMNS) + "</tr>"
+                   for r in rows)
     return f"<div class='wide'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
 
 
-def _peer_table(rows: list[Row]) -> str:
+def _peer_table(rows: list[BenchRow]) -> str:
     """Per condition: each EAGLE drafter (its fastest k) over each peer (its fastest k), in tokens/s."""
     tables = []
-    by_condition: dict[str, list[Row]] = defaultdict(list)
+    by_condition: dict[str, list[BenchRow]] = defaultdict(list)
     for r in rows:
         by_condition[condition(r)].append(r)
     for cond, group in by_condition.items():
@@ -79,16 +79,16 @@ def _peer_table(rows: list[Row]) -> str:
             continue
         head = "".join(f"<th>÷ {html.escape(method_name(p))}</th>" for p in peers)
         body = "".join(f"<tr><td>{html.escape(method_name(e))}</td>" + "".join(
-            f"<td>{e['tokens_per_second'] / p['tokens_per_second']:.2f}×</td>" for p in peers) + "</tr>"
+            f"<td>{e.tokens_per_second / p.tokens_per_second:.2f}×</td>" for p in peers) + "</tr>"
             for e in eagles)
         tables.append(f"<h3>{html.escape(cond)}</h3><table><thead><tr><th>tokens/s of</th>{head}</tr></thead>"
                       f"<tbody>{body}</tbody></table>")
     return "<h2>EAGLE beside the peers (tokens/s ratios)</h2>" + "".join(tables) if tables else ""
 
 
-def report_html(data: dict, plotlyjs: str = "inline") -> str:
+def report_html(result: BenchResult, findings_text: list[str], plotlyjs: str = "inline") -> str:
     """The report page; plotly.js is inlined once (`inline`) or loaded from the CDN (`cdn`)."""
-    rows, first = data["rows"], True
+    rows, first = result.rows, True
     parts = []
     for title, figs in _figures(rows):
         parts.append(f"<h2>{html.escape(title)}</h2>")
@@ -96,12 +96,12 @@ def report_html(data: dict, plotlyjs: str = "inline") -> str:
             include = (True if plotlyjs == "inline" else "cdn") if first else False
             parts.append(fig.to_html(full_html=False, include_plotlyjs=include))
             first = False
-    config = data["config"]
-    head = (f"preset <b>{html.escape(data['preset'])}</b> · target <code>{html.escape(data['target'])}</code> · "
-            f"profile {html.escape(str(config.get('profile')))} · started {data['started']} · "
-            f"{data['seconds'] / 60:.1f} min · temperature {config['temperature']} · max_new_tokens "
-            f"{config['max_new_tokens']} · repeats {config['repeats']} · {html.escape(data['machine']['cpu'])}")
-    items = "".join(f"<li>{html.escape(f)}</li>" for f in data["findings"])
+    config = result.config
+    head = (f"preset <b>{html.escape(result.preset)}</b> · target <code>{html.escape(result.target)}</code> · "
+            f"profile {html.escape(str(config.get('profile')))} · started {result.started} · "
+            f"{result.seconds / 60:.1f} min · temperature {config['temperature']} · max_new_tokens "
+            f"{config['max_new_tokens']} · repeats {config['repeats']} · {html.escape(result.machine['cpu'])}")
+    items = "".join(f"<li>{html.escape(f)}</li>" for f in findings_text)
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>EAGLE Playground bench</title>
 <style>
@@ -119,7 +119,7 @@ pass that is not timed. Mean acceptance length = 1 + accepted / drafting steps (
 {''.join(parts)}
 {_peer_table(rows)}
 <h2>All rows</h2>{_table(rows)}
-<h2>Machine and configuration</h2><pre>{html.escape(json.dumps({'machine': data['machine'], 'config': config},
+<h2>Machine and configuration</h2><pre>{html.escape(json.dumps({'machine': result.machine, 'config': config},
                                                                   indent=2))}</pre>
 </body></html>
 """
@@ -134,10 +134,10 @@ def write_outputs(result: BenchResult, out_dir: str | Path, plotlyjs: str = "inl
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     data = result.to_dict()
-    data["findings"] = findings(data["rows"], greedy=result.config["temperature"] == 0)
+    data["findings"] = findings(result.rows, greedy=result.greedy)
     paths = {"csv": out / "results.csv", "json": out / "results.json", "html": out / "report.html"}
     frame = pd.DataFrame([{k: _csv_value(v) for k, v in r.items()} for r in data["rows"]]).convert_dtypes()
     frame.to_csv(paths["csv"], index=False)
     paths["json"].write_text(json.dumps(data, indent=1))
-    paths["html"].write_text(report_html(data, plotlyjs), encoding="utf-8")
+    paths["html"].write_text(report_html(result, data["findings"], plotlyjs), encoding="utf-8")
     return paths

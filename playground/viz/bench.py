@@ -1,4 +1,4 @@
-"""Benchmark figures (plotly) drawn from bench result rows — plain dicts as written to results.json.
+"""Benchmark figures (plotly) drawn from bench result rows (`playground.bench.rows.BenchRow`).
 
 Each function takes the rows it should draw (the caller picks them) and returns a figure; no gradio here, so the
 report and the app's Benchmark tab draw the same pictures.
@@ -8,33 +8,36 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-Row = dict
+if TYPE_CHECKING:  # bench draws with viz; viz only reads the row type
+    from playground.bench.rows import BenchRow
+
 VARIANT_COLORS = {"EAGLE-3": "#d62728", "EAGLE-3.1": "#1f77b4"}
 OTHER_COLORS = ("#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#ff7f0e")
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 
 
-def condition(row: Row) -> str:
+def condition(row: BenchRow) -> str:
     """The prompt set and chat template a row ran on."""
-    return f"{row['prompt_set']} · {row['template']}"
+    return f"{row.prompt_set} · {row.template}"
 
 
-def method_name(row: Row) -> str:
-    return row["label"] if row["k"] is None else f"{row['label']} k={row['k']}"
+def method_name(row: BenchRow) -> str:
+    return row.label if row.k is None else f"{row.label} k={row.k}"
 
 
-def _color(row: Row, others: dict[str, str]) -> str:
-    if row.get("variant") in VARIANT_COLORS and row["label"] in ("EAGLE-3", "EAGLE-3.1"):
-        return VARIANT_COLORS[row["variant"]]
-    return others.setdefault(row["label"], OTHER_COLORS[len(others) % len(OTHER_COLORS)])
+def _color(row: BenchRow, others: dict[str, str]) -> str:
+    if row.variant in VARIANT_COLORS and row.label in ("EAGLE-3", "EAGLE-3.1"):
+        return VARIANT_COLORS[row.variant]
+    return others.setdefault(row.label, OTHER_COLORS[len(others) % len(OTHER_COLORS)])
 
 
-def _groups(rows: Iterable[Row], key: Callable[[Row], tuple]) -> dict[tuple, list[Row]]:
-    out: dict[tuple, list[Row]] = defaultdict(list)
+def _groups(rows: Iterable[BenchRow], key: Callable[[BenchRow], tuple]) -> dict[tuple, list[BenchRow]]:
+    out: dict[tuple, list[BenchRow]] = defaultdict(list)
     for row in rows:
         out[key(row)].append(row)
     return out
@@ -46,8 +49,8 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, **extra) -> go.Figure:
     return fig
 
 
-def _lines(rows: list[Row], series: Callable[[Row], tuple], name: Callable[[Row], str],
-           points: Callable[[Row], tuple[list, list]]) -> go.Figure:
+def _lines(rows: list[BenchRow], series: Callable[[BenchRow], tuple], name: Callable[[BenchRow], str],
+           points: Callable[[BenchRow], tuple[list, list]]) -> go.Figure:
     """One line per series; colour by drafter, dash by the rest of the series key."""
     fig, others, dashes = go.Figure(), {}, {}
     for key, group in _groups(rows, series).items():
@@ -64,13 +67,13 @@ def _lines(rows: list[Row], series: Callable[[Row], tuple], name: Callable[[Row]
     return fig
 
 
-def speed_figure(rows: list[Row]) -> go.Figure:
+def speed_figure(rows: list[BenchRow]) -> go.Figure:
     """Tokens/s of every method, one horizontal bar per (method, condition) so every label reads level, coloured by
     condition; each bar labelled with its speedup and, over several passes, the speedup's range."""
     fig = go.Figure()
-    measured = [r for r in rows if r["tokens_per_second"] is not None]
+    measured = [r for r in rows if r.tokens_per_second is not None]
     for (cond,), group in _groups(measured, lambda r: (condition(r),)).items():
-        fig.add_bar(y=[f"{method_name(r)} · {cond}" for r in group], x=[r["tokens_per_second"] for r in group],
+        fig.add_bar(y=[f"{method_name(r)} · {cond}" for r in group], x=[r.tokens_per_second for r in group],
                     name=cond, orientation="h", text=[_speedup_label(r) for r in group], textposition="auto",
                     textfont={"size": 12}, hovertemplate="%{y}: %{x:.1f} tokens/s, %{text}<extra></extra>")
     fig.update_yaxes(autorange="reversed", automargin=True)
@@ -79,55 +82,60 @@ def speed_figure(rows: list[Row]) -> go.Figure:
     return fig.update_layout(height=max(320, 120 + 26 * len(measured)))
 
 
-def speedup_range(r: Row) -> tuple[float, float] | None:
+def speedup_range(r: BenchRow) -> tuple[float, float] | None:
     """Lowest and highest per-pass speedup (None with fewer than two passes: no spread was measured)."""
-    runs = r.get("speedup_runs") or []
+    runs = r.speedup_runs
     return (min(runs), max(runs)) if len(runs) >= 2 else None
 
 
-def _speedup_label(r: Row) -> str:
+def speedup_range_text(r: BenchRow) -> str | None:
     spread = speedup_range(r)
-    return f"{r['speedup']:.2f}×" + (f" ({spread[0]:.2f}–{spread[1]:.2f})" if spread else "")
+    return f"{spread[0]:.2f}–{spread[1]:.2f}" if spread else None
 
 
-def acceptance_vs_k_figure(rows: list[Row]) -> go.Figure:
-    fig = _lines([r for r in rows if r["mean_acceptance_length"] is not None],
-                 series=lambda r: (r["label"], condition(r)), name=lambda r: f"{r['label']} · {condition(r)}",
-                 points=lambda r: ([r["k"]], [r["mean_acceptance_length"]]))
+def _speedup_label(r: BenchRow) -> str:
+    spread = speedup_range_text(r)
+    return f"{r.speedup:.2f}×" + (f" ({spread})" if spread else "")
+
+
+def acceptance_vs_k_figure(rows: list[BenchRow]) -> go.Figure:
+    fig = _lines([r for r in rows if r.mean_acceptance_length is not None],
+                 series=lambda r: (r.label, condition(r)), name=lambda r: f"{r.label} · {condition(r)}",
+                 points=lambda r: ([r.k], [r.mean_acceptance_length]))
     return _layout(fig, "Mean acceptance length vs speculative tokens k", "k", "mean acceptance length",
                    xaxis_dtick=1)
 
 
-def acceptance_vs_context_figure(rows: list[Row]) -> go.Figure:
-    fig = _lines([r for r in rows if r["mean_acceptance_length"] is not None],
-                 series=lambda r: (r["label"], r["k"], r["template"]),
-                 name=lambda r: f"{method_name(r)} · {r['template']}",
-                 points=lambda r: ([r["context_tokens"]], [r["mean_acceptance_length"]]))
+def acceptance_vs_context_figure(rows: list[BenchRow]) -> go.Figure:
+    fig = _lines([r for r in rows if r.mean_acceptance_length is not None],
+                 series=lambda r: (r.label, r.k, r.template),
+                 name=lambda r: f"{method_name(r)} · {r.template}",
+                 points=lambda r: ([r.context_tokens], [r.mean_acceptance_length]))
     return _layout(fig, "Mean acceptance length vs context length", "prompt tokens (median)",
                    "mean acceptance length")
 
 
-def per_position_figure(rows: list[Row]) -> go.Figure:
-    fig = _lines([r for r in rows if r["per_position_acceptance"]],
-                 series=lambda r: (r["label"], condition(r), r["k"]),
+def per_position_figure(rows: list[BenchRow]) -> go.Figure:
+    fig = _lines([r for r in rows if r.per_position_acceptance],
+                 series=lambda r: (r.label, condition(r), r.k),
                  name=lambda r: f"{method_name(r)} · {condition(r)}",
-                 points=lambda r: (list(range(1, len(r["per_position_acceptance"]) + 1)),
-                                   r["per_position_acceptance"]))
+                 points=lambda r: (list(range(1, len(r.per_position_acceptance) + 1)),
+                                   r.per_position_acceptance))
     return _layout(fig, "Per-position acceptance rate (accepted at position i / drafting steps)", "draft position",
                    "acceptance rate", yaxis_range=[0, 1], xaxis_dtick=1)
 
 
-def attention_by_depth_figure(rows: list[Row]) -> go.Figure:
+def attention_by_depth_figure(rows: list[BenchRow]) -> go.Figure:
     """The drafter's attention share on the sink token, the context, and its own drafts, by draft depth."""
     parts = ("sink", "context", "draft")
     fig = make_subplots(rows=1, cols=3, shared_yaxes=True,
                         subplot_titles=("on the sink (first) token", "on the context", "on its own drafts"))
     others, dashes = {}, {}
-    for row in (r for r in rows if r["attention_by_depth"]):
-        depths = list(range(1, len(row["attention_by_depth"]) + 1))
+    for row in (r for r in rows if r.attention_by_depth):
+        depths = list(range(1, len(row.attention_by_depth) + 1))
         dash = dashes.setdefault(condition(row), DASHES[len(dashes) % len(DASHES)])
         for col, part in enumerate(parts, 1):
-            fig.add_scatter(x=depths, y=[a[part] for a in row["attention_by_depth"]], mode="lines+markers",
+            fig.add_scatter(x=depths, y=[getattr(a, part) for a in row.attention_by_depth], mode="lines+markers",
                             name=f"{method_name(row)} · {condition(row)}", legendgroup=f"{method_name(row)}{dash}",
                             showlegend=col == 1, line=dict(color=_color(row, others), dash=dash), row=1, col=col)
     fig.update_yaxes(range=[0, 1])
@@ -136,21 +144,21 @@ def attention_by_depth_figure(rows: list[Row]) -> go.Figure:
                    "attention share")
 
 
-def hidden_rms_figure(rows: list[Row]) -> go.Figure:
-    fig = _lines([r for r in rows if r["hidden_rms_by_depth"]],
-                 series=lambda r: (r["label"], condition(r), r["k"]),
+def hidden_rms_figure(rows: list[BenchRow]) -> go.Figure:
+    fig = _lines([r for r in rows if r.hidden_rms_by_depth],
+                 series=lambda r: (r.label, condition(r), r.k),
                  name=lambda r: f"{method_name(r)} · {condition(r)}",
-                 points=lambda r: (list(range(1, len(r["hidden_rms_by_depth"]) + 1)), r["hidden_rms_by_depth"]))
+                 points=lambda r: (list(range(1, len(r.hidden_rms_by_depth) + 1)), r.hidden_rms_by_depth))
     return _layout(fig, "RMS of the hidden state carried into each draft depth", "draft depth", "RMS", xaxis_dtick=1)
 
 
-def template_figure(rows: list[Row]) -> go.Figure:
+def template_figure(rows: list[BenchRow]) -> go.Figure:
     """Mean acceptance length per condition (prompt set · template), one bar per drafter."""
     fig, others = go.Figure(), {}
-    for group in _groups([r for r in rows if r["mean_acceptance_length"] is not None],
+    for group in _groups([r for r in rows if r.mean_acceptance_length is not None],
                          lambda r: (method_name(r),)).values():
-        fig.add_bar(x=[condition(r) for r in group], y=[r["mean_acceptance_length"] for r in group],
+        fig.add_bar(x=[condition(r) for r in group], y=[r.mean_acceptance_length for r in group],
                     name=method_name(group[0]), marker_color=_color(group[0], others),
-                    text=[f"{r['mean_acceptance_length']:.2f}" for r in group], textposition="outside")
+                    text=[f"{r.mean_acceptance_length:.2f}" for r in group], textposition="outside")
     return _layout(fig, "Mean acceptance length under changed chat templates and system prompts",
                    "prompt set · chat template", "mean acceptance length", barmode="group")

@@ -1,0 +1,83 @@
+"""From samples to rows: speed against plain decoding in the same cell and pass, acceptance, drift, losslessness.
+
+* tokens/s of a pass = generated tokens / seconds, summed over its prompts (each call timed by wall clock around
+  it, prefill included); a row's tokens/s is the median over passes, its speedup that over plain decoding's
+  median, and `speedup_runs` the per-pass ratios against plain decoding in the same pass.
+* Acceptance metrics come from `engine.trace.summarize` over all timed steps of a row (vLLM's pooled definitions);
+  attention and hidden-state RMS from the instrumented pass, whose speed is reported but never used for speed.
+* `lossless` (greedy only): every answer of every pass equals plain decoding's, token for token.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+
+from playground.bench.execute import Sample
+from playground.bench.methods import Answer, Method
+from playground.bench.plan import Cell, Plan
+from playground.bench.rows import BenchRow
+from playground.engine import summarize
+
+Pass = list[list[Answer]]  # one conversation per record of a cell
+
+
+def aggregate(plan: Plan, samples: Iterable[Sample], greedy: bool,
+              variant_name: Callable[[Method], str | None]) -> list[BenchRow]:
+    """One row per (cell, method) of the plan, in plan order; methods that could not run carry their reason."""
+    timed: dict[tuple[int, Method], list[Pass]] = defaultdict(lambda: [[] for _ in range(plan.repeats)])
+    instrumented: dict[tuple[int, Method], Pass] = defaultdict(list)
+    for s in samples:
+        if s.repeat is None:
+            instrumented[(s.cell, s.method)].append(s.answers)
+        else:
+            timed[(s.cell, s.method)][s.repeat].append(s.answers)
+    return [_row(cell, method, timed.get((c, method)), instrumented.get((c, method)), timed.get((c, Method("none"))),
+                 greedy, variant_name(method))
+            for c, cell in enumerate(plan.cells) for method in cell.methods]
+
+
+def _row(cell: Cell, method: Method, passes: list[Pass] | None, instrumented: Pass | None,
+         baseline: list[Pass] | None, greedy: bool, variant: str | None) -> BenchRow:
+    row = BenchRow(
+        drafter=method.name, label=method.label, kind=method.kind, variant=variant, k=method.k,
+        prompt_set=cell.prompt_set.name, template=cell.template, studies=cell.studies[method],
+        prompts=len(cell.records), prompts_skipped=cell.skipped, context_tokens=cell.context_tokens,
+        note=cell.unavailable.get(method))
+    if passes is None or baseline is None:
+        return row
+    row.baseline_tokens_per_second = _median_speed(baseline)
+    row.turns = sum(len(conversation) for conversation in passes[0])
+    row.generated_tokens = sum(len(a.ids) for conversation in passes[0] for a in conversation)
+    row.tokens_per_second_runs = [_speed(p) for p in passes]
+    row.tokens_per_second = _median_speed(passes)
+    row.speedup = row.tokens_per_second / row.baseline_tokens_per_second
+    row.speedup_runs = [_speed(p) / _speed(b) for p, b in zip(passes, baseline)]
+    if method.kind == "eagle":
+        metrics = summarize([e for p in passes for conversation in p for a in conversation for e in a.events], method.k)
+        row.mean_acceptance_length = metrics.mean_acceptance_length
+        row.draft_acceptance_rate = metrics.draft_acceptance_rate
+        row.per_position_acceptance = metrics.per_position_acceptance
+    if instrumented:
+        drift = summarize([e for conversation in instrumented for a in conversation for e in a.events], method.k)
+        row.attention_by_depth = drift.attention_by_depth or None
+        row.hidden_rms_by_depth = drift.hidden_rms_by_depth
+        row.instrumented_tokens_per_second = _speed(instrumented)
+    if greedy:
+        reference = [[a.ids for a in conversation] for conversation in baseline[0]]
+        candidates = passes + ([instrumented] if instrumented else [])
+        row.mismatched_prompts = sorted({
+            cell.records[i].question_id for p in candidates for i, conversation in enumerate(p)
+            if [a.ids for a in conversation] != reference[i]})
+        row.lossless = not row.mismatched_prompts
+    return row
+
+
+def _speed(pass_: Pass) -> float:
+    answers = [a for conversation in pass_ for a in conversation]
+    return sum(len(a.ids) for a in answers) / sum(a.seconds for a in answers)
+
+
+def _median_speed(passes: list[Pass]) -> float:
+    return statistics.median(_speed(p) for p in passes)

@@ -1,0 +1,65 @@
+"""What a bench run measures: sweeps of prompt sets x templates x drafters x k, and the run's settings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from playground.engine import GenerationConfig
+
+ProgressCallback = Callable[[int, int, str], None]
+TEMPLATES_HELP = "default (the tokenizer's), raw (no template), or llama3 (Llama-3-style headers, unfamiliar to SmolLM2)"
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A product of prompt sets x templates x drafters x k. `study` names the report section its rows feed."""
+
+    prompt_sets: tuple[str, ...]
+    drafters: tuple[str, ...]
+    ks: tuple[int, ...]
+    templates: tuple[str, ...] = ("default",)
+    study: str = "sweep"  # speed | k | context | template | sweep
+
+
+@dataclass
+class BenchConfig:
+    sweeps: list[Sweep]
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_p: float = 1.0
+    repeats: int = 3
+    limit: int | None = None  # first N prompts of each set
+    turns: str = "all"  # all | first
+    seed: int = 0
+    assistant: str | None = None  # a small draft model for hf-assisted
+    profile: str | None = None
+
+    def validate(self) -> None:
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be at least 1, got {self.repeats}")
+        if self.turns not in ("all", "first"):
+            raise ValueError(f"turns must be 'all' or 'first', got {self.turns!r}")
+        GenerationConfig(max_new_tokens=self.max_new_tokens, k=max(k for s in self.sweeps for k in s.ks),
+                         temperature=self.temperature, top_p=self.top_p).validate()
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def generation(self, prompt_index: int, turn: int, instrument: bool = False,
+                   max_new_tokens: int | None = None) -> GenerationConfig:
+        """The settings of one answer; the seed differs per prompt and turn, the same for every method."""
+        return GenerationConfig(max_new_tokens=max_new_tokens or self.max_new_tokens, temperature=self.temperature,
+                                top_p=self.top_p, seed=self.seed + 1000 * prompt_index + turn, instrument=instrument)
+
+
+SWEEP_FIELDS = ("prompt_sets", "drafters", "ks", "templates")
+
+
+def with_overrides(config: BenchConfig, **changes) -> BenchConfig:
+    """A copy of `config`: given sweep fields replace those of every sweep, other given fields the config's."""
+    changes = {k: v for k, v in changes.items() if v is not None}
+    sweep_changes = {k: changes.pop(k) for k in SWEEP_FIELDS if k in changes}
+    sweeps = list(dict.fromkeys(replace(s, **sweep_changes) for s in config.sweeps))  # drop sweeps made equal
+    return replace(config, sweeps=sweeps, **changes)

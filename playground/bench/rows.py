@@ -1,0 +1,97 @@
+"""A bench result: one typed row per (method, prompt set, template), written to and read back from results.json."""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import torch
+import transformers
+
+from playground.engine import AttentionMass
+
+
+@dataclass
+class BenchRow:
+    """One (method, prompt set, template): speed, acceptance, drift and correctness. None = does not apply."""
+
+    drafter: str  # none | eagle3 | eagle3.1 | a drafter folder | hf-greedy | prompt-lookup | hf-assisted
+    label: str  # display name of the drafter or peer, without k
+    kind: str  # baseline | eagle | peer
+    variant: str | None  # EAGLE-3 / EAGLE-3.1, from the drafter's config
+    k: int | None
+    prompt_set: str
+    template: str
+    studies: list[str]  # report sections that read this row
+    prompts: int
+    prompts_skipped: int  # too long for the target's context with max_new_tokens
+    context_tokens: int | None  # median first-turn prompt length (templated)
+    turns: int = 0  # generated answers per pass
+    generated_tokens: int | None = None  # per pass
+    tokens_per_second: float | None = None  # median over repeats
+    tokens_per_second_runs: list[float] = field(default_factory=list)
+    baseline_tokens_per_second: float | None = None  # `none` in the same cell, same run
+    speedup: float | None = None  # tokens_per_second / baseline_tokens_per_second
+    speedup_runs: list[float] = field(default_factory=list)  # per pass, against plain decoding in the same pass
+    mean_acceptance_length: float | None = None
+    draft_acceptance_rate: float | None = None
+    per_position_acceptance: list[float] | None = None
+    attention_by_depth: list[AttentionMass] | None = None  # per depth, from the instrumented pass
+    hidden_rms_by_depth: list[float] | None = None
+    instrumented_tokens_per_second: float | None = None
+    lossless: bool | None = None  # greedy: identical to plain decoding on every prompt; None when sampling
+    mismatched_prompts: list[str] = field(default_factory=list)
+    note: str | None = None  # why a method has no numbers here
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "BenchRow":
+        known = {f.name for f in fields(cls)}
+        row = cls(**{k: v for k, v in data.items() if k in known})
+        if row.attention_by_depth is not None:
+            row.attention_by_depth = [AttentionMass(**d) for d in row.attention_by_depth]
+        return row
+
+
+@dataclass
+class BenchResult:
+    rows: list[BenchRow]
+    config: dict
+    machine: dict
+    preset: str
+    target: str
+    started: str
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return {"rows": [r.to_dict() for r in self.rows], "machine": self.machine, "config": self.config,
+                "preset": self.preset, "target": self.target, "started": self.started, "seconds": self.seconds}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "BenchResult":
+        return cls(rows=[BenchRow.from_dict(r) for r in data["rows"]], config=data["config"], machine=data["machine"],
+                   preset=data["preset"], target=data["target"], started=data["started"], seconds=data["seconds"])
+
+    @property
+    def greedy(self) -> bool:
+        return self.config.get("temperature", 0) == 0
+
+
+def machine_info(device: str) -> dict:
+    cpu = platform.processor()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                 if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    info = {"cpu": cpu or "unknown", "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "python": platform.python_version(), "platform": platform.platform(), "device": device,
+            "mkl_cbwr": os.environ.get("MKL_CBWR")}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
