@@ -14,6 +14,7 @@ import pytest
 
 from playground.__main__ import main
 from playground.bench import BenchConfig, BenchResult, BenchRow, Sweep, findings, load_prompt_set, run_profile
+from playground.bench.plan import make_plan
 from playground.bench.prompts import SCHEMA, builtin_sets
 from playground.engine import AttentionMass, decode
 from playground.presets import get_preset
@@ -158,3 +159,28 @@ def test_speed_findings_know_their_noise() -> None:
     assert "Within noise" not in apart
     fast.speedup_runs = [2.5]
     assert "one pass, so no spread was measured" in [f for f in findings([fast], greedy=True) if "fastest" in f][0]
+
+
+def test_the_plan_is_made_without_a_model(tmp_path: Path) -> None:
+    """plan.py is pure: prompt lengths from a given encoder, availability from a given function. A record too long
+    for the context leaves its cell; a cell with none left marks every method with the reason; run counts add up."""
+    prompts = _jsonl(tmp_path / "set.jsonl")
+    lengths = {"Write a function `add(a, b)`.": 10, "Explain what `os.path.join` does.": 30}
+
+    def encode(messages: list[dict], template: str) -> list[int]:
+        return [0] * (lengths[messages[-1]["content"]] + (5 if template == "llama3" else 0))
+
+    config = BenchConfig([Sweep((str(prompts),), ("none", "eagle3", "prompt-lookup"), (2,), ("default", "llama3"))],
+                         max_new_tokens=8, repeats=3)
+    plan = make_plan(config, encode, max_positions=40, unavailable=lambda m: "no peers here" if m.kind == "peer" else None)
+    default, llama3 = plan.cells
+    assert (len(default.records), default.skipped, default.context_tokens) == (2, 0, 20)
+    assert (len(llama3.records), llama3.skipped, llama3.context_tokens) == (1, 1, 15)  # 35 + 8 > 40
+    assert [m.name for m in default.runnable] == ["none", "eagle3"] and "no peers" in default.unavailable[default.methods[2]]
+    # warm-ups: 2 cells' plain + eagle3; timed: 3 repeats x 2 methods per record; one instrumented eagle3 pass per record
+    assert plan.count_runs() == 2 + 1 + (2 + 1) * (3 * 2 + 1)
+    tight = make_plan(config, encode, max_positions=20, unavailable=lambda m: None)  # llama3: 15 + 8 > 20
+    assert len(tight.cells[0].records) == 1 and not tight.cells[1].records and not tight.cells[1].runnable
+    assert all("fits the target's context (20 tokens)" in why for why in tight.cells[1].unavailable.values())
+    with pytest.raises(ValueError, match="no prompt fits"):
+        make_plan(config, encode, max_positions=12, unavailable=lambda m: None)
