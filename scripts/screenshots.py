@@ -1,6 +1,6 @@
 """Start the app, run one chat answer and one comparison in headless Chromium, and save small PNG screenshots of
 every tab to assets/screenshots/ (each under 200 KB): chat, compare, benchmark (the committed drift study) and about
-at 1280 px, and the chat at phone width.
+at 1280 px, and chat, compare and benchmark at phone width (full pages, the page loaded at that width).
 
     python scripts/screenshots.py                  # tiny test models (fast)
     PLAYGROUND_TEST_REAL_MODELS=1 python scripts/screenshots.py
@@ -41,6 +41,27 @@ def save_small_png(png: bytes, path: Path) -> int:
         image = image.resize((image.width * 9 // 10, image.height * 9 // 10), Image.Resampling.LANCZOS)
 
 
+def _chat(page, prompt: str) -> None:
+    page.locator("#prompt textarea").fill(prompt)
+    page.locator("#send").click()
+    page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
+
+
+def _compare(page, prompt: str) -> None:
+    page.locator("#compare-prompt textarea").fill(prompt)
+    page.locator("#compare-run").click()
+    page.wait_for_function("document.querySelector('#compare-status').innerText.split('finished').length === 3")
+
+
+def _open_tab(page, name: str) -> None:
+    """Click a tab; at phone width the later tabs sit behind Gradio's "More tabs" menu."""
+    tab = page.get_by_role("tab", name=name)
+    if not tab.count():
+        page.get_by_label("More tabs").click()
+        tab = page.locator("button", has_text=name).last
+    tab.click()
+
+
 def capture(url: str, out: Path, prompt: str, dark: bool) -> None:
     def save(page, name: str, full_page: bool = True) -> None:
         page.mouse.move(0, 0)
@@ -49,26 +70,23 @@ def capture(url: str, out: Path, prompt: str, dark: bool) -> None:
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport=VIEWPORT)
-        page.set_default_timeout(300_000)
-        page.goto(url + ("?__theme=dark" if dark else ""))
-        page.locator("#prompt textarea").fill(prompt)
-        page.locator("#send").click()
-        page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
-        save(page, "chat.png")
-        page.set_viewport_size(PHONE)
-        save(page, "chat-phone.png", full_page=False)
-        page.set_viewport_size(VIEWPORT)
-        page.get_by_role("tab", name="Compare").click()
-        page.locator("#compare-prompt textarea").fill(prompt)
-        page.locator("#compare-run").click()
-        page.wait_for_function("document.querySelector('#compare-status').innerText.split('finished').length === 3")
-        save(page, "compare.png")
-        page.get_by_role("tab", name="Benchmark").click()
-        page.locator("#bench-drift-findings").wait_for()
-        save(page, "benchmark.png", full_page=False)
-        page.get_by_role("tab", name="About").click()
-        save(page, "about.png", full_page=False)
+        for viewport, suffix in ((VIEWPORT, ""), (PHONE, "-phone")):  # a phone loads the page at its own width
+            page = browser.new_page(viewport=viewport)
+            page.set_default_timeout(300_000)
+            page.goto(url + ("?__theme=dark" if dark else ""))
+            _chat(page, prompt)
+            save(page, f"chat{suffix}.png")
+            _open_tab(page, "Compare")
+            _compare(page, prompt)
+            save(page, f"compare{suffix}.png")
+            _open_tab(page, "Benchmark")
+            page.locator("#bench-drift-findings").wait_for()
+            page.wait_for_timeout(1000)  # the committed study's figures draw after the findings
+            save(page, f"benchmark{suffix}.png", full_page=bool(suffix))
+            if not suffix:
+                _open_tab(page, "About")
+                save(page, "about.png", full_page=False)
+            page.close()
         browser.close()
 
 

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from playground.viz.style import VARIANT_COLORS, two_lines
+
 if TYPE_CHECKING:  # bench draws with viz; viz only reads the row type
     from playground.bench.rows import BenchRow
 
-VARIANT_COLORS = {"EAGLE-3": "#d62728", "EAGLE-3.1": "#1f77b4"}
 OTHER_COLORS = ("#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#ff7f0e")
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 
@@ -43,9 +44,11 @@ def _groups(rows: Iterable[BenchRow], key: Callable[[BenchRow], tuple]) -> dict[
     return out
 
 
-def _layout(fig: go.Figure, title: str, x: str, y: str, **extra) -> go.Figure:
-    fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, template="plotly_white", height=420,
-                      legend=dict(orientation="h", yanchor="top", y=-0.2), margin=dict(t=60, b=40), **extra)
+def _layout(fig: go.Figure, title: str, detail: str, x: str, y: str, **extra) -> go.Figure:
+    """Titles on two short lines (one long line is cut at phone width); the legend below the plot."""
+    fig.update_layout(title={"text": two_lines(title, detail), "font": {"size": 15}}, xaxis_title=x, yaxis_title=y,
+                      template="plotly_white", height=420, legend=dict(orientation="h", yanchor="top", y=-0.2),
+                      margin=dict(t=72, b=40, r=48), **extra)
     return fig
 
 
@@ -73,13 +76,13 @@ def speed_figure(rows: list[BenchRow]) -> go.Figure:
     fig = go.Figure()
     measured = [r for r in rows if r.tokens_per_second is not None]
     for (cond,), group in _groups(measured, lambda r: (condition(r),)).items():
-        fig.add_bar(y=[f"{method_name(r)} · {cond}" for r in group], x=[r.tokens_per_second for r in group],
+        fig.add_bar(y=[f"{method_name(r)}<br>{cond}" for r in group], x=[r.tokens_per_second for r in group],
                     name=cond, orientation="h", text=[_speedup_label(r) for r in group], textposition="auto",
                     textfont={"size": 12}, hovertemplate="%{y}: %{x:.1f} tokens/s, %{text}<extra></extra>")
     fig.update_yaxes(autorange="reversed", automargin=True)
-    fig = _layout(fig, "Decoding speed (bar label: speedup over plain decoding, same run)", "tokens / s", "",
+    fig = _layout(fig, "Decoding speed", "bar label: speedup over plain decoding, same run", "tokens / s", "",
                   barmode="overlay")
-    return fig.update_layout(height=max(320, 120 + 26 * len(measured)))
+    return fig.update_layout(height=max(320, 140 + 34 * len(measured)))
 
 
 def speedup_range(r: BenchRow) -> tuple[float, float] | None:
@@ -102,7 +105,8 @@ def acceptance_vs_k_figure(rows: list[BenchRow]) -> go.Figure:
     fig = _lines([r for r in rows if r.mean_acceptance_length is not None],
                  series=lambda r: (r.label, condition(r)), name=lambda r: f"{r.label} · {condition(r)}",
                  points=lambda r: ([r.k], [r.mean_acceptance_length]))
-    return _layout(fig, "Mean acceptance length vs speculative tokens k", "k", "mean acceptance length",
+    return _layout(fig, "Mean acceptance length vs k", "k: speculative tokens per step", "k",
+                   "mean acceptance length",
                    xaxis_dtick=1)
 
 
@@ -111,8 +115,8 @@ def acceptance_vs_context_figure(rows: list[BenchRow]) -> go.Figure:
                  series=lambda r: (r.label, r.k, r.template),
                  name=lambda r: f"{method_name(r)} · {r.template}",
                  points=lambda r: ([r.context_tokens], [r.mean_acceptance_length]))
-    return _layout(fig, "Mean acceptance length vs context length", "prompt tokens (median)",
-                   "mean acceptance length")
+    return _layout(fig, "Acceptance length vs context", "mean acceptance length by prompt length",
+                   "prompt tokens (median)", "mean acceptance length")
 
 
 def per_position_figure(rows: list[BenchRow]) -> go.Figure:
@@ -121,7 +125,7 @@ def per_position_figure(rows: list[BenchRow]) -> go.Figure:
                  name=lambda r: f"{method_name(r)} · {condition(r)}",
                  points=lambda r: (list(range(1, len(r.per_position_acceptance) + 1)),
                                    r.per_position_acceptance))
-    return _layout(fig, "Per-position acceptance rate (accepted at position i / drafting steps)", "draft position",
+    return _layout(fig, "Per-position acceptance", "accepted at position i / drafting steps", "draft position",
                    "acceptance rate", yaxis_range=[0, 1], xaxis_dtick=1)
 
 
@@ -140,7 +144,7 @@ def attention_by_depth_figure(rows: list[BenchRow]) -> go.Figure:
                             showlegend=col == 1, line=dict(color=_color(row, others), dash=dash), row=1, col=col)
     fig.update_yaxes(range=[0, 1])
     fig.update_xaxes(title_text="draft depth", dtick=1)
-    return _layout(fig, "Drafter attention share by draft depth (averaged over heads, layers and steps)", "draft depth",
+    return _layout(fig, "Drafter attention by depth", "share, averaged over heads, layers and steps", "draft depth",
                    "attention share")
 
 
@@ -149,7 +153,8 @@ def hidden_rms_figure(rows: list[BenchRow]) -> go.Figure:
                  series=lambda r: (r.label, condition(r), r.k),
                  name=lambda r: f"{method_name(r)} · {condition(r)}",
                  points=lambda r: (list(range(1, len(r.hidden_rms_by_depth) + 1)), r.hidden_rms_by_depth))
-    return _layout(fig, "RMS of the hidden state carried into each draft depth", "draft depth", "RMS", xaxis_dtick=1)
+    return _layout(fig, "Hidden-state RMS by depth", "the state carried into each draft depth", "draft depth", "RMS",
+                   xaxis_dtick=1)
 
 
 def template_figure(rows: list[BenchRow]) -> go.Figure:
@@ -160,5 +165,5 @@ def template_figure(rows: list[BenchRow]) -> go.Figure:
         fig.add_bar(x=[condition(r) for r in group], y=[r.mean_acceptance_length for r in group],
                     name=method_name(group[0]), marker_color=_color(group[0], others),
                     text=[f"{r.mean_acceptance_length:.2f}" for r in group], textposition="outside")
-    return _layout(fig, "Mean acceptance length under changed chat templates and system prompts",
+    return _layout(fig, "Changed templates and system prompts", "mean acceptance length per condition",
                    "prompt set · chat template", "mean acceptance length", barmode="group")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .bench import VARIANT_COLORS
 from .provenance import depth_colour
+from .style import VARIANT_COLORS, two_lines
 from .summary import speedup_text
 from .view import RunView
 
@@ -39,12 +39,6 @@ def _layout(fig: go.Figure, title: str, revision: str, **extra) -> go.Figure:
     fig.update_xaxes(gridcolor="rgba(128,128,128,0.18)", zeroline=False)
     fig.update_yaxes(gridcolor="rgba(128,128,128,0.18)", zeroline=False)
     return fig
-
-
-def _two_lines(main: str, detail: str) -> str:
-    """A title on two lines, the detail smaller: plotly titles do not wrap, and one line is cut at phone width.
-    Only for charts without a legend (the legend sits where the second line goes)."""
-    return f"{main}<br><span style='font-size:11px'>{detail}</span>"
 
 
 def _run_colours(views: list[RunView]) -> list[str]:
@@ -118,7 +112,7 @@ def accepted_per_step_figure(view: RunView) -> go.Figure:
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="accepted", range=[0, view.k + 0.6], dtick=1 if view.k <= 10 else 2)
     mal = view.metrics.mean_acceptance_length
-    return _layout(fig, _two_lines(title, f"mean acceptance length {mal:.2f}"), revision="accept", barmode="stack",
+    return _layout(fig, two_lines(title, f"mean acceptance length {mal:.2f}"), revision="accept", barmode="stack",
                    bargap=0.1)
 
 
@@ -224,9 +218,9 @@ def speedup_figure(views: list[RunView]) -> go.Figure:
     if not baselines and unmeasurable:
         headline, notes = title, [f"no plain-decoding baseline: {unmeasurable}"]
     elif not baselines:
-        headline = _two_lines(title, "measuring plain decoding alongside…")
+        headline = two_lines(title, "measuring plain decoding alongside…")
     elif speedups:
-        headline = _two_lines(f"Speedup {' / '.join(speedups)}",
+        headline = two_lines(f"Speedup {' / '.join(speedups)}",
                               "vs plain decoding" + (", measured alongside" if len(speedups) == 1 else ""))
     else:
         headline = title
