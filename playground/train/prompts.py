@@ -191,13 +191,20 @@ def build_prompts(seed: int = 0, library: int = 450) -> list[PromptItem]:
     raw += [("maths", _maths(rng)) for _ in range(300)]
     raw += [("reasoning", _reasoning(rng)) for _ in range(120)]
     raw += [("library", q) for q in _library_prompts(library, rng)]
+    return as_items(raw, rng, NO_SYSTEM_FRACTION, FOLLOW_UPS, follow_up_fraction=0.2)
+
+
+def as_items(raw: list[tuple[str, str]], rng: random.Random, no_system_fraction: float, follow_ups: tuple[str, ...],
+             follow_up_fraction: float) -> list[PromptItem]:
+    """(kind, text) pairs as prompt items, duplicates dropped, each with a system prompt or none and maybe a
+    follow-up, in a shuffled order (all from `rng`, so a collection is the same on every machine)."""
     seen, items = set(), []
     for kind, text in raw:
         if text in seen:
             continue
         seen.add(text)
-        system = [] if rng.random() < NO_SYSTEM_FRACTION else [{"role": "system", "content": rng.choice(SYSTEM_PROMPTS)}]
-        follow_up = rng.choice(FOLLOW_UPS) if rng.random() < 0.2 else None
+        system = [] if rng.random() < no_system_fraction else [{"role": "system", "content": rng.choice(SYSTEM_PROMPTS)}]
+        follow_up = rng.choice(follow_ups) if rng.random() < follow_up_fraction else None
         items.append(PromptItem(kind, system + [{"role": "user", "content": text}], follow_up))
     rng.shuffle(items)
     return items

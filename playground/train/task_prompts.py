@@ -19,7 +19,7 @@ import copy
 import random
 
 from playground.train import corpus
-from playground.train.prompts import CODE_TASKS, CONCEPTS, LANGUAGES, SYSTEM_PROMPTS, WRITING_TOPICS, PromptItem
+from playground.train.prompts import CODE_TASKS, CONCEPTS, LANGUAGES, WRITING_TOPICS, PromptItem, as_items
 
 NO_SYSTEM_FRACTION = 0.5
 FOLLOW_UP_FRACTION = 0.3
@@ -182,13 +182,4 @@ def build_task_prompts(seed: int = 0, completions: int = 350, per_category: int 
     rng = random.Random(f"tasks:{seed}")
     raw = [("completion", text) for text in _completion_prompts(completions, rng)]
     raw += [(kind, make(rng)) for kind, make in CATEGORIES.items() for _ in range(per_category)]
-    seen, items = set(), []
-    for kind, text in raw:
-        if text in seen:
-            continue
-        seen.add(text)
-        system = [] if rng.random() < NO_SYSTEM_FRACTION else [{"role": "system", "content": rng.choice(SYSTEM_PROMPTS)}]
-        follow_up = rng.choice(TASK_FOLLOW_UPS) if rng.random() < FOLLOW_UP_FRACTION else None
-        items.append(PromptItem(kind, system + [{"role": "user", "content": text}], follow_up))
-    rng.shuffle(items)
-    return items
+    return as_items(raw, rng, NO_SYSTEM_FRACTION, TASK_FOLLOW_UPS, FOLLOW_UP_FRACTION)
