@@ -40,7 +40,7 @@ class Run:
     pieces: list[TokenPiece] = field(default_factory=list)
     baseline: Baseline | None = None  # filled in by a BaselineSampler as its bursts come in
     missing_fields: dict[str, str] = field(default_factory=dict)  # what the backend cannot report, and why
-    phase: str = "starting"  # "starting" | "generating" | "done"
+    opened: bool = False  # the stream is open (drafter loaded and checked): the next step is being computed
     error: str | None = None  # why the run broke off, when it did
     seen_seconds: float | None = None  # wall clock from asking for the first step to the latest one
 
@@ -68,7 +68,7 @@ class Run:
             return FINISH_REASONS.get(self.finish_reason or "", "finished")
         if self.events:
             return f"generating… {self.events[-1].total_tokens} tokens"
-        return "starting…" if self.phase == "starting" else "generating…"
+        return "generating…" if self.opened else "starting…"
 
     @property
     def seen_tokens_per_second(self) -> float | None:
@@ -149,7 +149,7 @@ class RunDriver:
         else:
             stream = self._backend.stream(self._prompt_ids, s.drafter, s.generation_config(), self._should_stop)
         self._events = _ActiveTimeEvents(stream)
-        self.run.phase = "generating"
+        self.run.opened = True
 
     def advance(self) -> bool:
         """Take one step; False once the run has finished."""
@@ -159,20 +159,16 @@ class RunDriver:
         if not self._engine_checks_stop and self.run.events and self._should_stop():
             self._events.close()
             self.run.events[-1] = replace(self.run.events[-1], finished=True, finish_reason="cancelled")
-            self.run.phase = "done"
             return False
         if self._first_step_asked is None:
             self._first_step_asked = time.perf_counter()
         event = next(self._events, None)
         self.run.seen_seconds = time.perf_counter() - self._first_step_asked
         if event is None:
-            self.run.phase = "done"
             return False
         self._provenance.add(event)
         self.run.events.append(event)
         self.run.pieces = self._provenance.pieces
-        if event.finished:
-            self.run.phase = "done"
         return not event.finished
 
 
