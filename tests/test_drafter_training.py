@@ -107,7 +107,7 @@ def test_speed_table_times_every_drafter_and_k_against_plain(pair_models, tiny) 
 
     backend = LocalBackend(get_preset("smollm2-135m"))
     table = speed_table(backend, tiny.training_prompts[:2], ["eagle3", "eagle3.1"], [1, 3], max_new_tokens=12,
-                        repeats=2)
+                        repeats=2, sets=["one", "two"])
     assert table["runs_per_config"] == 4 and table["plain"]["median_ms_per_token"] > 0
     assert set(table["by_k"]) == {"1", "3"}
     for k, row in table["by_k"].items():
@@ -116,5 +116,7 @@ def test_speed_table_times_every_drafter_and_k_against_plain(pair_models, tiny) 
             low, high = m["speedup_range"]
             assert 0 < low <= m["median_speedup"] <= high
             assert 1 <= m["mean_acceptance_length"] <= int(k) + 1
+            by_set = m["mean_acceptance_length_by_set"]
+            assert set(by_set) == {"one", "two"} and min(by_set.values()) <= m["mean_acceptance_length"] <= max(by_set.values())
             assert m["speedup_per_acceptance_length"] == pytest.approx(m["median_speedup"] / m["mean_acceptance_length"])
             assert m["median_draft_ms_per_step"] > 0 and m["median_verify_ms_per_step"] > 0

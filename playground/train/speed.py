@@ -10,8 +10,10 @@ Instrumentation is off. The numbers feed the model card (`assets/models/README.m
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -26,8 +28,9 @@ from playground.train.evaluate import run_events
 SPEED_SETS = ("held-out", "mt-bench", "humaneval")
 
 
-def long_answer_prompts(backend: LocalBackend, per_set: int, max_new_tokens: int) -> list[list[int]]:
-    """Up to `per_set` first turns of each speed set whose plain greedy answer fills `max_new_tokens`."""
+def long_answer_prompts(backend: LocalBackend, per_set: int, max_new_tokens: int) -> list[tuple[str, list[int]]]:
+    """(set name, prompt ids) of up to `per_set` first turns of each speed set whose plain greedy answer fills
+    `max_new_tokens`."""
     chosen = []
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, instrument=False)
     for name in SPEED_SETS:
@@ -35,7 +38,7 @@ def long_answer_prompts(backend: LocalBackend, per_set: int, max_new_tokens: int
         for record in load_prompt_set(name).records:
             prompt = backend.encode(record.messages([]))
             if run_events(backend, prompt, "none", cfg)[-1].total_tokens == max_new_tokens:
-                chosen.append(prompt)
+                chosen.append((name, prompt))
                 found += 1
             if found == per_set:
                 break
@@ -48,12 +51,14 @@ def _step_ms(events: list[StepEvent], field: str) -> list[float]:
 
 
 def speed_table(backend: LocalBackend, prompts: list[list[int]], drafters: list[str], ks: list[int],
-                max_new_tokens: int, repeats: int) -> dict:
+                max_new_tokens: int, repeats: int, sets: list[str] | None = None) -> dict:
     """tokens/s of plain vs each (drafter, k), and the time per step split into drafting and verification.
 
     Each repeat runs every prompt once plain and once per (drafter, k), back to back; a speculative run's ratio is
     taken against the plain run of the same prompt in the same repeat. Two views of the ratios: the median over all
-    (prompt, repeat) pairs, and the pooled rate (all tokens / all time) per repeat, median over repeats."""
+    (prompt, repeat) pairs, and the pooled rate (all tokens / all time) per repeat, median over repeats. With `sets`
+    (the prompt set of each prompt), the acceptance length is also given per set."""
+    sets = sets or ["all"] * len(prompts)
     configs = [("none", 1)] + [(d, k) for d in drafters for k in ks]
     for name, k in configs:  # warm-up of every path
         run_events(backend, prompts[0], name, GenerationConfig(max_new_tokens=16, k=k, instrument=False))
@@ -63,10 +68,11 @@ def speed_table(backend: LocalBackend, prompts: list[list[int]], drafters: list[
     draft_ms: dict[tuple, list[float]] = {c: [] for c in configs}
     verify_ms: dict[tuple, list[float]] = {c: [] for c in configs}
     steps: dict[tuple, list[StepEvent]] = {c: [] for c in configs}
+    steps_by_set: dict[tuple, list[StepEvent]] = {(c, name): [] for c in configs for name in sets}
     for _ in tqdm(range(repeats), desc="speed", unit="repeat"):
         tokens = {c: 0 for c in configs}
         seconds = {c: 0.0 for c in configs}
-        for prompt in prompts:
+        for prompt, set_name in zip(prompts, sets):
             now = {}
             for name, k in configs:
                 events = run_events(backend, prompt, name, GenerationConfig(max_new_tokens=max_new_tokens, k=k,
@@ -78,6 +84,7 @@ def speed_table(backend: LocalBackend, prompts: list[list[int]], drafters: list[
                 draft_ms[(name, k)] += _step_ms(events, "draft_ms")
                 verify_ms[(name, k)] += _step_ms(events, "verify_ms")
                 steps[(name, k)] += events
+                steps_by_set[((name, k), set_name)] += events
             for c, rate in now.items():
                 rates[c].append(rate)
                 if c in ratios:
@@ -98,6 +105,8 @@ def speed_table(backend: LocalBackend, prompts: list[list[int]], drafters: list[
             "pooled_tokens_per_second": statistics.median(pooled[c]),
             "pooled_speedup": statistics.median(pooled[c]) / plain_pooled,
             "mean_acceptance_length": acceptance_length,
+            "mean_acceptance_length_by_set": {name: summarize(steps_by_set[(c, name)], k).mean_acceptance_length
+                                              for name in dict.fromkeys(sets)},
             "speedup_per_acceptance_length": speedup / acceptance_length if acceptance_length else None,
             "median_draft_ms_per_step": statistics.median(draft_ms[c]),
             "median_verify_ms_per_step": statistics.median(verify_ms[c]),
@@ -117,16 +126,18 @@ def measure(preset_name: str, ks: list[int], prompts_per_set: int, max_new_token
     torch.set_num_threads(threads)
     preset = get_preset(preset_name)
     backend = LocalBackend(preset)
-    prompts = long_answer_prompts(backend, prompts_per_set, max_new_tokens)
+    chosen = long_answer_prompts(backend, prompts_per_set, max_new_tokens)
+    sets, prompts = [name for name, _ in chosen], [prompt for _, prompt in chosen]
     if not prompts:
         raise SystemExit(f"no prompt of {', '.join(SPEED_SETS)} has a plain answer of {max_new_tokens} tokens")
     return {
         "preset": preset.name,
-        "prompts": {"sets": list(SPEED_SETS), "count": len(prompts),
+        "prompts": {"sets": list(SPEED_SETS), "count": len(prompts), "per_set": dict(Counter(sets)),
                     "mean_prompt_tokens": statistics.mean(map(len, prompts))},
         "machine": {"processor": platform.processor() or platform.machine(), "threads": threads,
-                    "torch": torch.__version__, "python": platform.python_version()},
-        "speed": speed_table(backend, prompts, list(preset.drafters), ks, max_new_tokens, repeats),
+                    "torch": torch.__version__, "python": platform.python_version(),
+                    "mkl_cbwr": os.environ.get("MKL_CBWR")},
+        "speed": speed_table(backend, prompts, list(preset.drafters), ks, max_new_tokens, repeats, sets),
     }
 
 
