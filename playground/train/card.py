@@ -31,13 +31,19 @@ def _depth_rows(acceptance: dict) -> list[str]:
     return rows
 
 
+def _by_set(m: dict) -> str:
+    """Acceptance length per prompt set ('–' in a speed.json measured before it was recorded)."""
+    by_set = m.get("mean_acceptance_length_by_set")
+    return " / ".join(f"{name} {_fmt(al)}" for name, al in by_set.items()) if by_set else "–"
+
+
 def _speed_rows(speed: dict) -> list[str]:
     plain = speed["plain"]
     rows = [
         "| decoding | k | tokens/s (median) | speedup (median, range) | pooled speedup | acceptance length | "
-        "speedup ÷ acceptance length | draft ms / step | verify ms / step |",
-        "|---|---|---|---|---|---|---|---|---|",
-        f"| plain | – | {_fmt(plain['median_tokens_per_second'], 1)} | 1.00× | 1.00× | 1 | – | – | "
+        "by prompt set | speedup ÷ acceptance length | draft ms / step | verify ms / step |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| plain | – | {_fmt(plain['median_tokens_per_second'], 1)} | 1.00× | 1.00× | 1 | – | – | – | "
         f"{_fmt(plain['median_ms_per_token'], 1)} |",
     ]
     for k, by_drafter in speed["by_k"].items():
@@ -45,7 +51,7 @@ def _speed_rows(speed: dict) -> list[str]:
             low, high = m["speedup_range"]
             rows.append(f"| {d} | {k} | {_fmt(m['median_tokens_per_second'], 1)} | {_fmt(m['median_speedup'])}× "
                         f"({_fmt(low)}–{_fmt(high)}) | {_fmt(m['pooled_speedup'])}× | "
-                        f"{_fmt(m['mean_acceptance_length'])} | {_fmt(m['speedup_per_acceptance_length'])} | "
+                        f"{_fmt(m['mean_acceptance_length'])} | {_by_set(m)} | {_fmt(m['speedup_per_acceptance_length'])} | "
                         f"{_fmt(m['median_draft_ms_per_step'], 1)} | {_fmt(m['median_verify_ms_per_step'], 1)} |")
     return rows
 
