@@ -84,12 +84,13 @@ def render(root: Path) -> str:
         "`LlamaForCausalLMEagle3` layout, float16 on disk.",
         "",
         f"Data: the target's own greedy answers (self-distillation) to {d['train_answers']} training conversations "
-        f"({d['train_answer_tokens']:,} answer tokens) of the offline prompt set (`playground/train/prompts.py`); the "
+        f"({d['train_answer_tokens']:,} answer tokens) of the offline prompt collections (`playground/train/prompts.py` "
+        "and the benchmark-shaped `task_prompts.py`; the README's training section says which steps saw which); the "
         "held-out 4 %, MT-Bench and HumanEval never enter training.",
         "",
         f"Training: same initial weights, same batches in the same order, same {d['steps']} steps of "
         f"{d['config']['batch_size']} × {d['config']['seq_len']} tokens ({d['tokens_seen']:,} tokens), TTT depth "
-        f"{d['config']['ttt_depth']}, step-loss decay 0.8, AdamW lr {d['config']['lr']}; "
+        f"{d['config']['ttt_depth']}, step-loss decay 0.8, AdamW, peak lr {d['config']['lr']} in the latest run; "
         f"{d['wall_clock_seconds'] / 60:.0f} minutes of wall clock per variant, one thread each. They differ only in "
         "`fc_norm` and `norm_output`. Learning rate at each evaluation (a run continued with `--resume` and a larger "
         "`--steps` returns to the full rate until its own decay): "
