@@ -31,14 +31,15 @@ them all in one forward pass. Guesses it agrees with are kept for free.
 ### On the shipped pair (SmolLM2-135M-Instruct and our drafters; study in `assets/bench/drift/`)
 - The carried state's RMS grows with depth for EAGLE-3 (about 11 → 20 over depths 1–8) and stays near 1.3 for
   EAGLE-3.1: that is what `norm_output` fixes.
-- At depth 8, EAGLE-3 puts 45 % of its attention on its own drafts, EAGLE-3.1 37 %; both give the first (sink)
+- At depth 8, EAGLE-3 puts 44 % of its attention on its own drafts, EAGLE-3.1 38 %; both give the first (sink)
   token about 1 % or less. The drift chart shows both shares growing with depth; EAGLE-3.1's grows less.
-- EAGLE-3.1 keeps accepting deeper drafts: held-out, mean acceptance length at k = 4 is 2.62 vs EAGLE-3's 2.39, at
-  k = 8 2.96 vs 2.47 (k = 1: 1.67 vs 1.66, no gain). Under the unfamiliar `llama3` template it keeps slightly more
-  of it (49 % vs 47 % at k = 8).
-- But on a 2-core CPU speculative decoding is **slower** than plain decoding with these drafters on long answers
-  (0.81–0.85× at k = 4, two threads): on MT-Bench and HumanEval kinds of prompts the acceptance length is only ~1.7,
-  and verifying k + 1 tokens costs this CPU about twice a plain step. Short, familiar answers can reach 1.6–1.7×.
+- EAGLE-3.1 keeps accepting deeper drafts: held-out, mean acceptance length at k = 4 is 2.58 vs EAGLE-3's 2.38, at
+  k = 8 2.88 vs 2.52 (k = 1: 1.67 vs 1.66, no gain), and it was longer in all 11 configurations of the study
+  (templates, system prompts, contexts up to ~4k tokens). Under the unfamiliar `llama3` template it keeps less of
+  its lead (1.05× at k = 8).
+- On a 2-core CPU the speedup is small on long answers: 1.16× for EAGLE-3.1 and 1.09× for EAGLE-3 at k = 4 (MT-Bench,
+  HumanEval and held-out prompts, 128 tokens, two threads; per-run range 0.70–2.15×). There the acceptance length
+  is only ~1.8, and verifying k + 1 tokens costs about 1.4 plain steps. Short, familiar answers reach ~1.4×.
   The Speed chart shows this run's measured figure, never an estimate.
 
 ### Metric definitions (vLLM's)
