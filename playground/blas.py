@@ -13,23 +13,30 @@ import os
 from pathlib import Path
 
 
-def cpu_flags(cpuinfo: str) -> tuple[str, set[str]]:
-    """(vendor id, feature flags) of the first processor in a /proc/cpuinfo text."""
-    vendor, flags = "", set()
-    for line in cpuinfo.splitlines():
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def first_processor(cpuinfo_path: Path = CPUINFO) -> dict[str, str]:
+    """The fields of the first processor in /proc/cpuinfo (vendor_id, model name, flags, …); {} where there is none."""
+    if not cpuinfo_path.is_file():
+        return {}
+    fields: dict[str, str] = {}
+    for line in cpuinfo_path.read_text(errors="replace").splitlines():
         key, _, value = line.partition(":")
-        if key.strip() == "vendor_id" and not vendor:
-            vendor = value.strip()
-        elif key.strip() == "flags" and not flags:
-            flags = set(value.split())
-    return vendor, flags
+        fields.setdefault(key.strip(), value.strip())
+    return fields
 
 
-def prefer_avx2_kernels(environ=os.environ, cpuinfo_path: Path = Path("/proc/cpuinfo")) -> bool:
+def cpu_flags(fields: dict[str, str]) -> tuple[str, set[str]]:
+    """(vendor id, feature flags) from `first_processor`'s fields."""
+    return fields.get("vendor_id", ""), set(fields.get("flags", "").split())
+
+
+def prefer_avx2_kernels(environ=os.environ, cpuinfo_path: Path = CPUINFO) -> bool:
     """Set MKL_CBWR=AVX2 on an AMD processor with AVX2 unless the user set it; True when this call set it."""
-    if "MKL_CBWR" in environ or not cpuinfo_path.is_file():
+    if "MKL_CBWR" in environ:
         return False
-    vendor, flags = cpu_flags(cpuinfo_path.read_text(errors="replace"))
+    vendor, flags = cpu_flags(first_processor(cpuinfo_path))
     if vendor != "AuthenticAMD" or not {"avx2", "fma"} <= flags:
         return False
     environ["MKL_CBWR"] = "AVX2"

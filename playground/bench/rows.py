@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 
 import torch
 import transformers
 
+from playground.blas import first_processor
 from playground.engine import AttentionMass
 
 
@@ -82,12 +82,7 @@ class BenchResult:
 
 
 def machine_info(device: str) -> dict:
-    cpu = platform.processor()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                 if line.startswith("model name")]
-        cpu = names[0] if names else cpu
+    cpu = first_processor().get("model name") or platform.processor()
     info = {"cpu": cpu or "unknown", "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__, "transformers": transformers.__version__,
             "python": platform.python_version(), "platform": platform.platform(), "device": device,
