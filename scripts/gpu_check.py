@@ -75,7 +75,7 @@ def default_preset():
 def measure_local(preset, drafters: list[str], k: int, max_new_tokens: int, repeats: int) -> list[Row]:
     from playground.backends import backend_unavailable_reason
     from playground.backends.local import LocalBackend
-    from playground.engine import GenerationConfig, summarize
+    from playground.engine import GenerationConfig
 
     reason = backend_unavailable_reason(preset)
     if reason:
@@ -87,22 +87,30 @@ def measure_local(preset, drafters: list[str], k: int, max_new_tokens: int, repe
     print(f"loaded {preset.target} ({preset.dtype} on {preset.device}) in {time.perf_counter() - started:.1f} s")
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, k=k, instrument=False)
     prompts = [backend.encode([{"role": "user", "content": p}]) for p in PROMPTS]
-    rows, plain_ids = [], {}
-    for drafter in ["none", *drafters]:
-        speeds, events_all, same = [], [], 0
-        for i, ids in enumerate(prompts):
-            for _ in range(repeats):  # stream() warms this path up first
-                events = list(backend.stream(ids, drafter, cfg))
-                speeds.append(summarize(events, k).tokens_per_second or 0.0)
-            out = [t for e in events for t in e.emitted]
-            if drafter == "none":
-                plain_ids[i] = out
-            same += out == plain_ids[i]
-            events_all += events
-        run = summarize(events_all, k)
-        rows.append(Row("plain" if drafter == "none" else f"{drafter} k={k}", statistics.median(speeds),
-                        run.mean_acceptance_length, run.per_position_acceptance, f"{same}/{len(prompts)}"))
-    return rows
+    plain_ids: dict[int, list[int]] = {}
+    return [measure_path("plain" if drafter == "none" else f"{drafter} k={k}", prompts, repeats, k, plain_ids,
+                         lambda ids, drafter=drafter: list(backend.stream(ids, drafter, cfg)))  # warms up first
+            for drafter in ["none", *drafters]]
+
+
+def measure_path(label: str, prompts: list[list[int]], repeats: int, k: int, plain_ids: dict[int, list[int]],
+                 run_once) -> Row:
+    """Median speed over prompts × repeats of one path (`run_once(ids)` → events), and whether its greedy answers
+    equal plain decoding's (the first path measured, whose answers fill `plain_ids`)."""
+    from playground.engine import summarize
+
+    speeds, events_all, same = [], [], 0
+    for i, ids in enumerate(prompts):
+        for _ in range(repeats):
+            events = run_once(ids)
+            speeds.append(summarize(events, k).tokens_per_second or 0.0)
+        out = [t for e in events for t in e.emitted]
+        plain_ids.setdefault(i, out)
+        same += out == plain_ids[i]
+        events_all += events
+    run = summarize(events_all, k)
+    return Row(label, statistics.median(speeds), run.mean_acceptance_length, run.per_position_acceptance,
+               f"{same}/{len(prompts)}")
 
 
 def part_env(_: argparse.Namespace) -> None:
@@ -154,7 +162,7 @@ def part_local_llama(args: argparse.Namespace) -> None:
 def measure_vllm(preset, drafter: str, k: int, max_new_tokens: int, repeats: int) -> list[Row]:
     from playground.backends import backend_unavailable_reason
     from playground.backends.vllm_backend import VllmBackend
-    from playground.engine import GenerationConfig, summarize
+    from playground.engine import GenerationConfig
 
     reason = backend_unavailable_reason(preset)
     if reason:
@@ -170,24 +178,19 @@ def measure_vllm(preset, drafter: str, k: int, max_new_tokens: int, repeats: int
         print(f"vLLM engine for drafter {name!r} started in {time.perf_counter() - started:.0f} s")
         for ids in prompts[:1]:  # warm-up of this engine (CUDA graphs, caches)
             list(backend.stream(ids, name, cfg))
-        speeds, events_all, counters, same, unresolved = [], [], None, 0, 0
-        for i, ids in enumerate(prompts):
-            for _ in range(repeats):
-                stream = backend.stream(ids, name, cfg)
-                events = list(stream)
-                speeds.append(summarize(events, k).tokens_per_second or 0.0)
-                unresolved += stream.stepper.unresolved
-                if stream.server_counters is not None:
-                    counters = stream.server_counters if counters is None else counters + stream.server_counters
-            out = [t for e in events for t in e.emitted]
-            if name == "none":
-                plain_ids[i] = out
-            same += out == plain_ids[i]
-            events_all += events
-        run = summarize(events_all, k)
+        counters, unresolved = None, 0
+
+        def run_once(ids: list[int], name: str = name) -> list:
+            nonlocal counters, unresolved
+            stream = backend.stream(ids, name, cfg)
+            events = list(stream)
+            unresolved += stream.stepper.unresolved
+            if stream.server_counters is not None:
+                counters = stream.server_counters if counters is None else counters + stream.server_counters
+            return events
+
         label = "plain (vLLM)" if name == "none" else f"{name} k={k} (vLLM)"
-        rows.append(Row(label, statistics.median(speeds), run.mean_acceptance_length, run.per_position_acceptance,
-                        f"{same}/{len(prompts)}"))
+        rows.append(measure_path(label, prompts, repeats, k, plain_ids, run_once))
         if counters is not None:
             print(f"  vLLM's own counters for {name}: AL {counters.mean_acceptance_length}, per position "
                   f"{[round(p, 3) for p in counters.per_position_acceptance or []]}; merged deltas: {unresolved}")

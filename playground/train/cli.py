@@ -109,27 +109,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads per process")
     p.set_defaults(func=_distill)
 
-    p = stages.add_parser("evaluate", help="held-out acceptance, drift and losslessness of a preset's drafters")
-    p.add_argument("--preset", default="smollm2-135m")
-    p.add_argument("--out", type=Path, default=Path("assets/models/smollm2-135m/evaluation.json"))
-    p.add_argument("--prompts", type=int, default=12, help="number of held-out prompts for the acceptance table")
-    p.add_argument("--k", default="1,2,3,4,5,6,7,8", help="comma list of speculative depths for the acceptance table")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="answer budget of the acceptance table")
+    p = _measurement_stage(stages, "evaluate", "held-out acceptance, drift and losslessness of a preset's drafters",
+                           out="evaluation.json", ks="1,2,3,4,5,6,7,8",
+                           prompts=(12, "number of held-out prompts for the acceptance table"), max_new_tokens=64,
+                           threads=(1, "torch threads (timing is not measured here)"))
     p.add_argument("--template-k", type=int, default=4, help="k of the unfamiliar-template comparison")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (timing is not measured here)")
     p.set_defaults(func=_evaluate)
 
-    p = stages.add_parser("speed", help="plain vs speculative tokens/s of a preset's drafters (run it alone)")
-    p.add_argument("--preset", default="smollm2-135m")
-    p.add_argument("--out", type=Path, default=Path("assets/models/smollm2-135m/speed.json"))
-    p.add_argument("--k", default="2,3,4", help="comma list of speculative depths")
-    p.add_argument("--prompts", type=int, default=2, help="prompts per set (held-out, MT-Bench, HumanEval)")
-    p.add_argument("--max-new-tokens", type=int, default=128, help="answer budget (prompts must fill it)")
+    p = _measurement_stage(stages, "speed", "plain vs speculative tokens/s of a preset's drafters (run it alone)",
+                           out="speed.json", ks="2,3,4", prompts=(2, "prompts per set (held-out, MT-Bench, HumanEval)"),
+                           max_new_tokens=128, threads=(2, "torch threads (the machine's cores)"))
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2, help="torch threads (the machine's cores)")
     p.set_defaults(func=_speed)
 
     p = stages.add_parser("card", help="render the model card from the training and evaluation logs")
     p.add_argument("--root", type=Path, default=Path("assets/models/smollm2-135m"))
     p.add_argument("--out", type=Path, default=Path("assets/models/README.md"))
     p.set_defaults(func=_card)
+
+
+def _measurement_stage(stages: argparse._SubParsersAction, name: str, help: str, out: str, ks: str,
+                       prompts: tuple[int, str], max_new_tokens: int,
+                       threads: tuple[int, str]) -> argparse.ArgumentParser:
+    """A stage that measures a preset's drafters (evaluate, speed): the options they share, with their defaults."""
+    p = stages.add_parser(name, help=help)
+    p.add_argument("--preset", default="smollm2-135m")
+    p.add_argument("--out", type=Path, default=Path("assets/models/smollm2-135m") / out)
+    p.add_argument("--k", default=ks, help="comma list of speculative depths")
+    p.add_argument("--prompts", type=int, default=prompts[0], help=prompts[1])
+    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help="answer budget")
+    p.add_argument("--threads", type=int, default=threads[0], help=threads[1])
+    return p
