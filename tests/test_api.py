@@ -43,7 +43,7 @@ def test_chat_streams_text_and_metrics(client: Client) -> None:
     answer = answer[0]["text"] if isinstance(answer, list) else answer
     assert chatbot[-2]["role"] == "user" and 'class="tok-' in answer
     assert run["text"] and run["metrics"]["generated_tokens"] == len(run["token_ids"]) > 0
-    assert run["metrics"]["mean_acceptance_length"] >= 1 and run["baseline"]["bursts"] >= 3
+    assert run["metrics"]["mean_acceptance_length"] >= 1 and run["baseline"]["groups"] >= 3
     low, high = run["speedup_range"]
     assert 0 < low <= run["speedup"] <= high and "mean acceptance length" in stats
     assert all(fig["type"] == "plotly" for fig in (accept, speedup, position, drift, rms))

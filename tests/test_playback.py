@@ -37,7 +37,7 @@ def test_chat_keeps_plain_text_history(pair_models: Path) -> None:
     conversation = Conversation()
     snapshots = answer(conversation)
     run = snapshots[-1]
-    assert run.finished and run.baseline.bursts >= 3 and run.baseline.tokens_per_second > 0
+    assert run.finished and run.baseline.groups >= 3 and run.baseline.tokens_per_second > 0
     backend = shared_backend(get_preset("smollm2-135m"))
     assert run.text == backend.decode(run.token_ids) and run.text
     assert run.view().metrics.generated_tokens == len(run.token_ids)
@@ -95,7 +95,7 @@ def test_compare_interleaves_both_runs(pair_models: Path) -> None:
         both_running |= all(run.events and not run.finished for run in runs)
     assert both_running, "the two runs should advance together, not one after the other"
     assert comparison.left.finished and comparison.right.finished
-    assert comparison.left.baseline.bursts >= 3 and comparison.right.baseline.bursts >= 3  # each timed beside it
+    assert comparison.left.baseline.groups >= 3 and comparison.right.baseline.groups >= 3  # each timed beside it
     assert comparison.left.view().label == "EAGLE-3, k=3" and comparison.right.view().label == "EAGLE-3.1, k=5"
 
 
@@ -171,59 +171,90 @@ def test_plain_against_its_live_baseline_reads_one_within_the_shown_range(pair_m
     for _ in range(3):
         run = answer(Conversation(), max_new_tokens=1000, drafter="none")[-1]
         low, high = run.view().speedup_range
-        assert run.baseline.bursts >= 3 and low <= 1.0 <= high, (run.view().speedup, low, high)
+        assert run.baseline.groups >= 3 and low <= 1.0 <= high, (run.view().speedup, low, high)
 
 
-def test_baseline_sampler_takes_its_share_at_the_runs_position() -> None:
-    """The sampler's bookkeeping with a scripted probe: each burst asks for plain steps at the run's current context
-    (prompt + the run's tokens), the spend stays near its share, finishing tops up to a spread, and a full context
-    ends the sampling instead of looping."""
-    from playground.playback.baseline import BURST_SECONDS, BURST_TOKENS, MIN_BURSTS, SHARE, BaselineSampler
+def test_baseline_sampler_takes_its_share_one_step_at_a_time_at_the_runs_position() -> None:
+    """The sampler's bookkeeping with a scripted probe: at most one timed step between two of the run's steps, at the
+    run's current context (prompt + its tokens), its spend near its share, finishing tops up to a spread, and a
+    stopped run is not topped up."""
+    from playground.playback.baseline import GROUP_SECONDS, GROUP_STEPS, MIN_GROUPS, SHARE, BaselineSampler
 
     class ScriptedProbe:
-        def __init__(self, room: int) -> None:
-            self.contexts, self.room = [], room
+        def __init__(self) -> None:
+            self.contexts = []
 
-        def time_steps(self, context: list[int], min_steps: int, min_seconds: float) -> list[float]:
+        def time_step(self, context: list[int]) -> float:
             self.contexts.append(list(context))
-            if len(context) >= self.room:
-                return []
-            time.sleep(0.05)  # the catch-up forward: spent, not timed
-            return [0.02] * max(min_steps, round(min_seconds / 0.02))
+            time.sleep(0.03)  # the catch-up forward: spent, not timed
+            return 0.02
 
     def step(i: int, elapsed_ms: float) -> StepEvent:
         return StepEvent(step=i, drafted=[], accepted=0, emitted=[10 + i], elapsed_ms=elapsed_ms)
 
-    run = SimpleNamespace(events=[step(0, 0.0), step(1, 800.0)], baseline=None)
-    run.token_ids = [10, 11]
-    probe = ScriptedProbe(room=100)
+    run = SimpleNamespace(events=[step(0, 0.0)], token_ids=[10], baseline=None)
+    probe = ScriptedProbe()
     sampler = BaselineSampler(probe, [1, 2, 3], run, NEVER)
     sampler.keep_up()
-    assert probe.contexts[0] == [1, 2, 3, 10, 11] and SHARE * 0.8 <= sampler.spent_s < SHARE * 0.8 + 0.2
-    assert run.baseline.tokens_per_second == pytest.approx(50.0) and run.baseline.tokens >= BURST_TOKENS
-    assert run.baseline.tokens * 0.02 >= BURST_SECONDS * run.baseline.bursts - 1e-9
+    assert probe.contexts == [] and run.baseline is None  # no decode time yet: nothing owed
+    for i in range(1, 41):  # 40 run steps of 100 ms
+        run.events.append(step(i, i * 100.0))
+        run.token_ids = [10 + j for j in range(i + 1)]
+        calls = len(probe.contexts)
+        sampler.keep_up()
+        assert len(probe.contexts) - calls <= 1
+        if len(probe.contexts) > calls:
+            assert probe.contexts[-1] == [1, 2, 3, *run.token_ids]
+    assert SHARE * 4.0 <= sampler.spent_s <= SHARE * 4.0 + 0.1  # 4 s of decoding
+    assert run.baseline.tokens == len(probe.contexts) and run.baseline.tokens_per_second == pytest.approx(50.0)
+    assert run.baseline.groups == len(probe.contexts) // max(GROUP_STEPS, round(GROUP_SECONDS / 0.02))
+
     short = SimpleNamespace(events=[step(0, 0.0), step(1, 10.0)], token_ids=[10, 11], baseline=None)
-    topped_up = BaselineSampler(ScriptedProbe(room=100), [1, 2, 3], short, NEVER)
+    topped_up = BaselineSampler(ScriptedProbe(), [1, 2, 3], short, NEVER)
     topped_up.keep_up()
-    assert short.baseline.bursts == 1  # 10 ms of run: one burst is already past the share
+    assert short.baseline.tokens == 1  # 10 ms of run: one step is already past the share
     topped_up.finish()
-    assert short.baseline.bursts == MIN_BURSTS
-    full = BaselineSampler(ScriptedProbe(room=3), [1, 2, 3], run, NEVER)
-    full.finish()
-    assert full.exhausted and full.estimate is None
+    assert short.baseline.groups == MIN_GROUPS
+    stopped = SimpleNamespace(events=[step(0, 0.0), step(1, 10.0)], token_ids=[10, 11], baseline=None)
+    BaselineSampler(ScriptedProbe(), [1, 2, 3], stopped, lambda: True).finish()
+    assert stopped.baseline is None
 
 
-def test_plain_probe_times_steps_at_the_context_it_is_given(tiny) -> None:
-    """The probe catches its cache up with the run's tokens, times one-token steps from there, and forgets its own
-    tokens at the next burst."""
+@pytest.mark.parametrize("steps, groups", [
+    ([0.02] * 10, [[0.02] * 4] + [[0.02] * 6]),  # 3 groups of 4 would leave the last one short: it joins
+    ([0.01] * 12, [[0.01] * 5, [0.01] * 7]),  # a group needs 50 ms as well as 4 steps
+    ([0.5], [[0.5]]),  # a single step is one group
+])
+def test_timed_steps_pool_into_groups_of_enough_steps_and_time(steps: list[float], groups: list[list[float]]) -> None:
+    from playground.playback.baseline import pool
+
+    baseline = pool(steps)
+    rates = [len(g) / sum(g) for g in groups]
+    assert baseline.groups == len(groups) and baseline.tokens == len(steps)
+    assert baseline.tokens_per_second == pytest.approx(len(steps) / sum(steps))
+    assert (baseline.slowest, baseline.fastest) == (pytest.approx(min(rates)), pytest.approx(max(rates)))
+
+
+def test_plain_probe_times_a_plain_step_on_the_runs_own_text(tiny) -> None:
+    """The probe's timed step feeds the run's next token and its catch-up feeds the rest, so its cache holds exactly
+    the run's text: the next token's logits equal a fresh forward's. When the run has not moved, the last position is
+    timed again."""
+    import torch
+
     from playground.engine import PlainProbe
 
-    probe = PlainProbe(tiny.target)
+    target = tiny.target
+    probe = PlainProbe(target)
     context = tiny.training_prompts[0] + [5, 6, 7]
-    seconds = probe.time_steps(context, 3, 0.0)
-    assert len(seconds) == 3 and all(s > 0 for s in seconds)
-    assert probe._cache.get_seq_length() == len(context) + 2  # the context, then its own first two tokens
-    longer = context + [8, 9]
-    assert len(probe.time_steps(longer, 2, 0.0)) == 2 and probe._cache.get_seq_length() == len(longer) + 1
-    edge = [5] * (tiny.target.max_positions - 2)
-    assert len(PlainProbe(tiny.target).time_steps(edge, 5, 0.0)) == 2  # no step past the target's context
+    assert probe.time_step(context) > 0 and probe._cache.get_seq_length() == len(context)
+    longer = context + [8, 9, 10, 11]
+    probe.time_step(longer)  # times longer[len(context)], then catches up to longer[:-1]
+    assert probe._cache.get_seq_length() == len(longer) - 1
+    probe.time_step(longer)
+    probe.time_step(longer)  # nothing new: the last position again
+    assert probe._cache.get_seq_length() == len(longer)
+    fresh = target.forward(longer, target.new_cache(), last_only=True).logits[-1]
+    probe._fed -= 1  # feed the last token once more, by hand, on the probe's cache
+    target.rollback(probe._cache, probe._fed)
+    again = target.forward([longer[-1]], probe._cache, last_only=True).logits[-1]
+    torch.testing.assert_close(again, fresh, rtol=1e-4, atol=1e-4)

@@ -94,7 +94,7 @@ def _run(drafter: str, k: int = 4, instrument: bool = True) -> list[StepEvent]:
     return events
 
 
-BASELINE = Baseline(tokens_per_second=100.0, slowest=80.0, fastest=125.0, bursts=5, tokens=20)
+BASELINE = Baseline(tokens_per_second=100.0, slowest=80.0, fastest=125.0, groups=5, tokens=20)
 
 
 @pytest.fixture(scope="module")
@@ -133,8 +133,8 @@ def test_figures_draw_what_a_run_has(views: dict[str, RunView]) -> None:
     assert [t.y[0] for t in speed.data] == ["plain decoding", v.label] and "Speedup" in speed.layout.title.text
     assert speed.data[0].x[0] == 100.0 and speed.data[1].x[0] == pytest.approx(v.metrics.decode_tokens_per_second)
     assert (speed.data[0].error_x.arrayminus[0], speed.data[0].error_x.array[0]) == (20.0, 25.0)  # slowest–fastest
-    stretches = window_rates(v.events, BASELINE.bursts)  # the run cut into as many stretches as there are bursts
-    assert len(stretches) == BASELINE.bursts and min(stretches) <= v.metrics.decode_tokens_per_second <= max(stretches)
+    stretches = window_rates(v.events, BASELINE.groups)  # the run cut into as many stretches as there are groups
+    assert len(stretches) == BASELINE.groups and min(stretches) <= v.metrics.decode_tokens_per_second <= max(stretches)
     low, high = v.speedup_range
     assert low == pytest.approx(min(stretches) / 125) and high == pytest.approx(max(stretches) / 80)
     assert f"{v.speedup:.2f}× ({low:.2f}–{high:.2f})" in speed.layout.title.text
@@ -177,7 +177,7 @@ def test_summary_table_and_stats(views: dict[str, RunView]) -> None:
     assert table.loc[0, "speedup range"] == f"{low:.2f}–{high:.2f}" and table.loc[1, "speedup range"] != "—"
     stats = stats_html(views["eagle3.1"])
     assert html.escape(MEAN_ACCEPTANCE_LENGTH_HELP, quote=True) in stats and "speedup (" in stats
-    assert "plain tok/s (5 bursts)" in stats and "slowest 80.0, fastest 125.0 tok/s" in stats
+    assert "plain tok/s (20 steps)" in stats and "slowest group 80.0, fastest 125.0 tok/s" in stats
 
 
 def test_depth_colours_are_a_sequential_palette_shared_by_text_and_charts() -> None:

@@ -124,36 +124,41 @@ def plain_generate(target: Target, prompt_ids: list[int], cfg: GenerationConfig,
 class PlainProbe:
     """Times plain decode steps at the position a run has reached: the live speedup's baseline.
 
-    Plain decoding slows as its context grows (attention and the KV cache), so a baseline timed near the start of an
-    answer flatters a run that has gone far past it. Before each burst the probe's cache catches up, in one untimed
-    forward, with the tokens the run has produced since the last burst; it then times one-token greedy steps from
-    there — exactly the work `plain_generate` does per token — and forgets its own tokens again at the next burst.
+    Each sample is one step of exactly the work `plain_generate` does per token — a one-token forward and the greedy
+    choice — fed the run's own next token, so the probe's cache only ever holds the run's text. Plain decoding slows as
+    its context grows, so after each timed step the probe catches up, in one untimed forward, with the tokens the run
+    has produced since: the next sample is timed where the run then is. The catch-up comes after the timed step, not
+    before it, so the timed step, like the run's own steps, follows other work on other caches.
     """
 
     def __init__(self, target: Target) -> None:
         self.target = target
         self._cache = target.new_cache()
-        self._matched = 0  # cache positions that hold the run's own tokens
+        self._fed = 0  # the run's tokens in the probe's cache
 
     @torch.inference_mode()
-    def time_steps(self, context: list[int], min_steps: int, min_seconds: float) -> list[float]:
-        """Seconds of each plain step continuing `context` (the prompt and the run's tokens so far): at least
-        `min_steps` steps and `min_seconds` in all, fewer only where the target's context ends."""
-        t = self.target
-        room = t.max_positions - len(context)
-        if room < 1 or not context:
-            return []
-        t.rollback(self._cache, self._matched)
-        if len(context) - 1 > self._matched:
-            t.forward(context[self._matched : -1], self._cache, last_only=True)
-        self._matched = len(context)
-        token, seconds, total = context[-1], [], 0.0
-        while len(seconds) < room and (len(seconds) < min_steps or total < min_seconds):
-            start = t.clock()
-            token = int(t.forward([token], self._cache, last_only=True).logits[-1].argmax())
-            seconds.append(t.clock() - start)
-            total += seconds[-1]
+    def time_step(self, context: list[int]) -> float:
+        """Seconds of one plain step at the probe's position in `context` (the prompt and the run's tokens so far; its
+        last token where the probe has caught up with all of it), then an untimed catch-up with `context`."""
+        if not context:
+            raise ValueError("nothing to continue: the context is empty")
+        if self._fed == 0:
+            self._catch_up(context)  # the first sample is timed where the run is
+        if self._fed >= len(context):  # the run has not moved since the last sample: time its last position again
+            self._fed = len(context) - 1
+            self.target.rollback(self._cache, self._fed)
+        start = self.target.clock()
+        int(self.target.forward([context[self._fed]], self._cache, last_only=True).logits[-1].argmax())
+        seconds = self.target.clock() - start
+        self._fed += 1
+        self._catch_up(context)
         return seconds
+
+    def _catch_up(self, context: list[int]) -> None:
+        """Feed the run's tokens up to the last one, which the next timed step feeds."""
+        if len(context) - 1 > self._fed:
+            self.target.forward(context[self._fed : -1], self._cache, last_only=True)
+            self._fed = len(context) - 1
 
 
 @dataclass

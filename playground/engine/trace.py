@@ -10,9 +10,9 @@ summaries, the server's `/metrics` and per-request usage, and reads back vLLM's 
 - tokens per second = emitted tokens / wall time of the decode loop (prefill included)
 - decode tokens per second = the same after the first step (which holds the prefill): the steady rate
 - live speedup = decode tokens per second of the run / the `Baseline`'s (plain decode steps at the run's position
-  on the same machine, timed in short bursts between the run's steps). Its range sets the run's slowest stretch
-  against the fastest burst and the run's fastest stretch against the slowest burst, the run cut into as many
-  stretches of equal time as there are bursts (`window_rates`): noise on either side widens it
+  on the same machine, timed one at a time between the run's steps, pooled into groups). Its range sets the run's
+  slowest stretch against the fastest group and the run's fastest stretch against the slowest group, the run cut
+  into as many stretches of equal time as there are groups (`window_rates`): noise on either side widens it
 
 A field a backend cannot provide is None, never zero, so that the UI can say why it is missing.
 """
@@ -85,20 +85,20 @@ class RunMetrics:
 
 @dataclass(frozen=True)
 class Baseline:
-    """Plain decoding measured alongside a run: decode steps timed in short bursts."""
+    """Plain decoding measured alongside a run: decode steps timed one at a time, pooled into groups for the spread."""
 
-    tokens_per_second: float  # pooled: burst tokens / burst time
-    slowest: float  # tokens/s of the slowest burst
+    tokens_per_second: float  # pooled: timed steps / their time
+    slowest: float  # tokens/s of the slowest group
     fastest: float
-    bursts: int
-    tokens: int
+    groups: int
+    tokens: int  # timed steps (one token each)
 
     def speedup(self, tokens_per_second: float | None) -> float | None:
         return tokens_per_second / self.tokens_per_second if tokens_per_second else None
 
     def speedup_range(self, events: list[StepEvent]) -> tuple[float, float] | None:
-        """(slowest stretch of the run / fastest burst, fastest stretch / slowest burst)."""
-        rates = window_rates(events, self.bursts)
+        """(slowest stretch of the run / fastest group, fastest stretch / slowest group)."""
+        rates = window_rates(events, self.groups)
         return (min(rates) / self.fastest, max(rates) / self.slowest) if rates else None
 
     def to_dict(self) -> dict:

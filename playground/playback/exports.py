@@ -21,9 +21,10 @@ CSV_COLUMNS = [
 TIMING_NOTE = ("elapsed_ms counts time inside the decode loop only (pauses for UI rendering or for the other side "
                "of a comparison are excluded); tokens_per_second = generated tokens / elapsed time; "
                "seen_tokens_per_second = generated tokens / wall-clock time with those pauses, as the user saw it; "
-               "baseline = plain decode steps timed in bursts between the run's steps, at the run's position; speedup = "
-               "metrics.decode_tokens_per_second / baseline.tokens_per_second; speedup_range = the run's slowest "
-               "stretch / the fastest burst to its fastest stretch / the slowest burst.")
+               "baseline = plain decode steps timed one at a time between the run's steps, at the run's position, "
+               "pooled into groups; speedup = metrics.decode_tokens_per_second / baseline.tokens_per_second; "
+               "speedup_range = the run's slowest stretch / the fastest group to its fastest stretch / the slowest "
+               "group.")
 
 
 def _joined(values: Iterable | None, pattern: str = "{}") -> str:

@@ -47,10 +47,11 @@ them all in one forward pass. Guesses it agrees with are kept for free.
 - Per-position acceptance rate = drafts accepted at position *i* / drafting steps.
 - {DRAFT_ACCEPTANCE_RATE_HELP}
 - Speedup = the run's decode rate (tokens after the first / decode-loop time after the first step) / plain
-  decoding's. Plain decode steps are timed alongside the answer, in short bursts between its steps, at the position
+  decoding's. Plain decode steps are timed alongside the answer, one at a time between its steps, at the position
   the answer has reached — same machine, same moment, same load, same context length — taking up to a quarter of
-  the answer's time. The range sets the answer's slowest stretch against the fastest burst and its fastest stretch
-  against the slowest burst, so plain against plain reads 1.00× within it. Timings count only
+  the answer's time. The timed steps are pooled into groups of at least four; the range sets the answer's slowest
+  stretch against the fastest group and its fastest stretch against the slowest group, so plain against plain reads
+  1.00× within it. Timings count only
   the decode loop: pauses while the page renders, while the other side of a comparison steps or while the baseline
   measures are left out. The *tok/s seen* card puts them back: the rate you actually watched.
 """

@@ -186,7 +186,7 @@ def hidden_rms_figure(views: list[RunView]) -> go.Figure:
 
 def speedup_figure(views: list[RunView]) -> go.Figure:
     """Decode rate of each run so far next to plain decoding measured alongside it (whiskers: slowest to fastest
-    plain burst)."""
+    group of plain steps)."""
     title = TITLES["speedup"]
     running = [(i, v) for i, v in enumerate(views) if v.metrics.decode_tokens_per_second]
     baselines = list({id(v.baseline): (v, v.baseline) for v in views if v.baseline}.values())
@@ -201,8 +201,8 @@ def speedup_figure(views: list[RunView]) -> go.Figure:
         fig.add_bar(x=[b.tokens_per_second], y=[label], orientation="h", marker_color=BASELINE_COLOUR,
                     error_x={"type": "data", "symmetric": False, "array": [b.fastest - b.tokens_per_second],
                              "arrayminus": [b.tokens_per_second - b.slowest], "color": MUTED},
-                    text=[f"{b.tokens_per_second:.0f} tok/s ({b.bursts} bursts)"], textposition="inside",
-                    insidetextanchor="start", hovertemplate=f"{label}: %{{x:.1f}} tokens/s, bursts "
+                    text=[f"{b.tokens_per_second:.0f} tok/s ({b.tokens} steps)"], textposition="inside",
+                    insidetextanchor="start", hovertemplate=f"{label}: %{{x:.1f}} tokens/s, groups of steps "
                     f"{b.slowest:.1f}–{b.fastest:.1f}<extra></extra>")
     for i, view in running:
         rate = view.metrics.decode_tokens_per_second

@@ -15,11 +15,11 @@ MEAN_ACCEPTANCE_LENGTH_HELP = (
 DRAFT_ACCEPTANCE_RATE_HELP = "Draft acceptance rate = accepted draft tokens / drafted tokens."
 SPEEDUP_HELP = ("Speedup = the engine's decode rate of this run / plain decoding's, measured alongside it on this "
                 "machine (never derived from acceptance length). The range sets this run's slowest stretch against "
-                "the fastest plain burst and its fastest against the slowest: how much the machine's noise could "
-                "move the figure.")
-BASELINE_HELP = ("Plain decode steps of this target on this machine, timed in short bursts between this run's steps "
+                "the fastest group of plain steps and its fastest against the slowest: how much the machine's noise "
+                "could move the figure.")
+BASELINE_HELP = ("Plain decode steps of this target on this machine, timed one at a time between this run's steps "
                  "at the position the run has reached, so both see the same load and context length (it costs the "
-                 "run some time). The rate pools every burst.")
+                 "run some time). The rate pools every timed step.")
 TOKENS_PER_SECOND_HELP = ("The engine's decode rate: tokens after the first / time inside the decode loop after the "
                           "first step (which holds the prefill). Pauses while the page renders, the other side of a "
                           "comparison steps or the baseline measures are left out. The speedup uses this rate.")
@@ -46,8 +46,8 @@ def baseline_card(view: RunView) -> tuple[str, str, str]:
     if b is None:
         missing = view.missing.get("baseline")
         return ("n/a", "plain tok/s", missing) if missing else ("measuring…", "plain tok/s", BASELINE_HELP)
-    return (f"{b.tokens_per_second:.0f}", f"plain tok/s ({b.bursts} burst{'s' * (b.bursts != 1)})",
-            f"{BASELINE_HELP} {b.tokens} tokens in {b.bursts} bursts; slowest {b.slowest:.1f}, fastest "
+    return (f"{b.tokens_per_second:.0f}", f"plain tok/s ({b.tokens} step{'s' * (b.tokens != 1)})",
+            f"{BASELINE_HELP} {b.tokens} steps in {b.groups} groups; slowest group {b.slowest:.1f}, fastest "
             f"{b.fastest:.1f} tok/s.")
 
 

@@ -14,7 +14,7 @@ class RunView:
     k: int
     events: list[StepEvent]
     metrics: RunMetrics
-    baseline: Baseline | None = None  # plain decoding measured alongside; None until its first burst
+    baseline: Baseline | None = None  # plain decoding measured alongside; None until its first timed step
     missing: dict[str, str] = field(default_factory=dict)  # StepEvent fields (and "baseline") the backend cannot
     # provide, and why: a backend's `missing_fields`
     seen_tokens_per_second: float | None = None  # wall clock, rendering pauses included: what the user saw
