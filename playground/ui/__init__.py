@@ -29,18 +29,18 @@ them all in one forward pass. Guesses it agrees with are kept for free.
   state). The drift chart shows where the drafter looks at each depth; the RMS chart, how large the carried state is.
 
 ### On the shipped pair (SmolLM2-135M-Instruct and our drafters; study in `assets/bench/drift/`)
-- The carried state's RMS grows with depth for EAGLE-3 (about 11 → 20 over depths 1–8) and stays near 1.3 for
+- The carried state's RMS grows with depth for EAGLE-3 (about 11 → 21 over depths 1–8) and stays near 1.3 for
   EAGLE-3.1: that is what `norm_output` fixes.
-- At depth 8, EAGLE-3 puts 44 % of its attention on its own drafts, EAGLE-3.1 38 %; both give the first (sink)
+- At depth 8, EAGLE-3 puts 46 % of its attention on its own drafts, EAGLE-3.1 39 %; both give the first (sink)
   token about 1 % or less. The drift chart shows both shares growing with depth; EAGLE-3.1's grows less.
-- EAGLE-3.1 keeps accepting deeper drafts: held-out, mean acceptance length at k = 4 is 2.58 vs EAGLE-3's 2.38, at
-  k = 8 2.88 vs 2.52 (k = 1: 1.67 vs 1.66, no gain), and it was longer in all 11 configurations of the study
-  (templates, system prompts, contexts up to ~4k tokens). Under the unfamiliar `llama3` template it keeps less of
-  its lead (1.05× at k = 8).
-- On a 2-core CPU the speedup is small on long answers: 1.16× for EAGLE-3.1 and 1.09× for EAGLE-3 at k = 4 (MT-Bench,
-  HumanEval and held-out prompts, 128 tokens, two threads; per-run range 0.70–2.15×). There the acceptance length
-  is only ~1.8, and verifying k + 1 tokens costs about 1.4 plain steps. Short, familiar answers reach ~1.4×.
-  The Speed chart shows this run's measured figure, never an estimate.
+- EAGLE-3.1 keeps accepting deeper drafts: held-out, mean acceptance length at k = 4 is 2.65 vs EAGLE-3's 2.44, at
+  k = 8 2.98 vs 2.54 (k = 1: 1.69 vs 1.67, almost no gain), and it was longer in all 11 configurations of the study
+  (templates, system prompts, contexts up to ~4k tokens). From ~41 to ~4k prompt tokens it keeps a little less of
+  its acceptance length than EAGLE-3 (48 % vs 53 %), though it stays longer (1.11× at ~4k).
+- On a 2-core CPU the speedup is modest on long answers: 1.36× for EAGLE-3.1 and 1.21× for EAGLE-3 at k = 4
+  (MT-Bench, HumanEval and held-out prompts, 128 tokens, two threads; per-run range 0.74–2.18×). There the
+  acceptance length is only ~1.8–1.9, and verifying k + 1 tokens costs about 1.3 plain steps. Short, familiar
+  answers reach ~1.5–1.8×. The Speed chart shows this run's measured figure, never an estimate.
 
 ### Metric definitions (vLLM's)
 - {MEAN_ACCEPTANCE_LENGTH_HELP}
