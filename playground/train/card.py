@@ -109,8 +109,8 @@ def render(root: Path) -> str:
         "",
         "## Measured (`assets/models/smollm2-135m/evaluation.json`)",
         "",
-        f"Command: `python -m playground train evaluate` (torch threads: {evaluation['machine']['threads']}, "
-        f"{evaluation['machine']['processor']}, torch {evaluation['machine']['torch']}). Greedy.",
+        f"Command: `python -m playground train evaluate` (torch threads: {evaluation['machine']['torch_threads']}, "
+        f"{evaluation['machine']['cpu']}, torch {evaluation['machine']['torch']}). Greedy.",
         "",
         f"Acceptance on {evaluation['prompts']['count']} held-out prompts (first turns, mean "
         f"{evaluation['prompts']['mean_prompt_tokens']:.0f} prompt tokens), default template:",
@@ -129,7 +129,7 @@ def render(root: Path) -> str:
         "## Speed (`assets/models/smollm2-135m/speed.json`)",
         "",
         f"Command: `python -m playground train speed`, run alone on the machine (torch threads: "
-        f"{measured_speed['machine']['threads']}, {measured_speed['machine']['processor']}). "
+        f"{measured_speed['machine']['torch_threads']}, {measured_speed['machine']['cpu']}). "
         f"{measured_speed['prompts']['count']} prompts from {', '.join(measured_speed['prompts']['sets'])} whose plain "
         f"answers fill {speed['max_new_tokens']} tokens; greedy, instrumentation off; plain and every (drafter, k) "
         f"back to back per prompt after a warm-up, {speed['runs_per_config']} runs each. The speedup is the median "

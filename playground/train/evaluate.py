@@ -9,7 +9,6 @@ model card (`assets/models/README.md`).
 from __future__ import annotations
 
 import json
-import platform
 import statistics
 from dataclasses import asdict
 from pathlib import Path
@@ -21,6 +20,7 @@ from playground.backends.local import LocalBackend
 from playground.engine import GenerationConfig, StepEvent, summarize
 from playground.presets import get_preset
 from playground.bench.prompts import load_prompt_set
+from playground.bench.rows import machine_info
 
 
 def run_events(backend: LocalBackend, prompt: list[int], drafter: str, cfg: GenerationConfig) -> list[StepEvent]:
@@ -73,8 +73,7 @@ def evaluate(preset_name: str, n_prompts: int, ks: list[int], max_new_tokens: in
         "preset": preset.name,
         "prompts": {"source": "assets/prompts/held-out.jsonl (first turns; never trained on)",
                     "count": len(prompts), "mean_prompt_tokens": statistics.mean(map(len, prompts))},
-        "machine": {"processor": platform.processor() or platform.machine(), "threads": threads,
-                    "torch": torch.__version__, "python": platform.python_version()},
+        "machine": machine_info(preset.device),
         "acceptance": acceptance_table(backend, prompts, drafters, ks, max_new_tokens),
         "unfamiliar_template": {"template": unfamiliar_template, "k": template_k,
                                 "acceptance": acceptance_table(backend, unfamiliar, drafters, [template_k],

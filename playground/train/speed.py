@@ -10,8 +10,6 @@ Instrumentation is off. The numbers feed the model card (`assets/models/README.m
 from __future__ import annotations
 
 import json
-import os
-import platform
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -21,6 +19,7 @@ from tqdm import tqdm
 
 from playground.backends.local import LocalBackend
 from playground.bench.prompts import load_prompt_set
+from playground.bench.rows import machine_info
 from playground.engine import GenerationConfig, StepEvent, summarize
 from playground.presets import get_preset
 from playground.train.evaluate import run_events
@@ -134,9 +133,7 @@ def measure(preset_name: str, ks: list[int], prompts_per_set: int, max_new_token
         "preset": preset.name,
         "prompts": {"sets": list(SPEED_SETS), "count": len(prompts), "per_set": dict(Counter(sets)),
                     "mean_prompt_tokens": statistics.mean(map(len, prompts))},
-        "machine": {"processor": platform.processor() or platform.machine(), "threads": threads,
-                    "torch": torch.__version__, "python": platform.python_version(),
-                    "mkl_cbwr": os.environ.get("MKL_CBWR")},
+        "machine": machine_info(preset.device),
         "speed": speed_table(backend, prompts, list(preset.drafters), ks, max_new_tokens, repeats, sets),
     }
 
