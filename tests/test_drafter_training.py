@@ -34,8 +34,8 @@ def test_prompt_set_is_diverse_deterministic_and_split() -> None:
 
 
 def test_task_collection_is_benchmark_shaped_but_not_the_benchmarks() -> None:
-    """The `tasks` round: HumanEval-worded completions of our own functions and MT-Bench's eight categories, never
-    a prompt of either benchmark, split by the same hash."""
+    """The `tasks` rounds: HumanEval-worded completions of our own functions and MT-Bench's eight categories, never
+    a prompt of either benchmark, split by the same hash; the second draw repeats none of the first."""
     items = build_collection("tasks")
     assert items == build_collection("tasks") and len(items) > 500
     assert {"completion", "writing", "roleplay", "reasoning", "maths", "coding", "extraction", "stem",
@@ -46,6 +46,11 @@ def test_task_collection_is_benchmark_shaped_but_not_the_benchmarks() -> None:
     assert not benchmarks & {item.messages[-1]["content"] for item in items}
     held_out = prompts_for("validation", collection="tasks")
     assert 0 < len(held_out) < len(items) and all(split_of(i.messages[-1]["content"]) == "validation" for i in held_out)
+    second = build_collection("tasks2")  # the third round: the same templates drawn again, nothing the first asked
+    assert second == build_collection("tasks2") and len(second) > 500
+    assert {item.kind for item in second} == {item.kind for item in items}
+    asked_before = {item.messages[-1]["content"] for item in items} | benchmarks
+    assert not {item.messages[-1]["content"] for item in second} & asked_before
     with pytest.raises(ValueError, match="unknown prompt collection"):
         build_collection("nope")
 

@@ -101,7 +101,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=Path("runs/smollm2/distill"), help="writes OUT/<split>/*.safetensors")
     p.add_argument("--splits", default="train,validation", help="comma list of prompt-set splits to answer")
     p.add_argument("--collection", choices=COLLECTIONS, default="base",
-                   help="prompt collection: base (short requests) or tasks (benchmark-shaped, a second round)")
+                   help="prompt collection: base (short requests), tasks (benchmark-shaped, a second round) or tasks2 "
+                        "(a second draw of those templates, a third round)")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--shard", type=int, default=0, help="this process's share: batches shard, shard+shards, ...")

@@ -210,17 +210,18 @@ def as_items(raw: list[tuple[str, str]], rng: random.Random, no_system_fraction:
     return items
 
 
-COLLECTIONS = ("base", "tasks")
+COLLECTIONS = ("base", "tasks", "tasks2")
 
 
 def build_collection(name: str, seed: int = 0) -> list[PromptItem]:
-    """`base` (this module) or `tasks` (task_prompts.py: benchmark-shaped requests, distilled in a second round)."""
+    """`base` (this module), `tasks` (task_prompts.py: benchmark-shaped requests, distilled in a second round) or
+    `tasks2` (a second draw of those templates, none of the first's prompts: the third round)."""
     if name == "base":
         return build_prompts(seed)
-    if name == "tasks":
-        from playground.train.task_prompts import build_task_prompts  # it builds on this module's vocabulary
+    if name in ("tasks", "tasks2"):
+        from playground.train.task_prompts import build_second_draw, build_task_prompts  # they use this vocabulary
 
-        return build_task_prompts(seed)
+        return (build_task_prompts if name == "tasks" else build_second_draw)(seed)
     raise ValueError(f"unknown prompt collection {name!r}; choose from {', '.join(COLLECTIONS)}")
 
 

@@ -23,6 +23,7 @@ from playground.train.prompts import CODE_TASKS, CONCEPTS, LANGUAGES, WRITING_TO
 
 NO_SYSTEM_FRACTION = 0.5
 FOLLOW_UP_FRACTION = 0.3
+SECOND_DRAW_FOLLOW_UP_FRACTION = 0.15
 MAX_COMPLETION_BODY_LINES = 30  # longer stdlib functions make answers that never fit the token budget
 
 TASK_FOLLOW_UPS = (
@@ -58,8 +59,9 @@ COMPANIES = ("Acme Corp", "Globex", "Initech", "Umbrella Ltd", "Stark Tools", "W
 PEOPLE = ("Maria Lopez", "John Chen", "Aisha Khan", "Peter Novak", "Yuki Sato", "Liam O'Brien", "Fatima Ali")
 
 
-def _completion_prompts(limit: int, rng: random.Random) -> list[str]:
-    """'Complete the following Python function.' with a standard-library signature and docstring."""
+def _completion_prompts(limit: int | None, rng: random.Random) -> list[str]:
+    """'Complete the following Python function.' with a standard-library signature and docstring (all when no
+    limit)."""
     found = []
     for _, path in corpus.stdlib_files():
         try:
@@ -75,7 +77,7 @@ def _completion_prompts(limit: int, rng: random.Random) -> list[str]:
             stub = copy.copy(node)
             stub.body, stub.decorator_list = [ast.Expr(ast.Constant(ast.get_docstring(node, clean=False)))], []
             found.append(f"Complete the following Python function.\n\n```python\n{ast.unparse(stub)}\n```")
-    return rng.sample(found, min(limit, len(found)))
+    return rng.sample(found, len(found) if limit is None else min(limit, len(found)))
 
 
 def _writing(rng: random.Random) -> str:
@@ -177,9 +179,19 @@ CATEGORIES = {"writing": _writing, "roleplay": _roleplay, "reasoning": _reasonin
               "coding": _coding, "extraction": _extraction, "stem": _stem, "humanities": _humanities}
 
 
-def build_task_prompts(seed: int = 0, completions: int = 350, per_category: int = 90) -> list[PromptItem]:
-    """Every prompt of the `tasks` collection, in a fixed shuffled order."""
+def build_task_prompts(seed: int = 0, completions: int | None = 350, per_category: int = 90,
+                       exclude: frozenset[str] = frozenset(),
+                       follow_up_fraction: float = FOLLOW_UP_FRACTION) -> list[PromptItem]:
+    """Every prompt of a `tasks` draw, in a fixed shuffled order, leaving out the texts in `exclude`."""
     rng = random.Random(f"tasks:{seed}")
     raw = [("completion", text) for text in _completion_prompts(completions, rng)]
     raw += [(kind, make(rng)) for kind, make in CATEGORIES.items() for _ in range(per_category)]
-    return as_items(raw, rng, NO_SYSTEM_FRACTION, TASK_FOLLOW_UPS, FOLLOW_UP_FRACTION)
+    raw = [(kind, text) for kind, text in raw if text not in exclude]
+    return as_items(raw, rng, NO_SYSTEM_FRACTION, TASK_FOLLOW_UPS, follow_up_fraction)
+
+
+def build_second_draw(seed: int = 0) -> list[PromptItem]:
+    """The `tasks2` round: the same templates drawn again, every standard-library function the first draw left, and
+    nothing the first draw asked; fewer follow-ups, whose long second turns cost the most to distill."""
+    first = frozenset(item.messages[-1]["content"] for item in build_task_prompts(seed))
+    return build_task_prompts(seed + 1, completions=None, exclude=first, follow_up_fraction=SECOND_DRAW_FOLLOW_UP_FRACTION)
