@@ -18,7 +18,9 @@ from playground.presets import get_preset
 from .availability import on_zerogpu
 
 if on_zerogpu():
-    import spaces  # noqa: F401 - must be imported before CUDA is initialised
+    import spaces  # must be imported before CUDA is initialised
+else:
+    spaces = None
 
 F = TypeVar("F", bound=Callable)
 MAX_GPU_SECONDS = 120  # the longest GPU lease one request asks for (shorter leases queue sooner)
@@ -29,10 +31,8 @@ def gpu(fn: F | None = None, *, duration: int | Callable[..., int] | None = None
     function of the call's arguments)."""
 
     def wrap(f: F) -> F:
-        if not on_zerogpu():
+        if spaces is None:
             return f
-        import spaces
-
         return spaces.GPU(f, duration=duration) if duration is not None else spaces.GPU(f)
 
     return wrap(fn) if fn is not None else wrap
