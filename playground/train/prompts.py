@@ -218,10 +218,12 @@ def build_collection(name: str, seed: int = 0) -> list[PromptItem]:
     `tasks2` (a second draw of those templates, none of the first's prompts: the third round)."""
     if name == "base":
         return build_prompts(seed)
-    if name in ("tasks", "tasks2"):
-        from playground.train.task_prompts import build_second_draw, build_task_prompts  # they use this vocabulary
+    from playground.train.task_prompts import build_second_draw, build_task_prompts  # they use this vocabulary
 
-        return (build_task_prompts if name == "tasks" else build_second_draw)(seed)
+    if name == "tasks":
+        return build_task_prompts(seed)
+    if name == "tasks2":
+        return build_second_draw(seed)
     raise ValueError(f"unknown prompt collection {name!r}; choose from {', '.join(COLLECTIONS)}")
 
 

@@ -194,4 +194,5 @@ def build_second_draw(seed: int = 0) -> list[PromptItem]:
     """The `tasks2` round: the same templates drawn again, every standard-library function the first draw left, and
     nothing the first draw asked; fewer follow-ups, whose long second turns cost the most to distill."""
     first = frozenset(item.messages[-1]["content"] for item in build_task_prompts(seed))
-    return build_task_prompts(seed + 1, completions=None, exclude=first, follow_up_fraction=SECOND_DRAW_FOLLOW_UP_FRACTION)
+    return build_task_prompts(seed + 1, completions=None, exclude=first,
+                              follow_up_fraction=SECOND_DRAW_FOLLOW_UP_FRACTION)
