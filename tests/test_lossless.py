@@ -280,6 +280,28 @@ def test_step_events(tiny: TinyModels, cases: list[Case], name: str, k: int) -> 
         assert [(e.drafted, e.accepted, e.emitted) for e in bare] == [(e.drafted, e.accepted, e.emitted) for e in events]
 
 
+@pytest.mark.parametrize("name", DRAFTER_NAMES)
+def test_adaptive_draft_length_is_lossless(tiny: TinyModels, cases: list[Case], name: str) -> None:
+    """Ending the chain after an unlikely draft changes how many tokens are verified, never the output."""
+    threshold, k = 0.5, 8
+    ended_early = full = 0
+    for case in cases:
+        events = run_spec(tiny, name, case.prompt, k=k, min_draft_prob=threshold)
+        what = f"{name} adaptive, prompt {case.label}"
+        if assert_same_or_near_tie(tiny.target, case.prompt, flat(events), case.tokens, what):
+            assert events[-1].finish_reason == case.finish_reason, what
+        check_events(events, k, instrument=True)
+        for e in events[1:]:
+            if not e.drafted:
+                continue
+            assert all(p >= threshold for p in e.draft_probs[:-1]), "the chain goes on only past a likely draft"
+            ended_early += e.draft_probs[-1] < threshold and len(e.drafted) < k
+            full += len(e.drafted) == k
+        bare = run_spec(tiny, name, case.prompt, k=k, min_draft_prob=threshold, instrument=False)
+        assert [(e.drafted, e.accepted) for e in bare] == [(e.drafted, e.accepted) for e in events]
+    assert ended_early > 0 and full > 0, (ended_early, full)  # both kinds of chain happened
+
+
 def test_context_limit(tiny: TinyModels) -> None:
     """Near the end of the target's context, both loops stop at max_position_embeddings, identically."""
     target = tiny.target
@@ -306,7 +328,8 @@ def test_plain_generate_events(tiny: TinyModels, cases: list[Case]) -> None:
 
 def test_invalid_settings_are_rejected(tiny: TinyModels, cases: list[Case]) -> None:
     prompt = cases[0].prompt
-    for bad in ({"k": 0}, {"k": 17}, {"max_new_tokens": 0}, {"temperature": -1.0}, {"top_p": 0.0}):
+    for bad in ({"k": 0}, {"k": 17}, {"max_new_tokens": 0}, {"temperature": -1.0}, {"top_p": 0.0},
+                {"min_draft_prob": -0.1}, {"min_draft_prob": 1.0}):
         with pytest.raises(ValueError):
             run_spec(tiny, "eagle3", prompt, **bad)
     with pytest.raises(ValueError, match="empty"):

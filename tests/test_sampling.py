@@ -352,6 +352,26 @@ def test_negative_controls_are_detected(setup: SamplingSetup, monkeypatch: pytes
     assert from_p < 1e-6, f"'resample rejections from p' sampler not detected: p = {from_p}"
 
 
+def test_adaptive_draft_length_keeps_sampling_exact(setup: SamplingSetup) -> None:
+    """With `min_draft_prob` the chain ends after a draft the drafter found unlikely (that draft is still verified):
+    whether a position is drafted depends only on the tokens before it, so the output is still the target's. (Dropping
+    the unlikely draft instead biases the drafts kept towards likely ones; that rule fails this test with p ~ 1e-14.)"""
+    threshold, n = 0.3, 2000
+    exact = exact_joint(setup, 1.0, 1.0)
+    outputs, first_chain = [], Counter()
+    for seed in range(n):
+        cfg = GenerationConfig(max_new_tokens=NEW, k=K, temperature=1.0, seed=seed, instrument=False,
+                               min_draft_prob=threshold)
+        events = list(speculative_generate(setup.target, setup.drafter, setup.aux, PROMPT, cfg))
+        outputs.append([t for e in events for t in e.emitted])
+        first_chain[len(events[1].drafted)] += 1
+    real = counts_of(torch.tensor(outputs))
+    report = {keep: chi_square_pvalue(_marginal(real, keep), _marginal(exact, keep))
+              for keep in [(0, 1, 2, 3), (0, 1, 2), (0, 1), (1,), (2,), (3,)]}
+    assert min(report.values()) > ALPHA, report
+    assert first_chain[1] > n // 10 and first_chain[K] > n // 10, first_chain  # chains ended early and ran to k
+
+
 @pytest.mark.parametrize(("drafted", "target_argmax", "accepted", "bonus"), [
     ([5, 6, 7], [5, 6, 7, 8], 3, 8),  # a perfect match: every draft kept, the bonus is the target's next token
     ([5, 6, 7], [9, 6, 7, 8], 0, 9),  # an early mismatch: nothing kept, the target's own token instead

@@ -33,6 +33,10 @@ class GenerationConfig:
     seed: int | None = None
     stop_strings: tuple[str, ...] = ()
     instrument: bool = True  # attention masses, hidden RMS and draft probabilities per depth
+    # Adaptive draft length: drafting stops after a draft the drafter gave less than this probability (that draft is
+    # still verified); 0 drafts k every step. Stopping after the draft, never dropping it, keeps sampling exact: whether
+    # a position is drafted depends only on the tokens before it.
+    min_draft_prob: float = 0.0
 
     def validate(self) -> None:
         if not 1 <= self.k <= MAX_K:
@@ -43,6 +47,8 @@ class GenerationConfig:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.min_draft_prob < 1:
+            raise ValueError(f"the minimum draft probability must be in [0, 1), got {self.min_draft_prob}")
         if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < SEEDS):
             raise ValueError(f"the seed must be a whole number from 0 to 2**63 - 1, got {self.seed}")
 
@@ -173,9 +179,10 @@ class _Chain:
 def _draft_chain(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list[int], pending_aux: torch.Tensor,
                  pending_start: int, k: int, cfg: GenerationConfig, vocab_map: torch.Tensor, vocab_size: int,
                  generator: torch.Generator | None) -> _Chain:
-    """Draft k tokens. Depth 1 feeds the pending target features; deeper steps feed the drafter's own state.
+    """Draft up to k tokens. Depth 1 feeds the pending target features; deeper steps feed the drafter's own state.
 
-    Tokens stay on the device from one depth to the next: no host sync inside the chain."""
+    Tokens stay on the device from one depth to the next: no host sync inside the chain, except one scalar per depth
+    when `cfg.min_draft_prob` may end the chain early."""
     device = pending_aux.device
     context = len(tokens) - 1
     drafted, chain = [], _Chain(torch.empty(0, dtype=torch.long, device=device), [], [], [])
@@ -191,17 +198,21 @@ def _draft_chain(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list
         logits = out.logits[0, -1].float()  # bf16/fp16 drafters: probabilities in float32, like the target's
         if cfg.greedy:
             choice = logits.argmax()
+            prob = torch.softmax(logits, -1)[choice] if cfg.instrument or cfg.min_draft_prob else None
             if cfg.instrument:
-                chain.draft_probs.append(torch.softmax(logits, -1)[choice])
+                chain.draft_probs.append(prob)
         else:
             q = probabilities(logits, cfg.temperature, cfg.top_p)
             choice = sample(q, generator)
+            prob = q[choice]
             chain.draft_probs.append(torch.zeros(vocab_size, device=device).index_copy_(0, vocab_map, q))
         token = vocab_map[choice]
         drafted.append(token)
         if cfg.instrument:
             row = out.last_row_attention[0].mean(0)  # this depth's query, averaged over heads
             chain.attention.append(torch.stack([row[0], row[:context].sum(), row[context:].sum()]))
+        if cfg.min_draft_prob and float(prob) < cfg.min_draft_prob:
+            break
         hidden = out.feedback[:, -1:]
         ids = token.view(1, 1)
         positions = all_positions[context - pending_start + depth :][:1]
@@ -211,7 +222,8 @@ def _draft_chain(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list
 
 def speculative_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int], prompt_ids: list[int],
                          cfg: GenerationConfig, should_stop: Callable[[], bool] | None = None) -> Iterator[StepEvent]:
-    """Chain speculative decoding: draft k tokens, verify k+1 positions in one target forward, accept.
+    """Chain speculative decoding: draft k tokens (fewer with `cfg.min_draft_prob`), verify them and the last token in
+    one target forward, accept.
 
     Greedy output is token-identical to `plain_generate`; sampled output follows the target's distribution.
     `aux_layers` comes from `target.attach(drafter)`, which also checks that the drafter fits.
@@ -262,7 +274,7 @@ def speculative_generate(target: Target, drafter: Eagle3Drafter, aux_layers: lis
             q_all = (torch.stack(chain.draft_probs) if k > 0
                      else torch.empty(0, target.vocab_size, device=target.device))
             accepted, bonus = accept_sampled(chain.drafted, q_all, target_probs, generator)
-            probs_of_drafts = q_all[torch.arange(k, device=q_all.device), chain.drafted].tolist()
+            probs_of_drafts = q_all[torch.arange(len(chain.drafted), device=q_all.device), chain.drafted].tolist()
         drafted = chain.drafted.tolist()
         target.rollback(cache, context + accepted + 1)
         pending_aux, pending_start = verify.aux[: accepted + 1], context

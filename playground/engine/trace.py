@@ -41,7 +41,7 @@ class StepEvent:
     """One verification step of the decode loop (or one plain-decoding token)."""
 
     step: int
-    drafted: list[int]  # token ids the drafter proposed (length k; empty for plain decoding)
+    drafted: list[int]  # token ids the drafter proposed (k, fewer when adaptive or near the end; none when plain)
     accepted: int  # how many of `drafted` the target accepted (a prefix)
     emitted: list[int]  # tokens appended: drafted[:accepted] + the target's bonus token (may be cut at a stop)
     draft_probs: list[float] | None = None  # drafter's probability of each drafted token
