@@ -66,7 +66,7 @@ def generate(args: argparse.Namespace) -> dict:
                          "or pass --drafter-path")
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, temperature=args.temperature,
                            top_p=args.top_p, seed=args.seed, stop_strings=tuple(args.stop or ()),
-                           instrument=not args.no_instrument)
+                           instrument=not args.no_instrument, min_draft_prob=args.min_draft_prob)
     try:
         cfg.validate()
     except ValueError as err:
@@ -113,6 +113,12 @@ def add_threads_flag(parser: argparse.ArgumentParser) -> None:
                         "1 holds up better on a busy machine")
 
 
+def add_min_draft_prob_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--min-draft-prob", type=float, default=0.0,
+                        help="adaptive draft length: end a step's chain after a draft the drafter gave less than this "
+                             "probability (still verified); 0 (default) drafts k every step. Local engine only")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("generate", help="generate one answer with a drafter, print text or JSON")
     p.add_argument("--preset", help="named target+drafter pair (default: PLAYGROUND_DEFAULT_PRESET or smollm2-135m)")
@@ -120,6 +126,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--drafter", help="none, or a drafter name of the preset (default: eagle3.1 where it has one)")
     p.add_argument("--drafter-path", help="a drafter folder (official, vLLM-export or speculators layout) or Hub id")
     p.add_argument("--k", type=int, default=4, help=f"speculative tokens per step, 1..{MAX_K}")
+    add_min_draft_prob_flag(p)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int)

@@ -50,6 +50,18 @@ def test_chat_streams_text_and_metrics(client: Client) -> None:
     assert any(trace["type"] == "bar" for trace in json.loads(accept["plot"])["data"])
 
 
+def test_adaptive_drafting_reaches_the_engine(client: Client, app_url: str) -> None:
+    """min_draft_prob (0 unless given) is part of the run's settings; with it no chain continues past an unlikely
+    draft, and the answer is the one plain decoding gives."""
+    assert chat(client, min_draft_prob=0.5)[-1][-1]["config"]["min_draft_prob"] == 0.5
+    adaptive = json.loads(Path(client.predict(system="", api_name="/export_chat")[0]).read_text())["runs"][0]
+    drafting = [s for s in adaptive["steps"] if s["drafted"]]
+    assert drafting and all(p >= 0.5 for s in drafting for p in s["draft_probs"][:-1])
+    assert any(len(s["drafted"]) < CHAT_DEFAULTS["k"] and s["draft_probs"][-1] < 0.5 for s in drafting)
+    plain = chat(Client(app_url, verbose=False), drafter="none")[-1][-1]  # a new session: the same first turn
+    assert adaptive["token_ids"] == plain["token_ids"]
+
+
 def test_history_stays_plain_text_and_exports(client: Client) -> None:
     chat(client)
     chat(client, "And then?", chat_template="llama3")

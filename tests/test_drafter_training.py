@@ -104,19 +104,23 @@ def test_train_drafters_runs_resumes_and_saves_both_variants(tiny_root: Path, tm
 
 
 def test_speed_table_times_every_drafter_and_k_against_plain(pair_models, tiny) -> None:
-    """The speed stage's table (the model card's speed section): one row per (drafter, k), ratios against the
-    plain run of the same prompt, acceptance length and the step split from the same runs."""
+    """The speed stage's table (the model card's speed section): one row per (drafter, k, minimum draft probability),
+    ratios against the plain run of the same prompt, acceptance length and the step split from the same runs."""
     from playground.backends.local import LocalBackend
     from playground.presets import get_preset
     from playground.train.speed import speed_table
 
     backend = LocalBackend(get_preset("smollm2-135m"))
     table = speed_table(backend, tiny.training_prompts[:2], ["eagle3", "eagle3.1"], [1, 3], max_new_tokens=12,
-                        repeats=2, sets=["one", "two"])
+                        repeats=2, sets=["one", "two"], min_draft_probs=(0.0, 0.5))
     assert table["runs_per_config"] == 4 and table["plain"]["median_ms_per_token"] > 0
     assert set(table["by_k"]) == {"1", "3"}
     for k, row in table["by_k"].items():
-        assert set(row) == {"eagle3", "eagle3.1"}
+        assert set(row) == {"eagle3", "eagle3.1", "eagle3 adaptive 0.5", "eagle3.1 adaptive 0.5"}
+        for name in ("eagle3", "eagle3.1"):
+            assert int(k) - 1 < row[name]["mean_drafts_per_step"] <= int(k)  # shorter only at the token budget
+            assert row[name]["min_draft_prob"] == 0 and row[f"{name} adaptive 0.5"]["min_draft_prob"] == 0.5
+            assert 1 <= row[f"{name} adaptive 0.5"]["mean_drafts_per_step"] <= int(k)
         for m in row.values():
             low, high = m["speedup_range"]
             assert 0 < low <= m["median_speedup"] <= high

@@ -99,6 +99,19 @@ def test_compare_interleaves_both_runs(pair_models: Path) -> None:
     assert comparison.left.view().label == "EAGLE-3, k=3" and comparison.right.view().label == "EAGLE-3.1, k=5"
 
 
+def test_compare_fixed_against_adaptive_drafting(pair_models: Path) -> None:
+    """The same drafter and k on both sides, one adaptive: labels tell them apart, the answers are the same."""
+    fixed = RunSettings(drafter="eagle3.1", k=4, max_new_tokens=40)
+    adaptive = RunSettings(drafter="eagle3.1", k=4, max_new_tokens=40, min_draft_prob=0.5)
+    for comparison in compare(PROMPT, fixed, adaptive, NEVER):
+        pass
+    assert comparison.left.view().label == "EAGLE-3.1, k=4"
+    assert comparison.right.view().label == "EAGLE-3.1 adaptive 0.5, k=4"
+    assert comparison.left.token_ids == comparison.right.token_ids
+    steps = [e for e in comparison.right.events if e.drafted]
+    assert sum(len(e.drafted) for e in steps) < sum(len(e.drafted) for e in comparison.left.events if e.drafted)
+
+
 def test_paused_time_is_not_counted() -> None:
     def stream():
         start = time.perf_counter()
@@ -117,7 +130,7 @@ def test_paused_time_is_not_counted() -> None:
     ({"k": 0}, "k .* between 1 and 10"), ({"k": 11}, "k .* between 1 and 10"),
     ({"drafter": "medusa"}, "unknown drafter"), ({"chat_template": "chatml"}, "unknown chat template"),
     ({"temperature": -1.0}, "temperature"), ({"max_new_tokens": 0}, "max new tokens"),
-    ({"preset": "nope"}, "unknown preset"),
+    ({"preset": "nope"}, "unknown preset"), ({"min_draft_prob": 1.0}, "minimum draft probability"),
 ])
 def test_bad_settings_say_what_is_wrong(change: dict, message: str) -> None:
     with pytest.raises(RequestError, match=message):

@@ -111,3 +111,18 @@ def test_vllm_backend_refuses_a_misfit_before_starting_vllm(tmp_path: Path, tiny
         backend.engine("eagle3", 4)
     with pytest.raises(DrafterMismatch):
         backend.preload()
+
+
+def test_adaptive_draft_length_is_refused_where_vllm_drafts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM drafts k tokens every step: the remote backend (and the UI's settings check) say so before any request."""
+    from playground.backends.remote import RemoteBackend
+    from playground.engine import GenerationConfig
+    from playground.playback import RequestError, RunSettings
+
+    monkeypatch.setenv("PLAYGROUND_REMOTE_URL", "http://127.0.0.1:9")  # nothing listens: no request may be sent
+    preset = get_preset("remote")
+    with pytest.raises(BackendUnavailable, match="drafts k tokens every step"):
+        RemoteBackend(preset).stream([1, 2, 3], "server", GenerationConfig(min_draft_prob=0.3))
+    with pytest.raises(RequestError, match="drafts k tokens every step"):
+        RunSettings(preset="remote", drafter=preset.default_drafter, min_draft_prob=0.3).checked_preset()
+    assert RunSettings(min_draft_prob=0.3).checked_preset().backend == "local"

@@ -10,7 +10,9 @@ Every backend has `name`, `preset`, `missing_fields` (StepEvent fields it leaves
 connect at start-up, raising what is wrong), `encode`, `decode` and `stream`. The local backend also has
 `plain_probe()`, which times plain decode steps beside a run (the live speedup's baseline); the others say why they
 cannot in `missing_fields["baseline"]`.
-`backend_unavailable_reason(preset)` says, in one sentence, why a preset cannot run on this machine.
+`backend_unavailable_reason(preset)` says, in one sentence, why a preset cannot run on this machine. Adaptive draft
+length (`GenerationConfig.min_draft_prob`) is the local engine's: vLLM drafts k tokens every step, so the others refuse
+it (`require_fixed_k_support`).
 """
 
 from __future__ import annotations
@@ -72,6 +74,13 @@ def require_local(preset: Preset, who: str, otherwise: str) -> None:
                                  f"backend; {otherwise}")
 
 
+def require_fixed_k_support(backend: str, cfg: GenerationConfig) -> None:
+    """BackendUnavailable when adaptive draft length is asked of a vLLM engine, which drafts k tokens every step."""
+    if cfg.min_draft_prob and backend != "local":
+        raise BackendUnavailable(f"the {backend} backend drafts k tokens every step; adaptive draft length (minimum "
+                                 f"draft probability {cfg.min_draft_prob:g}) runs on the local engine, so set it to 0")
+
+
 def open_local_backend(preset: Preset, who: str, otherwise: str) -> "LocalBackend":
     """A new local-engine backend for `who`, or BackendUnavailable saying why not (see require_local)."""
     require_local(preset, who, otherwise)
@@ -94,4 +103,4 @@ def shared_backend(preset: Preset) -> Backend:
 
 
 __all__ = ["Backend", "BackendUnavailable", "backend_unavailable_reason", "open_backend", "open_local_backend",
-           "require_local", "shared_backend"]
+           "require_fixed_k_support", "require_local", "shared_backend"]

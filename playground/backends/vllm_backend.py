@@ -29,6 +29,7 @@ from playground.engine import GenerationConfig, SpecCounters, StepEvent
 from playground.engine.templates import encode_chat
 from playground.presets import Preset
 
+from . import require_fixed_k_support
 from .fit import check_drafter_fits
 from .specstats import Sample, counters_from_samples
 from .steps import MISSING_FIELDS, DeltaStepper, finish_reason
@@ -258,4 +259,5 @@ class VllmBackend:
     def stream(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
                should_stop: Callable[[], bool] | None = None) -> VllmStream:
         cfg.validate()
+        require_fixed_k_support(self.preset.backend, cfg)
         return VllmStream(self, prompt_ids, drafter, cfg, should_stop)

@@ -16,7 +16,7 @@ from playground.bench.prompts import builtin_sets
 from playground.bench.report import write_outputs
 from playground.bench.config import TEMPLATES_HELP, BenchConfig, with_overrides
 from playground.bench.runner import Bench, run_bench
-from playground.cli import UsageError, add_threads_flag, parse_ks, resolve_preset
+from playground.cli import UsageError, add_min_draft_prob_flag, add_threads_flag, parse_ks, resolve_preset
 from playground.engine import MAX_K
 from playground.presets import DEVICES, DTYPES, REPO_ROOT, Preset
 
@@ -37,8 +37,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     config = with_overrides(
         get_profile(args.profile), prompt_sets=_names(args.prompts), drafters=_names(args.drafters), ks=parse_ks(args.k),
         templates=_names(args.templates), max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-        top_p=args.top_p, repeats=args.repeats, limit=args.limit, turns=args.turns, seed=args.seed,
-        assistant=args.assistant)
+        top_p=args.top_p, min_draft_prob=args.min_draft_prob, repeats=args.repeats, limit=args.limit, turns=args.turns,
+        seed=args.seed, assistant=args.assistant)
     try:
         config.validate()
     except ValueError as err:
@@ -85,6 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int)
     p.add_argument("--temperature", type=float, help="0 = greedy (default); > 0 samples, lossless is then None")
     p.add_argument("--top-p", type=float)
+    add_min_draft_prob_flag(p)
     p.add_argument("--repeats", type=int, help="timed passes; tokens/s is the median over them")
     p.add_argument("--limit", type=int, help="first N prompts of each set")
     p.add_argument("--turns", choices=["all", "first"], help="multi-turn records: all turns (default) or the first")

@@ -28,6 +28,7 @@ class BenchConfig:
     max_new_tokens: int = 128
     temperature: float = 0.0
     top_p: float = 1.0
+    min_draft_prob: float = 0.0  # adaptive draft length for every EAGLE run (0: k drafts every step)
     repeats: int = 3
     limit: int | None = None  # first N prompts of each set
     turns: str = "all"  # all | first
@@ -41,7 +42,7 @@ class BenchConfig:
         if self.turns not in ("all", "first"):
             raise ValueError(f"turns must be 'all' or 'first', got {self.turns!r}")
         GenerationConfig(max_new_tokens=self.max_new_tokens, k=max(k for s in self.sweeps for k in s.ks),
-                         temperature=self.temperature, top_p=self.top_p).validate()
+                         temperature=self.temperature, top_p=self.top_p, min_draft_prob=self.min_draft_prob).validate()
 
     @property
     def greedy(self) -> bool:
@@ -51,7 +52,8 @@ class BenchConfig:
                    max_new_tokens: int | None = None) -> GenerationConfig:
         """The settings of one answer; the seed differs per prompt and turn, the same for every method."""
         return GenerationConfig(max_new_tokens=max_new_tokens or self.max_new_tokens, temperature=self.temperature,
-                                top_p=self.top_p, seed=self.seed + 1000 * prompt_index + turn, instrument=instrument)
+                                top_p=self.top_p, seed=self.seed + 1000 * prompt_index + turn, instrument=instrument,
+                                min_draft_prob=self.min_draft_prob)
 
 
 SWEEP_FIELDS = ("prompt_sets", "drafters", "ks", "templates")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from playground.backends import backend_unavailable_reason
+from playground.backends import backend_unavailable_reason, require_fixed_k_support
 from playground.engine import GenerationConfig
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.presets import DRAFTER_LABELS, Preset, default_preset_name, get_preset
@@ -30,6 +30,7 @@ class RunSettings:
     chat_template: str = "default"  # "default" (the tokenizer's) or a shipped one (engine.templates)
     system: str = ""
     seed: int | None = None  # sampling only: the same seed repeats the same answer
+    min_draft_prob: float = 0.0  # adaptive draft length (engine.GenerationConfig); 0 drafts k every step
 
     @property
     def plain(self) -> bool:
@@ -37,7 +38,11 @@ class RunSettings:
 
     @property
     def drafter_label(self) -> str:
-        return "plain decoding" if self.plain else DRAFTER_LABELS.get(self.drafter, self.drafter)
+        """The drafter's display name, with the adaptive threshold when set (a comparison may differ only in it)."""
+        if self.plain:
+            return "plain decoding"
+        name = DRAFTER_LABELS.get(self.drafter, self.drafter)
+        return f"{name} adaptive {self.min_draft_prob:g}" if self.min_draft_prob else name
 
     def checked_preset(self) -> Preset:
         """The preset, after checking every field; raises RequestError with a message for the user."""
@@ -59,13 +64,14 @@ class RunSettings:
                                f"choose one of {', '.join(CHAT_TEMPLATES)}")
         try:
             self.generation_config().validate()
+            require_fixed_k_support(preset.backend, self.generation_config())
         except ValueError as err:
             raise RequestError(str(err)) from None
         return preset
 
     def generation_config(self) -> GenerationConfig:
         return GenerationConfig(max_new_tokens=self.max_new_tokens, k=self.k, temperature=self.temperature,
-                                top_p=self.top_p, seed=self.seed)
+                                top_p=self.top_p, seed=self.seed, min_draft_prob=self.min_draft_prob)
 
     @property
     def template_name(self) -> str | None:

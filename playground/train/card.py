@@ -40,17 +40,18 @@ def _by_set(m: dict) -> str:
 def _speed_rows(speed: dict) -> list[str]:
     plain = speed["plain"]
     rows = [
-        "| decoding | k | tokens/s (median) | speedup (median, range) | pooled speedup | acceptance length | "
-        "by prompt set | speedup ÷ acceptance length | draft ms / step | verify ms / step |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-        f"| plain | – | {_fmt(plain['median_tokens_per_second'], 1)} | 1.00× | 1.00× | 1 | – | – | – | "
+        "| decoding | k | drafts / step | tokens/s (median) | speedup (median, range) | pooled speedup | "
+        "acceptance length | by prompt set | speedup ÷ acceptance length | draft ms / step | verify ms / step |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| plain | – | – | {_fmt(plain['median_tokens_per_second'], 1)} | 1.00× | 1.00× | 1 | – | – | – | "
         f"{_fmt(plain['median_ms_per_token'], 1)} |",
     ]
     for k, by_drafter in speed["by_k"].items():
         for d, m in by_drafter.items():
             low, high = m["speedup_range"]
-            rows.append(f"| {d} | {k} | {_fmt(m['median_tokens_per_second'], 1)} | {_fmt(m['median_speedup'])}× "
-                        f"({_fmt(low)}–{_fmt(high)}) | {_fmt(m['pooled_speedup'])}× | "
+            drafts = _fmt(m["mean_drafts_per_step"]) if "mean_drafts_per_step" in m else "–"
+            rows.append(f"| {d} | {k} | {drafts} | {_fmt(m['median_tokens_per_second'], 1)} | "
+                        f"{_fmt(m['median_speedup'])}× ({_fmt(low)}–{_fmt(high)}) | {_fmt(m['pooled_speedup'])}× | "
                         f"{_fmt(m['mean_acceptance_length'])} | {_by_set(m)} | {_fmt(m['speedup_per_acceptance_length'])} | "
                         f"{_fmt(m['median_draft_ms_per_step'], 1)} | {_fmt(m['median_verify_ms_per_step'], 1)} |")
     return rows
@@ -134,7 +135,9 @@ def render(root: Path) -> str:
         f"answers fill {speed['max_new_tokens']} tokens; greedy, instrumentation off; plain and every (drafter, k) "
         f"back to back per prompt after a warm-up, {speed['runs_per_config']} runs each. The speedup is the median "
         "of per-run ratios against the plain run of the same prompt in the same pass (range: lowest–highest); the "
-        "step times are medians over every step (verification includes acceptance and the cache rollback).",
+        "step times are medians over every step (verification includes acceptance and the cache rollback). Rows "
+        "named \"adaptive p\" ran with `--min-draft-prob p`: a step's chain ends after a draft the drafter gave less "
+        "than p (that draft is still verified), so a step drafts k tokens or fewer (drafts / step).",
         "",
         *_speed_rows(speed),
     ]

@@ -54,7 +54,18 @@ def _speed(args: argparse.Namespace) -> None:
     from playground.train.speed import main
 
     main(args.out, preset_name=args.preset, ks=list(parse_ks(args.k)), prompts_per_set=args.prompts,
-         max_new_tokens=args.max_new_tokens, repeats=args.repeats, threads=args.threads)
+         max_new_tokens=args.max_new_tokens, repeats=args.repeats, threads=args.threads,
+         min_draft_probs=_probabilities(args.min_draft_prob))
+
+
+def _probabilities(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise SystemExit(f"--min-draft-prob takes a comma list of numbers in [0, 1), got {text!r}") from None
+    if not all(0 <= v < 1 for v in values):
+        raise SystemExit(f"every minimum draft probability must be in [0, 1), got {text!r}")
+    return values
 
 
 def _card(args: argparse.Namespace) -> None:
@@ -121,6 +132,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            out="speed.json", ks="2,3,4", prompts=(2, "prompts per set (held-out, MT-Bench, HumanEval)"),
                            max_new_tokens=128, threads=(2, "torch threads (the machine's cores)"))
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--min-draft-prob", default="0", help="comma list of minimum draft probabilities (adaptive draft "
+                   "length; 0 drafts k every step), each measured at every k, e.g. 0,0.3")
     p.set_defaults(func=_speed)
 
     p = stages.add_parser("card", help="render the model card from the training and evaluation logs")

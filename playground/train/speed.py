@@ -49,18 +49,29 @@ def _step_ms(events: list[StepEvent], field: str) -> list[float]:
     return [getattr(e, field) for e in events if e.step > 0 and getattr(e, field) is not None]
 
 
-def speed_table(backend: LocalBackend, prompts: list[list[int]], drafters: list[str], ks: list[int],
-                max_new_tokens: int, repeats: int, sets: list[str] | None = None) -> dict:
-    """tokens/s of plain vs each (drafter, k), and the time per step split into drafting and verification.
+def _config_name(drafter: str, min_draft_prob: float) -> str:
+    return f"{drafter} adaptive {min_draft_prob:g}" if min_draft_prob else drafter
 
-    Each repeat runs every prompt once plain and once per (drafter, k), back to back; a speculative run's ratio is
+
+def speed_table(backend: LocalBackend, prompts: list[list[int]], drafters: list[str], ks: list[int],
+                max_new_tokens: int, repeats: int, sets: list[str] | None = None,
+                min_draft_probs: tuple[float, ...] = (0.0,)) -> dict:
+    """tokens/s of plain vs each (drafter, k, minimum draft probability), and the time per step split into drafting
+    and verification.
+
+    Each repeat runs every prompt once plain and once per configuration, back to back; a speculative run's ratio is
     taken against the plain run of the same prompt in the same repeat. Two views of the ratios: the median over all
     (prompt, repeat) pairs, and the pooled rate (all tokens / all time) per repeat, median over repeats. With `sets`
-    (the prompt set of each prompt), the acceptance length is also given per set."""
+    (the prompt set of each prompt), the acceptance length is also given per set. A configuration with a minimum
+    draft probability (adaptive draft length) is listed under its k as "<drafter> adaptive <p>"."""
     sets = sets or ["all"] * len(prompts)
-    configs = [("none", 1)] + [(d, k) for d in drafters for k in ks]
-    for name, k in configs:  # warm-up of every path
-        run_events(backend, prompts[0], name, GenerationConfig(max_new_tokens=16, k=k, instrument=False))
+    configs = [("none", 1, 0.0)] + [(d, k, p) for d in drafters for k in ks for p in min_draft_probs]
+
+    def generation(k: int, min_draft_prob: float, max_new: int) -> GenerationConfig:
+        return GenerationConfig(max_new_tokens=max_new, k=k, instrument=False, min_draft_prob=min_draft_prob)
+
+    for name, k, p in configs:  # warm-up of every path
+        run_events(backend, prompts[0], name, generation(k, p, 16))
     rates: dict[tuple, list[float]] = {c: [] for c in configs}
     ratios: dict[tuple, list[float]] = {c: [] for c in configs[1:]}
     pooled: dict[tuple, list[float]] = {c: [] for c in configs}
@@ -73,39 +84,42 @@ def speed_table(backend: LocalBackend, prompts: list[list[int]], drafters: list[
         seconds = {c: 0.0 for c in configs}
         for prompt, set_name in zip(prompts, sets):
             now = {}
-            for name, k in configs:
-                events = run_events(backend, prompt, name, GenerationConfig(max_new_tokens=max_new_tokens, k=k,
-                                                                      instrument=False))
+            for c in configs:
+                name, k, p = c
+                events = run_events(backend, prompt, name, generation(k, p, max_new_tokens))
                 m = summarize(events, k)
-                now[(name, k)] = m.tokens_per_second
-                tokens[(name, k)] += m.generated_tokens
-                seconds[(name, k)] += m.elapsed_ms / 1000
-                draft_ms[(name, k)] += _step_ms(events, "draft_ms")
-                verify_ms[(name, k)] += _step_ms(events, "verify_ms")
-                steps[(name, k)] += events
-                steps_by_set[((name, k), set_name)] += events
+                now[c] = m.tokens_per_second
+                tokens[c] += m.generated_tokens
+                seconds[c] += m.elapsed_ms / 1000
+                draft_ms[c] += _step_ms(events, "draft_ms")
+                verify_ms[c] += _step_ms(events, "verify_ms")
+                steps[c] += events
+                steps_by_set[(c, set_name)] += events
             for c, rate in now.items():
                 rates[c].append(rate)
                 if c in ratios:
-                    ratios[c].append(rate / now[("none", 1)])
+                    ratios[c].append(rate / now[configs[0]])
         for c in configs:
             pooled[c].append(tokens[c] / seconds[c])
     plain = configs[0]
     plain_pooled = statistics.median(pooled[plain])
     by_k: dict[str, dict] = {}
-    for name, k in configs[1:]:
-        c = (name, k)
-        acceptance_length = summarize(steps[c], k).mean_acceptance_length
+    for c in configs[1:]:
+        name, k, p = c
+        metrics = summarize(steps[c], k)
+        acceptance_length = metrics.mean_acceptance_length
         speedup = statistics.median(ratios[c])
-        by_k.setdefault(str(k), {})[name] = {
+        by_k.setdefault(str(k), {})[_config_name(name, p)] = {
+            "min_draft_prob": p,
+            "mean_drafts_per_step": metrics.drafted_tokens / metrics.drafting_steps,
             "median_tokens_per_second": statistics.median(rates[c]),
             "median_speedup": speedup,
             "speedup_range": [min(ratios[c]), max(ratios[c])],
             "pooled_tokens_per_second": statistics.median(pooled[c]),
             "pooled_speedup": statistics.median(pooled[c]) / plain_pooled,
             "mean_acceptance_length": acceptance_length,
-            "mean_acceptance_length_by_set": {name: summarize(steps_by_set[(c, name)], k).mean_acceptance_length
-                                              for name in dict.fromkeys(sets)},
+            "mean_acceptance_length_by_set": {set_name: summarize(steps_by_set[(c, set_name)], k).mean_acceptance_length
+                                              for set_name in dict.fromkeys(sets)},
             "speedup_per_acceptance_length": speedup / acceptance_length if acceptance_length else None,
             "median_draft_ms_per_step": statistics.median(draft_ms[c]),
             "median_verify_ms_per_step": statistics.median(verify_ms[c]),
@@ -121,7 +135,7 @@ def speed_table(backend: LocalBackend, prompts: list[list[int]], drafters: list[
 
 
 def measure(preset_name: str, ks: list[int], prompts_per_set: int, max_new_tokens: int, repeats: int,
-            threads: int) -> dict:
+            threads: int, min_draft_probs: tuple[float, ...] = (0.0,)) -> dict:
     torch.set_num_threads(threads)
     preset = get_preset(preset_name)
     backend = LocalBackend(preset)
@@ -134,7 +148,8 @@ def measure(preset_name: str, ks: list[int], prompts_per_set: int, max_new_token
         "prompts": {"sets": list(SPEED_SETS), "count": len(prompts), "per_set": dict(Counter(sets)),
                     "mean_prompt_tokens": statistics.mean(map(len, prompts))},
         "machine": machine_info(preset.device),
-        "speed": speed_table(backend, prompts, list(preset.drafters), ks, max_new_tokens, repeats, sets),
+        "speed": speed_table(backend, prompts, list(preset.drafters), ks, max_new_tokens, repeats, sets,
+                             min_draft_probs),
     }
 
 

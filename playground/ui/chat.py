@@ -15,7 +15,7 @@ from playground.viz import (
 
 from .common import (
     ENGINE, STOP_SWITCHES, depth_legend, drafter_control, export_files, follow_preset, generation_controls, k_control,
-    report_user_errors, run_settings, session_id, stoppable,
+    min_draft_prob_control, report_user_errors, run_settings, session_id, stoppable,
 )
 
 TAB = "chat"
@@ -58,8 +58,10 @@ def _empty_outputs() -> tuple:
 
 @report_user_errors
 def chat(prompt: str, drafter: str, k: float, preset: str, temperature: float, top_p: float, max_new_tokens: float,
-         chat_template: str, system: str, seed: float | None, conversation: Conversation, request: gr.Request):
-    settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system, seed)
+         chat_template: str, system: str, seed: float | None, min_draft_prob: float, conversation: Conversation,
+         request: gr.Request):
+    settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system, seed,
+                            min_draft_prob)
     yield from stoppable(request, TAB, 11, lambda should_stop: (
         ("", _chatbot_messages(conversation), *_run_outputs(run), conversation)
         for run in chat_turn(conversation, prompt, settings, should_stop)))
@@ -67,8 +69,10 @@ def chat(prompt: str, drafter: str, k: float, preset: str, temperature: float, t
 
 @report_user_errors
 def regenerate(drafter: str, k: float, preset: str, temperature: float, top_p: float, max_new_tokens: float,
-               chat_template: str, system: str, seed: float | None, conversation: Conversation, request: gr.Request):
-    settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system, seed)
+               chat_template: str, system: str, seed: float | None, min_draft_prob: float, conversation: Conversation,
+               request: gr.Request):
+    settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system, seed,
+                            min_draft_prob)
     yield from stoppable(request, TAB, 10, lambda should_stop: (
         (_chatbot_messages(conversation), *_run_outputs(run), conversation)
         for run in regenerate_turn(conversation, settings, should_stop)))
@@ -111,6 +115,7 @@ def build_chat_tab(preset: Preset) -> None:
         with gr.Column(scale=3, min_width=280):
             drafter = drafter_control(preset, preset.default_drafter, elem_id="drafter")
             k = k_control(elem_id="k")
+            min_draft_prob = min_draft_prob_control(elem_id="min-draft-prob")
             controls = generation_controls("", preset)
             with gr.Accordion("Export this chat", open=False):
                 export_button = gr.Button("Export JSON + CSV", elem_id="chat-export", size="sm")
@@ -126,7 +131,7 @@ def build_chat_tab(preset: Preset) -> None:
         run_json = gr.JSON(elem_id="chat-run-json", show_label=False)
 
     run_views = [status, stats, accept_plot, speedup_plot, position_plot, drift_plot, rms_plot, run_json]
-    settings_inputs = [drafter, k, *controls.components()]
+    settings_inputs = [drafter, k, *controls.components(), min_draft_prob]
     chat_event = gr.on(
         [send.click, prompt.submit], chat, inputs=[prompt, *settings_inputs, conversation],
         outputs=[prompt, chatbot, *run_views, conversation], api_name="chat", concurrency_id=ENGINE,

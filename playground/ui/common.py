@@ -206,14 +206,21 @@ def k_control(elem_id: str, label: str = "k: draft tokens per step") -> gr.Slide
     return CheckedSlider(1, UI_MAX_K, value=4, step=1, label=label, elem_id=elem_id)
 
 
+def min_draft_prob_control(elem_id: str, label: str = "Adaptive: end the chain after a draft below") -> gr.Slider:
+    return CheckedSlider(0.0, 0.9, value=0.0, step=0.05, label=label, elem_id=elem_id,
+                         info="the drafter's probability of its own draft; 0 drafts k every step (the drift charts "
+                              "need every depth), about 0.3 saves the verification of unlikely drafts")
+
+
 def run_settings(drafter: str, k: float, preset: str, temperature: float, top_p: float, max_new_tokens: float,
-                 chat_template: str, system: str | None, seed: str | float | None = None) -> RunSettings:
+                 chat_template: str, system: str | None, seed: str | float | None = None,
+                 min_draft_prob: float = 0.0) -> RunSettings:
     """Settings from component values (sliders deliver floats, the seed box text; a fraction is refused, never
     rounded); RunSettings.checked_preset() validates the rest."""
     return RunSettings(drafter=drafter, k=_whole(k, "k"), preset=preset, temperature=float(temperature),
                        top_p=float(top_p), max_new_tokens=_whole(max_new_tokens, "max new tokens"),
                        chat_template=chat_template, system=system or "",
-                       seed=_seed(seed))
+                       seed=_seed(seed), min_draft_prob=float(min_draft_prob))
 
 
 def _seed(value: str | float | None) -> int | None:

@@ -13,7 +13,7 @@ from playground.viz import (
 
 from .common import (
     ENGINE, STOP_SWITCHES, compare_drafters, depth_legend, drafter_control, export_files, follow_preset,
-    generation_controls, k_control, report_user_errors, run_settings, session_id, stoppable,
+    generation_controls, k_control, min_draft_prob_control, report_user_errors, run_settings, session_id, stoppable,
 )
 
 TAB = "compare"
@@ -31,9 +31,10 @@ def _hint(plot: str):
 @report_user_errors
 def run_comparison(prompt: str, left_drafter: str, left_k: float, right_drafter: str, right_k: float, preset: str,
                    temperature: float, top_p: float, max_new_tokens: float, chat_template: str, system: str,
-                   seed: float | None, request: gr.Request):
+                   seed: float | None, left_min_draft_prob: float, right_min_draft_prob: float, request: gr.Request):
     shared = (preset, temperature, top_p, max_new_tokens, chat_template, system, seed)
-    left, right = run_settings(left_drafter, left_k, *shared), run_settings(right_drafter, right_k, *shared)
+    left = run_settings(left_drafter, left_k, *shared, left_min_draft_prob)
+    right = run_settings(right_drafter, right_k, *shared, right_min_draft_prob)
     yield from stoppable(request, TAB, 10, lambda should_stop: (
         (*show_comparison(comparison), comparison) for comparison in compare(prompt, left, right, should_stop)))
 
@@ -63,16 +64,19 @@ def export(comparison: Comparison | None) -> list[str]:
     return export_files({"left": comparison.left, "right": comparison.right}, messages, TAB)
 
 
-def _side(preset: Preset, side: str, drafter: str) -> tuple[gr.Radio, gr.Slider, gr.HTML, gr.HTML]:
-    """One side's drafter and k, its coloured answer and its stat cards (elem ids compare-<side>-…)."""
+def _side(preset: Preset, side: str, drafter: str) -> tuple[gr.Radio, gr.Slider, gr.Slider, gr.HTML, gr.HTML]:
+    """One side's drafter, k and adaptive drafting, its coloured answer and its stat cards (elem ids
+    compare-<side>-…)."""
     with gr.Column():
         with gr.Row():
             choice = drafter_control(preset, drafter, elem_id=f"compare-{side}-drafter",
                                      label=f"{side.capitalize()} drafter")
             k = k_control(elem_id=f"compare-{side}-k", label=f"{side.capitalize()} k")
+        min_draft_prob = min_draft_prob_control(elem_id=f"compare-{side}-min-draft-prob",
+                                                label=f"{side.capitalize()}: end the chain after a draft below")
         answer = gr.HTML(elem_id=f"compare-{side}", elem_classes="side-panel")
         stats = gr.HTML(elem_id=f"compare-{side}-stats")
-    return choice, k, answer, stats
+    return choice, k, min_draft_prob, answer, stats
 
 
 def build_compare_tab(preset: Preset) -> None:
@@ -88,8 +92,8 @@ def build_compare_tab(preset: Preset) -> None:
         controls = generation_controls("compare-", preset)
     legend = gr.HTML(depth_legend((left_default, 4), (right_default, 4)), elem_id="compare-legend")
     with gr.Row(equal_height=False):
-        left_drafter, left_k, left_html, left_stats = _side(preset, "left", left_default)
-        right_drafter, right_k, right_html, right_stats = _side(preset, "right", right_default)
+        left_drafter, left_k, left_min_draft_prob, left_html, left_stats = _side(preset, "left", left_default)
+        right_drafter, right_k, right_min_draft_prob, right_html, right_stats = _side(preset, "right", right_default)
     status = gr.Markdown(elem_id="compare-status", elem_classes="status-line")
     table = gr.Dataframe(headers=SUMMARY_COLUMNS, elem_id="compare-table", interactive=False, label="Summary")
     with gr.Row():
@@ -102,7 +106,8 @@ def build_compare_tab(preset: Preset) -> None:
 
     compare_event = gr.on(
         [run_button.click, prompt.submit], run_comparison,
-        inputs=[prompt, left_drafter, left_k, right_drafter, right_k, *controls.components()],
+        inputs=[prompt, left_drafter, left_k, right_drafter, right_k, *controls.components(), left_min_draft_prob,
+                right_min_draft_prob],
         outputs=[left_html, right_html, left_stats, right_stats, status, table, position_plot, drift_plot,
                  speedup_plot, comparison],
         api_name="compare", concurrency_id=ENGINE, show_progress="hidden",
