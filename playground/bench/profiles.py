@@ -30,7 +30,7 @@ def profiles() -> dict[str, BenchConfig]:
                 Sweep(("held-out", "unfamiliar-system"), EAGLES, (DRIFT_K,), templates=("default", "llama3"),
                       study="template"),
             ],
-            max_new_tokens=40, repeats=1, limit=2, profile="drift",
+            max_new_tokens=40, repeats=1, limit=4, profile="drift",
         ),
     }
 

@@ -29,15 +29,15 @@ them all in one forward pass. Guesses it agrees with are kept for free.
   state). The drift chart shows where the drafter looks at each depth; the RMS chart, how large the carried state is.
 
 ### On the shipped pair (SmolLM2-135M-Instruct and our drafters; study in `assets/bench/drift/`)
-- The carried state's RMS grows with depth for EAGLE-3 (about 11 → 21 over depths 1–8) and stays near 1.4 for
+- The carried state's RMS grows with depth for EAGLE-3 (about 11 → 22 over depths 1–8) and stays near 1.4 for
   EAGLE-3.1: that is what `norm_output` fixes.
-- At depth 8, EAGLE-3 puts 49 % of its attention on its own drafts, EAGLE-3.1 37 %; both give the first (sink)
-  token about 1 % or less. The drift chart shows both shares growing with depth; EAGLE-3.1's grows less.
-- EAGLE-3.1 keeps accepting deeper drafts: held-out (8 prompts), mean acceptance length at k = 4 is 2.66 vs
-  EAGLE-3's 2.40, at k = 8 2.99 vs 2.55 (k = 1: 1.69 vs 1.65, almost no gain); under the unfamiliar `llama3`
-  template 2.38 vs 1.99 at k = 4. The study's smaller cells (2 prompts, 40 tokens) do not all agree: EAGLE-3.1 was
-  longer in 7 of 11, longer at ~1k and ~4k prompt tokens (1.17×, 1.07×), shorter on the two short held-out
-  prompts from k = 4 on.
+- At depth 8, EAGLE-3 puts 40 % of its attention on its own drafts, EAGLE-3.1 37 %; both give the first (sink)
+  token under 1 %. The drift chart shows both shares growing with depth.
+- EAGLE-3.1's gain shows under distribution shift: at k = 8 its acceptance length is 1.10× EAGLE-3's at ~1k prompt
+  tokens and 1.20× at ~4k, 1.19× under the unfamiliar `llama3` template and 1.18× with unfamiliar system prompts
+  (4 prompts per cell). On short familiar prompts there is no clear winner: on the study's 4 held-out prompts
+  EAGLE-3 is slightly ahead (k = 4: 2.92 vs 2.76), while the 8-prompt evaluation finds EAGLE-3.1 ahead (k = 4:
+  2.66 vs 2.40; k = 8: 2.99 vs 2.55). At k = 1 they are equal (1.69 vs 1.65).
 - On a 2-core CPU the speedup is modest on long answers: at k = 4, 1.30× for EAGLE-3.1 and 1.24× for EAGLE-3
   (MT-Bench, HumanEval and held-out prompts, 128 tokens, two threads; per-run range 0.77–2.14×). There the
   acceptance length is only ~1.9–2.0, and verifying k + 1 tokens costs about 1.3 plain steps. **Adaptive drafting**
