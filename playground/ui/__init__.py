@@ -38,12 +38,12 @@ them all in one forward pass. Guesses it agrees with are kept for free.
   (4 prompts per cell). On short familiar prompts there is no clear winner: on the study's 4 held-out prompts
   EAGLE-3 is slightly ahead (k = 4: 2.92 vs 2.76), while the 8-prompt evaluation finds EAGLE-3.1 ahead (k = 4:
   2.66 vs 2.40; k = 8: 2.99 vs 2.55). At k = 1 they are equal (1.69 vs 1.65).
-- On a 2-core CPU the speedup is modest on long answers: at k = 4, 1.30× for EAGLE-3.1 and 1.24× for EAGLE-3
-  (MT-Bench, HumanEval and held-out prompts, 128 tokens, two threads; per-run range 0.77–2.14×). There the
+- On a 2-core CPU the speedup is modest on long answers: at k = 4, 1.27× for EAGLE-3.1 and 1.25× for EAGLE-3
+  (MT-Bench, HumanEval and held-out prompts, 128 tokens, two threads; per-run range 0.89–2.18×). There the
   acceptance length is only ~1.9–2.0, and verifying k + 1 tokens costs about 1.3 plain steps. **Adaptive drafting**
   (end the chain after a draft the drafter gave less than 0.3) skips verifying drafts that would mostly be
-  rejected: EAGLE-3.1 1.35× (pooled over all tokens 1.37×, against 1.23× at fixed k), with the slowest runs near
-  1.0× instead of 0.8×. Short, familiar answers reach ~1.6×. The Speed chart shows this run's measured figure,
+  rejected: EAGLE-3.1 1.42× (pooled over all tokens 1.38×, against 1.27× at fixed k), EAGLE-3 1.37×, with the
+  slowest runs above 1.0×. Short, familiar answers reach ~1.7×. The Speed chart shows this run's measured figure,
   never an estimate.
 
 ### Metric definitions (vLLM's)
