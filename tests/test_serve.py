@@ -16,18 +16,21 @@ from typing import Iterator
 import httpx
 import pytest
 
+from playground.engine import GenerationConfig, SpecCounters, speculative_generate
 from playground.serve.app import Admission, ApiError
 from playground.serve.requests import CompletionRequest
 from tests.appserver import running_server
 
 MESSAGES = [{"role": "user", "content": "def add(a, b):"}]
+DRAFT_COUNTERS = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total")
 
 
 @pytest.fixture(scope="module")
 def server(tiny_root: Path) -> Iterator[tuple[str, subprocess.Popen]]:
     """(URL, process); at teardown, the server's log must hold no traceback."""
     log: list[str] = []
-    with running_server(tiny_root, "--drafter", "eagle3.1", "--k", "3", "--body-timeout", "1") as (url, proc):
+    with running_server(tiny_root, "--drafter", "eagle3.1", "--k", "3", "--min-draft-prob", "0.5",
+                        "--body-timeout", "1") as (url, proc):
         yield url, proc
         proc.terminate()
         log += proc.stderr.read().splitlines()
@@ -119,6 +122,28 @@ def test_only_served_prompts_are_counted(server) -> None:
                         timeout=60)
     assert served.status_code == 200 and served.json()["usage"]["completion_tokens"] >= 1
     assert metric(url, "vllm:prompt_tokens_total") == before + 3
+
+
+def test_adaptive_drafting_counts_what_the_engine_drafts(server, tiny) -> None:
+    """The server runs with --min-draft-prob 0.5: its draft counters equal the local engine's with the same setting,
+    which ends some chains before k = 3 (the same run at fixed k drafts more)."""
+    url, prompt = server[0], tiny.training_prompts[0]
+    before = [metric(url, name) for name in DRAFT_COUNTERS]
+    served = httpx.post(url + "/v1/completions", json={"prompt": prompt, "max_tokens": 32, "temperature": 0},
+                        timeout=60)
+    assert served.status_code == 200
+    drafts, draft_tokens = (metric(url, name) - b for name, b in zip(DRAFT_COUNTERS, before))
+    loaded = tiny.drafters["eagle3.1"]
+
+    def local(min_draft_prob: float) -> SpecCounters:
+        cfg = GenerationConfig(max_new_tokens=32, k=3, min_draft_prob=min_draft_prob)
+        return SpecCounters.from_events(speculative_generate(tiny.target, loaded.drafter, loaded.aux_layers, prompt,
+                                                             cfg), 3)
+
+    adaptive = local(0.5)
+    assert (drafts, draft_tokens) == (adaptive.drafts, adaptive.draft_tokens)
+    fixed = local(0.0)
+    assert adaptive.draft_tokens / adaptive.drafts < fixed.draft_tokens / fixed.drafts
 
 
 def test_a_client_that_leaves_mid_stream_leaves_no_trace(server) -> None:

@@ -184,7 +184,8 @@ def build_app(engine: ServedEngine, limits: Limits = Limits()) -> FastAPI:
                                 f"prompt has {prompt_len}: no room for an answer.", "prompt")
         return GenerationConfig(max_new_tokens=answer_budget or min(limits.default_max_tokens, room), k=engine.k,
                                 temperature=body.temperature, top_p=body.top_p, seed=body.seed,
-                                stop_strings=body.stop_strings, instrument=False)
+                                stop_strings=body.stop_strings, instrument=False,
+                                min_draft_prob=engine.min_draft_prob)
 
     async def steps(prompt_ids: list[int], cfg: GenerationConfig,
                     client_gone: Callable[[], Awaitable[bool]]) -> AsyncIterator[tuple[StepEvent, str]]:

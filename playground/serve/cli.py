@@ -1,7 +1,8 @@
 """``python -m playground serve``: an OpenAI-compatible server over the local engine, speaking vLLM's dialect.
 
-It serves one preset with one drafter and a fixed k, like `vllm serve … --speculative-config …`, so the remote
-backend (and any OpenAI client) can be tried and tested without a GPU:
+It serves one preset with one drafter and a fixed k, like `vllm serve … --speculative-config …` (plus, with
+`--min-draft-prob`, adaptive draft length for every request), so the remote backend (and any OpenAI client) can be
+tried and tested without a GPU:
 
 - POST /v1/completions, /v1/chat/completions: streaming (SSE, one chunk per engine step) or not; `return_token_ids`
   adds each chunk's token ids; `stream_options.include_usage` adds a final usage chunk with vLLM's per-request
@@ -23,7 +24,7 @@ import asyncio
 import shlex
 import sys
 
-from playground.cli import add_threads_flag
+from playground.cli import add_min_draft_prob_flag, add_threads_flag
 from playground.presets import DEFAULT, get_preset
 
 from .engine import Limits, load_engine
@@ -36,7 +37,7 @@ def serve(args: argparse.Namespace) -> None:
 
     limits = Limits(max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout, max_running=args.max_running,
                     max_waiting=args.max_waiting, default_max_tokens=args.default_max_tokens)
-    engine = load_engine(args.preset, args.drafter, args.k, args.served_model_name)
+    engine = load_engine(args.preset, args.drafter, args.k, args.served_model_name, args.min_draft_prob)
     config = uvicorn.Config(build_app(engine, limits), host=args.host, port=args.port, access_log=args.verbose,
                             log_level="info" if args.verbose else "warning", timeout_keep_alive=5,
                             limit_concurrency=limits.max_running + limits.max_waiting + 16)
@@ -48,8 +49,9 @@ def serve(args: argparse.Namespace) -> None:
             await asyncio.sleep(0.05)
         if server.started:
             host, port = server.servers[0].sockets[0].getsockname()[:2]
-            print(f"serving {engine.model_name} (drafter {engine.drafter}, k={engine.k}) on http://{host}:{port}",
-                  flush=True)
+            adaptive = f", adaptive {engine.min_draft_prob:g}" if engine.min_draft_prob else ""
+            print(f"serving {engine.model_name} (drafter {engine.drafter}, k={engine.k}{adaptive}) on "
+                  f"http://{host}:{port}", flush=True)
         await task
 
     asyncio.run(run())
@@ -73,6 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_threads_flag(p)
     p.add_argument("--drafter", default="eagle3.1", help="none, or a drafter name of the preset")
     p.add_argument("--k", type=int, default=4, help="speculative tokens per step (fixed for the server, as in vLLM)")
+    add_min_draft_prob_flag(p)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="0 = any free port (the URL is printed)")
     p.add_argument("--served-model-name", help="the model name clients send (default: the preset's name)")

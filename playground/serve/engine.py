@@ -30,6 +30,7 @@ class ServedEngine:
     drafter: str  # "none" serves plain decoding (no spec-decode metrics, as vLLM without --speculative-config)
     k: int
     model_name: str
+    min_draft_prob: float = 0.0  # adaptive draft length for every request (engine.GenerationConfig); 0: k every step
     counters: SpecCounters | None = None
     prompt_tokens: int = 0
     generation_tokens: int = 0
@@ -67,14 +68,17 @@ class ServedEngine:
         return ServedCounters({"engine": "0", "model_name": self.model_name}, snapshot)
 
 
-def load_engine(preset_name: str, drafter: str, k: int, model_name: str | None) -> ServedEngine:
+def load_engine(preset_name: str, drafter: str, k: int, model_name: str | None,
+                min_draft_prob: float = 0.0) -> ServedEngine:
     """Load (and warm up) the preset's target and drafter; refuse what cannot be served, with the reason."""
     preset = get_preset(preset_name)
     backend = open_local_backend(preset, "serve", f"for vLLM run `python -m playground vllm-command --preset "
                                                  f"{preset.name}`")
     if not 1 <= k <= MAX_K:
         raise ValueError(f"--k must be between 1 and {MAX_K}, got {k}")
+    if not 0 <= min_draft_prob < 1:
+        raise ValueError(f"--min-draft-prob must be in [0, 1), got {min_draft_prob}")
     if drafter != "none" and drafter not in preset.drafters:
         raise ValueError(f"drafter {drafter!r} is not in preset {preset.name!r} (choose from {preset.drafter_names})")
     backend.warm_up(backend.encode([{"role": "user", "content": "hello"}]), drafter)
-    return ServedEngine(backend, drafter, k, model_name or preset.name)
+    return ServedEngine(backend, drafter, k, model_name or preset.name, min_draft_prob)
