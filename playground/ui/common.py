@@ -208,8 +208,8 @@ def k_control(elem_id: str, label: str = "k: draft tokens per step") -> gr.Slide
 
 def min_draft_prob_control(elem_id: str, label: str = "Adaptive: end the chain after a draft below") -> gr.Slider:
     return CheckedSlider(0.0, 0.9, value=0.0, step=0.05, label=label, elem_id=elem_id,
-                         info="the drafter's probability of its own draft; 0 drafts k every step (the drift charts "
-                              "need every depth), about 0.3 saves the verification of unlikely drafts")
+                         info="the drafter's own probability; 0 = k every step (drift charts need every depth), "
+                              "~0.3 = faster")
 
 
 def run_settings(drafter: str, k: float, preset: str, temperature: float, top_p: float, max_new_tokens: float,
