@@ -76,8 +76,7 @@ def load_engine(preset_name: str, drafter: str, k: int, model_name: str | None,
                                                  f"{preset.name}`")
     if not 1 <= k <= MAX_K:
         raise ValueError(f"--k must be between 1 and {MAX_K}, got {k}")
-    if not 0 <= min_draft_prob < 1:
-        raise ValueError(f"--min-draft-prob must be in [0, 1), got {min_draft_prob}")
+    GenerationConfig(min_draft_prob=min_draft_prob).validate()
     if drafter != "none" and drafter not in preset.drafters:
         raise ValueError(f"drafter {drafter!r} is not in preset {preset.name!r} (choose from {preset.drafter_names})")
     backend.warm_up(backend.encode([{"role": "user", "content": "hello"}]), drafter)

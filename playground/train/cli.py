@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from playground.cli import parse_ks
+from playground.engine import GenerationConfig
 from playground.smollm2 import HUB_ID, local_folder
 from playground.train.prompts import COLLECTIONS
 
@@ -63,8 +64,8 @@ def _probabilities(text: str) -> tuple[float, ...]:
         values = tuple(float(part) for part in text.split(","))
     except ValueError:
         raise SystemExit(f"--min-draft-prob takes a comma list of numbers in [0, 1), got {text!r}") from None
-    if not all(0 <= v < 1 for v in values):
-        raise SystemExit(f"every minimum draft probability must be in [0, 1), got {text!r}")
+    for value in values:
+        GenerationConfig(min_draft_prob=value).validate()
     return values
 
 
