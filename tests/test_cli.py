@@ -204,3 +204,12 @@ def test_the_json_is_a_run_record_that_reads_back_typed(outputs: dict[str, dict]
     assert isinstance(record.config, GenerationConfig) and isinstance(record.steps[1], StepEvent)
     assert isinstance(record.metrics.attention_by_depth[0], AttentionMass)
     assert isinstance(record.steps[1].attention[0], AttentionMass)
+
+
+def test_distill_draws_parse_numbers_and_ranges() -> None:
+    from playground.train.cli import parse_draws
+
+    assert parse_draws("0") == [0] and parse_draws("0,2-4") == [0, 2, 3, 4]
+    for bad in ("", "a", "-1", "3-x"):
+        with pytest.raises(SystemExit, match="--draws"):
+            parse_draws(bad)

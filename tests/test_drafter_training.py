@@ -13,7 +13,11 @@ from playground.bench.prompts import load_prompt_set
 from playground.engine import Target, load_drafter
 from playground.train.distill import DistillConfig, distill
 from playground.train.drafter import DrafterTrainConfig, train_drafters
-from playground.train.prompts import PromptItem, build_collection, build_prompts, prompts_for, split_of
+from playground.train.prompts import PromptItem, build_collection, build_draw, build_prompts, prompts_for, split_of
+
+# The GPU recipe (scripts/train_on_gpu.sh) runs these stages on CUDA; where a GPU is visible they are tested there too.
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                reason="no CUDA GPU on this machine"))]
 
 
 def _items(n: int, follow_ups: bool) -> list[PromptItem]:
@@ -55,13 +59,26 @@ def test_task_collection_is_benchmark_shaped_but_not_the_benchmarks() -> None:
         build_collection("nope")
 
 
-def test_distill_records_answers_and_features(tiny_root: Path, tmp_path: Path) -> None:
-    cfg = DistillConfig(max_new_tokens=6, batch_size=4)
+def test_later_draws_ask_new_prompts_only() -> None:
+    first, second = build_draw("tasks", 0), build_draw("tasks", 1)
+    assert first == build_collection("tasks", 0) and second == build_draw("tasks", 1)
+    asked = {item.messages[-1]["content"] for item in first}
+    assert len(second) > 300 and not asked & {item.messages[-1]["content"] for item in second}
+    assert len(second) < len(build_collection("tasks", 1))  # seed 1 repeats some of seed 0's prompts: left out
+    assert all(split_of(i.messages[-1]["content"]) == "validation" for i in prompts_for("validation", 1, "tasks"))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_distill_records_answers_and_features(tiny_root: Path, tmp_path: Path, device: str) -> None:
+    cfg = DistillConfig(max_new_tokens=6, batch_size=4, device=device)
     distill(str(tiny_root / "target"), tmp_path, "train", cfg, items=_items(8, follow_ups=True))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["turn1-00000.safetensors", "turn1-00001.safetensors",
                                                           "turn2-00000.safetensors"]
     distill(str(tiny_root / "target"), tmp_path / "tasks", "train", cfg, items=_items(4, False), collection="tasks")
-    assert [p.name for p in (tmp_path / "tasks").iterdir()] == ["tasks-turn1-00000.safetensors"]
+    distill(str(tiny_root / "target"), tmp_path / "tasks", "train", cfg, items=_items(4, False), collection="tasks",
+            draw=2)
+    assert sorted(p.name for p in (tmp_path / "tasks").iterdir()) == ["tasks-d2-turn1-00000.safetensors",
+                                                                      "tasks-turn1-00000.safetensors"]
     shard = load_file(tmp_path / "turn1-00000.safetensors")
     target = Target.load(str(tiny_root / "target"))
     offsets = shard["offsets"].tolist()
@@ -76,12 +93,14 @@ def test_distill_records_answers_and_features(tiny_root: Path, tmp_path: Path) -
     assert len(load_file(tmp_path / "turn2-00000.safetensors")["offsets"]) - 1 == 4  # items 1, 3, 5, 7
 
 
-def test_train_drafters_runs_resumes_and_saves_both_variants(tiny_root: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_train_drafters_runs_resumes_and_saves_both_variants(tiny_root: Path, tmp_path: Path, device: str) -> None:
     data = tmp_path / "data"
-    cfg = DistillConfig(max_new_tokens=24, batch_size=8)
+    cfg = DistillConfig(max_new_tokens=24, batch_size=8, device=device)
     distill(str(tiny_root / "target"), data / "train", "train", cfg, items=_items(16, follow_ups=False))
     distill(str(tiny_root / "target"), data / "validation", "validation", cfg, items=_items(4, follow_ups=False))
-    settings = dict(seq_len=32, batch_size=2, draft_vocab_size=200, eval_every=2, eval_blocks=2, warmup_steps=2)
+    settings = dict(seq_len=32, batch_size=2, draft_vocab_size=200, eval_every=2, eval_blocks=2, warmup_steps=2,
+                    device=device)
     first = train_drafters(str(tiny_root / "target"), data, tmp_path / "out", tmp_path / "run",
                            DrafterTrainConfig(steps=2, **settings))
     assert first["steps"] == 2 and set(first["final"]) == {"eagle3", "eagle3.1"}

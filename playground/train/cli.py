@@ -30,18 +30,42 @@ def _drafter(args: argparse.Namespace) -> None:
 
     cfg = DrafterTrainConfig(minutes=args.minutes, steps=args.steps, seed=args.seed, ttt_depth=args.ttt_depth,
                              variants=tuple(args.variants.split(",")), draft_vocab_size=args.draft_vocab_size,
-                             batch_size=args.batch_size, lr=args.lr, threads=args.threads,
+                             batch_size=args.batch_size, lr=args.lr, threads=args.threads, device=args.device,
                              init_from=str(args.init_from) if args.init_from else None)
     train_drafters(local_folder(args.target), args.data, args.out, args.run_dir, cfg, resume=args.resume)
 
 
 def _distill(args: argparse.Namespace) -> None:
+    import torch
+
+    from playground.engine import Target
     from playground.train.distill import DistillConfig, distill
 
+    collections = args.collection.split(",")
+    unknown = sorted(set(collections) - set(COLLECTIONS))
+    if unknown:
+        raise SystemExit(f"unknown prompt collection(s) {', '.join(unknown)}; choose from {', '.join(COLLECTIONS)}")
+    draws = parse_draws(args.draws)
     cfg = DistillConfig(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, threads=args.threads,
-                        shard=args.shard, shards=args.shards)
+                        device=args.device, shard=args.shard, shards=args.shards)
+    torch.set_num_threads(args.threads)
+    target = Target.load(local_folder(args.target), device=args.device)
     for split in args.splits.split(","):
-        distill(local_folder(args.target), args.out / split, split, cfg, collection=args.collection)
+        for draw in draws:  # draw by draw, so a run cut short has a balanced mix of the collections
+            for collection in collections:
+                distill(target, args.out / split, split, cfg, collection=collection, draw=draw)
+
+
+def parse_draws(text: str) -> list[int]:
+    """'0' or '0,3' or '1-4' (inclusive) -> draw numbers."""
+    try:
+        draws = [n for part in text.split(",") for n in (
+            range(int(part.split("-")[0]), int(part.split("-")[1]) + 1) if "-" in part else [int(part)])]
+    except ValueError:
+        raise SystemExit(f"--draws takes numbers and ranges like 0,2-5, got {text!r}") from None
+    if not draws or min(draws) < 0:
+        raise SystemExit(f"--draws takes numbers >= 0, got {text!r}")
+    return draws
 
 
 def _evaluate(args: argparse.Namespace) -> None:
@@ -106,17 +130,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--init-from", type=Path, help="start from shipped drafters (e.g. assets/models/smollm2-135m): "
                    "weights and draft vocabulary, a fresh optimizer; for a new session without RUN_DIR")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 holds up better on a busy machine)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the records and drafters live")
     p.set_defaults(func=_drafter)
 
     p = stages.add_parser("distill", help="the target answers the prompt set; keep its features for drafter training")
     p.add_argument("--target", default=HUB_ID, help="the target: an HF folder or Hub id (default: SmolLM2-135M-Instruct)")
     p.add_argument("--out", type=Path, default=Path("runs/smollm2/distill"), help="writes OUT/<split>/*.safetensors")
     p.add_argument("--splits", default="train,validation", help="comma list of prompt-set splits to answer")
-    p.add_argument("--collection", choices=COLLECTIONS, default="base",
-                   help="prompt collection: base (short requests), tasks (benchmark-shaped, a second round) or tasks2 "
-                        "(a second draw of those templates, a third round)")
+    p.add_argument("--collection", default="base",
+                   help="comma list of prompt collections: base (short requests), tasks (benchmark-shaped, a second "
+                        "round) or tasks2 (a second draw of those templates, a third round)")
+    p.add_argument("--draws", default="0", help="draws of the collection's templates, e.g. 0 or 1-6: draw n fills "
+                   "them with seed n's choices, less the prompts of draws before it")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the target runs (fp32 either way)")
     p.add_argument("--shard", type=int, default=0, help="this process's share: batches shard, shard+shards, ...")
     p.add_argument("--shards", type=int, default=1, help="number of processes sharing the work")
     p.add_argument("--threads", type=int, default=1, help="torch threads per process")

@@ -35,6 +35,7 @@ class DistillConfig:
     max_new_tokens: int = 256
     batch_size: int = 32
     threads: int = 1
+    device: str = "cpu"
     shard: int = 0  # this process takes batches shard, shard + shards, …
     shards: int = 1
 
@@ -76,8 +77,8 @@ def generate_batch(target: Target, prompts: list[list[int]], aux_layers: list[in
         ids = choice[:, None]
         mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
         positions = positions[:, -1:] + 1
-    aux_all = torch.cat([a for a, _ in feats], dim=1)  # [b, width + steps, n_aux*H]
-    final_all = torch.cat([f for _, f in feats], dim=1)
+    aux_all = torch.cat([a for a, _ in feats], dim=1).cpu()  # [b, width + steps, n_aux*H]
+    final_all = torch.cat([f for _, f in feats], dim=1).cpu()
     sequences = []
     for row, (prompt, answer) in enumerate(zip(prompts, answers)):
         fed = len(prompt) + len(answer) - 1  # the last answer token is never fed back
@@ -104,16 +105,18 @@ def save_shard(path: Path, sequences: list[Sequence], meta: dict) -> None:
     tmp.replace(path)
 
 
-def distill(target_path: str, out: Path, split: str, cfg: DistillConfig, chat_template: str | None = None,
-            items: list[PromptItem] | None = None, collection: str = "base") -> None:
-    """Answer every prompt of `split` of a collection (or `items`), first turns then follow-ups, into shards under
-    `out`; shards of a collection other than `base` are named after it (`tasks-turn1-00000.safetensors`)."""
+def distill(target: Target | str, out: Path, split: str, cfg: DistillConfig, chat_template: str | None = None,
+            items: list[PromptItem] | None = None, collection: str = "base", draw: int = 0) -> None:
+    """Answer every prompt of `split` of a collection's `draw` (or `items`), first turns then follow-ups, into shards
+    under `out`. Shards are named after the collection and draw, except draw 0 of `base`:
+    `turn1-00000.safetensors`, `tasks-turn1-00000.safetensors`, `tasks-d3-turn1-00000.safetensors`."""
     torch.set_num_threads(cfg.threads)
     out.mkdir(parents=True, exist_ok=True)
-    target = Target.load(target_path)
+    if isinstance(target, str):
+        target = Target.load(target, device=cfg.device)
     aux_layers = target.default_aux_layer_ids()
-    items = prompts_for(split, collection=collection) if items is None else items
-    prefix = "" if collection == "base" else f"{collection}-"
+    items = prompts_for(split, seed=draw, collection=collection) if items is None else items
+    prefix = "" if (collection, draw) == ("base", 0) else f"{collection}-" + (f"d{draw}-" if draw else "")
     batches = [items[i : i + cfg.batch_size] for i in range(0, len(items), cfg.batch_size)]
     for index in range(cfg.shard, len(batches), cfg.shards):  # first turns
         _answer(target, out / f"{prefix}turn1-{index:05d}.safetensors", batches[index], aux_layers, cfg, chat_template)

@@ -93,9 +93,10 @@ class TargetHead:
 
 
 class DistilledData:
-    """Shards from `distill.py`, concatenated and cut into [n, seq_len] blocks (sequences packed back to back)."""
+    """Shards from `distill.py`, concatenated and cut into [n, seq_len] blocks (sequences packed back to back), kept
+    on `device` (features stay bf16 there: a GPU holds millions of recorded tokens)."""
 
-    def __init__(self, folder: Path, seq_len: int) -> None:
+    def __init__(self, folder: Path, seq_len: int, device: str = "cpu") -> None:
         shards = sorted(folder.glob("*.safetensors"))
         if not shards:
             raise FileNotFoundError(f"no distilled shards in {folder}: run `python -m playground train distill` first")
@@ -107,10 +108,10 @@ class DistilledData:
         signal[lasts] = False  # the last token of a sequence was never fed: no recorded distribution after it
         n = len(tokens) // seq_len * seq_len
         self.sequences, self.shards = sum(len(p["offsets"]) - 1 for p in parts), len(shards)
-        self.tokens = tokens[:n].view(-1, seq_len)
-        self.signal = signal[:n].view(-1, seq_len)
-        self.aux = torch.cat([p["aux"] for p in parts])[:n].view(-1, seq_len, parts[0]["aux"].shape[-1])
-        self.final = torch.cat([p["final"] for p in parts])[:n].view(-1, seq_len, parts[0]["final"].shape[-1])
+        self.tokens = tokens[:n].view(-1, seq_len).to(device)
+        self.signal = signal[:n].view(-1, seq_len).to(device)
+        self.aux = torch.cat([p["aux"] for p in parts])[:n].view(-1, seq_len, parts[0]["aux"].shape[-1]).to(device)
+        self.final = torch.cat([p["final"] for p in parts])[:n].view(-1, seq_len, parts[0]["final"].shape[-1]).to(device)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -119,8 +120,9 @@ class DistilledData:
         return Counter(self.tokens[self.signal].tolist())
 
     def batch(self, rows: torch.Tensor, head: TargetHead, t2d: torch.Tensor) -> TeacherBatch:
+        rows = rows.to(self.tokens.device)
         tokens, signal = self.tokens[rows], self.signal[rows]
-        valid = torch.zeros(signal.shape[0], signal.shape[1] - 1, dtype=torch.bool)
+        valid = torch.zeros(signal.shape[0], signal.shape[1] - 1, dtype=torch.bool, device=signal.device)
         valid[:, :-1] = signal[:, 1:-1] & t2d[tokens[:, 2:]]  # greedy answers: the next token is the argmax
         return TeacherBatch(aux=self.aux[rows, :-1].float(), input_ids=tokens[:, 1:], valid=valid,
                             target_p=head.probabilities(self.final[rows, 1:][valid]))
@@ -184,6 +186,7 @@ class DrafterTrainConfig:
     eval_blocks: int = 16
     checkpoint_minutes: float = 5.0
     threads: int = 1
+    device: str = "cpu"  # "cuda": the recorded features, target head and drafters all live on the GPU
     init_from: str | None = None  # a folder with <variant>/ drafters to continue from (weights and draft vocabulary)
 
     def __post_init__(self) -> None:
@@ -243,11 +246,14 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
     from tqdm import tqdm
 
     torch.set_num_threads(cfg.threads)
+    if cfg.device == "cuda":  # TF32 matmuls: training tolerates them (the teacher features were recorded in fp32)
+        torch.set_float32_matmul_precision("high")
     run_dir.mkdir(parents=True, exist_ok=True)
-    target = Target.load(target_path)
+    target = Target.load(target_path, device=cfg.device)
     for p in target.model.parameters():
         p.requires_grad_(False)
-    train, val = DistilledData(data_dir / "train", cfg.seq_len), DistilledData(data_dir / "validation", cfg.seq_len)
+    train = DistilledData(data_dir / "train", cfg.seq_len, cfg.device)
+    val = DistilledData(data_dir / "validation", cfg.seq_len, cfg.device)
     if len(train) < cfg.batch_size or len(val) == 0:
         raise ValueError("not enough distilled data for one training batch and one validation block")
     counts = train.answer_token_counts()
@@ -258,8 +264,9 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
     else:
         vocab = build_draft_vocab(counts, cfg.draft_vocab_size, target.vocab_size)
     coverage = sum(counts[t] for t in vocab.used.tolist()) / max(1, sum(counts.values()))
-    head = TargetHead(target, vocab.used)
-    drafters = {v: new_drafter(target, v, cfg, vocab) for v in cfg.variants}
+    head = TargetHead(target, vocab.used.to(cfg.device))
+    t2d = vocab.t2d.to(cfg.device)
+    drafters = {v: new_drafter(target, v, cfg, vocab).to(cfg.device) for v in cfg.variants}
     for v, weights in shipped.items():  # weights only: the optimizer starts afresh (its state is not shipped)
         drafters[v].load_state_dict({k: x.float() for k, x in weights.state_dict().items()}, strict=False)
     for drafter in drafters.values():
@@ -269,7 +276,7 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
     state = {"step": 0, "elapsed_s": 0.0, "history": []}
     ckpt_path = run_dir / CHECKPOINT_NAME
     if resume and ckpt_path.exists():
-        ckpt = torch.load(ckpt_path, weights_only=True)
+        ckpt = torch.load(ckpt_path, weights_only=True, map_location=cfg.device)
         for v in drafters:
             drafters[v].load_state_dict(ckpt["drafters"][v], strict=False)
             opts[v].load_state_dict(ckpt["optimizers"][v])
@@ -296,7 +303,7 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
         epoch, offset = divmod(step * cfg.batch_size, len(train))
         order = torch.randperm(len(train), generator=torch.Generator().manual_seed(cfg.seed * 1000 + epoch))
         rows = order[(torch.arange(cfg.batch_size) + offset) % len(train)]
-        batch = train.batch(rows, head, vocab.t2d)
+        batch = train.batch(rows, head, t2d)
         lr = cfg.lr * lr_factor(step, progress(), cfg)
         for v, drafter in drafters.items():
             loss, _ = ttt_loss(drafter, batch, cfg.ttt_depth)
@@ -318,7 +325,7 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
             t_eval = time.monotonic()
             row = {"step": state["step"], "elapsed_s": round(state["elapsed_s"], 1), "lr": lr}
             for v, drafter in drafters.items():
-                val_loss, val_acc = evaluate_ttt(drafter, val, head, vocab.t2d, cfg.ttt_depth, cfg.eval_blocks,
+                val_loss, val_acc = evaluate_ttt(drafter, val, head, t2d, cfg.ttt_depth, cfg.eval_blocks,
                                                  cfg.batch_size)
                 row[v] = {"train_loss": sum(recent[v]) / len(recent[v]), "val_loss": val_loss, "val_top1_by_step": val_acc}
             state["elapsed_s"] += time.monotonic() - t_eval
@@ -336,9 +343,9 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
            "config": {k: (list(x) if isinstance(x, tuple) else x) for k, x in asdict(cfg).items()},
            "history": state["history"], "final": {}}
     for v, drafter in drafters.items():
-        val_loss, val_acc = evaluate_ttt(drafter, val, head, vocab.t2d, cfg.ttt_depth, cfg.eval_blocks, cfg.batch_size)
+        val_loss, val_acc = evaluate_ttt(drafter, val, head, t2d, cfg.ttt_depth, cfg.eval_blocks, cfg.batch_size)
         log["final"][v] = {"val_loss": val_loss, "val_top1_by_step": val_acc}
-        save_drafter(drafter.eval(), out_root / v, dtype=torch.float16, t2d=vocab.t2d)
+        save_drafter(drafter.eval().cpu(), out_root / v, dtype=torch.float16, t2d=vocab.t2d)
         (out_root / v / "training_log.json").write_text(json.dumps({**log, "variant": v}, indent=2))
     print(json.dumps(log["final"]), flush=True)
     return log

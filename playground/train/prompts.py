@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 from playground.train.corpus import build_conversations
@@ -227,5 +228,18 @@ def build_collection(name: str, seed: int = 0) -> list[PromptItem]:
     raise ValueError(f"unknown prompt collection {name!r}; choose from {', '.join(COLLECTIONS)}")
 
 
+def build_draw(name: str, draw: int) -> list[PromptItem]:
+    """Draw `draw` of a collection: its templates filled with the random choices of seed `draw`, less every prompt
+    an earlier draw (0 .. draw-1) already asked, so more draws mean more distinct prompts, never repeats."""
+    asked = {p.messages[-1]["content"] for earlier in range(draw) for p in _asked_in(name, earlier)}
+    return [p for p in build_collection(name, draw) if p.messages[-1]["content"] not in asked]
+
+
+@lru_cache(maxsize=None)
+def _asked_in(name: str, draw: int) -> tuple[PromptItem, ...]:  # distilling draws 0..n builds each draw once
+    return tuple(build_collection(name, draw))
+
+
 def prompts_for(split: Split, seed: int = 0, collection: str = "base") -> list[PromptItem]:
-    return [p for p in build_collection(collection, seed) if split_of(p.messages[-1]["content"]) == split]
+    """The `split` of draw `seed` of a collection (the split hashes the prompt text, so it holds across draws)."""
+    return [p for p in build_draw(collection, seed) if split_of(p.messages[-1]["content"]) == split]
