@@ -247,9 +247,9 @@ def save_drafter(drafter: Eagle3Drafter, folder: str | os.PathLike, dtype: torch
             continue
         if key.startswith("layers.0."):
             key = "midlayer." + key[len("layers.0.") :]
-        tensors[key] = value.detach().to(dtype).contiguous() if value.is_floating_point() else value.contiguous()
+        tensors[key] = (value.detach().to("cpu", dtype) if value.is_floating_point() else value.cpu()).contiguous()
     if t2d is not None:
-        tensors["t2d"] = t2d.bool().contiguous()
+        tensors["t2d"] = t2d.bool().cpu().contiguous()
     save_file(tensors, str(folder / "model.safetensors"))
     config = {
         "architectures": ["LlamaForCausalLMEagle3"],

@@ -345,7 +345,7 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
     for v, drafter in drafters.items():
         val_loss, val_acc = evaluate_ttt(drafter, val, head, t2d, cfg.ttt_depth, cfg.eval_blocks, cfg.batch_size)
         log["final"][v] = {"val_loss": val_loss, "val_top1_by_step": val_acc}
-        save_drafter(drafter.eval().cpu(), out_root / v, dtype=torch.float16, t2d=vocab.t2d)
+        save_drafter(drafter.eval(), out_root / v, dtype=torch.float16, t2d=vocab.t2d)
         (out_root / v / "training_log.json").write_text(json.dumps({**log, "variant": v}, indent=2))
     print(json.dumps(log["final"]), flush=True)
     return log
