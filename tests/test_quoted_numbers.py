@@ -60,3 +60,18 @@ def test_quoted_numbers_match_the_measurements(where: str, text: str, quotes) ->
 
 def test_model_card_is_rendered_from_the_committed_files() -> None:
     assert (ROOT / "assets" / "models" / "README.md").read_text() == render(MODELS), "run: python -m playground train card"
+
+
+def test_model_card_says_where_the_drafters_were_trained(tmp_path: Path) -> None:
+    """A pair trained on a GPU (scripts/train_on_gpu.sh) gets a card that says so, not "one thread each"."""
+    for name in ("evaluation.json", "speed.json"):
+        (tmp_path / name).write_text((MODELS / name).read_text())
+    for variant in ("eagle3", "eagle3.1"):
+        (tmp_path / variant).mkdir()
+        (tmp_path / variant / "config.json").write_text((MODELS / variant / "config.json").read_text())
+        log = _load(MODELS / variant / "training_log.json")
+        log["config"]["device"] = "cuda"
+        (tmp_path / variant / "training_log.json").write_text(json.dumps(log))
+    card = render(tmp_path)
+    assert "for both variants together, in one process on one CUDA GPU" in card and "one thread each" not in card
+    assert "one thread each" in render(MODELS)

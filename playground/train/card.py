@@ -57,6 +57,14 @@ def _speed_rows(speed: dict) -> list[str]:
     return rows
 
 
+def _where_trained(log: dict) -> str:
+    minutes = log["wall_clock_seconds"] / 60
+    if log["config"].get("device", "cpu") == "cuda":
+        return (f"{minutes:.0f} minutes of wall clock for both variants together, in one process on one CUDA GPU "
+                "(`scripts/train_on_gpu.sh`)")
+    return f"{minutes:.0f} minutes of wall clock per variant, one thread each"
+
+
 def render(root: Path) -> str:
     drafters = {v: json.loads((root / v / "training_log.json").read_text()) for v in ("eagle3", "eagle3.1")}
     evaluation = json.loads((root / "evaluation.json").read_text())
@@ -92,7 +100,7 @@ def render(root: Path) -> str:
         f"Training: same initial weights, same batches in the same order, same {d['steps']} steps of "
         f"{d['config']['batch_size']} × {d['config']['seq_len']} tokens ({d['tokens_seen']:,} tokens), TTT depth "
         f"{d['config']['ttt_depth']}, step-loss decay 0.8, AdamW, peak lr {d['config']['lr']} in the latest run; "
-        f"{d['wall_clock_seconds'] / 60:.0f} minutes of wall clock per variant, one thread each. They differ only in "
+        f"{_where_trained(d)}. They differ only in "
         "`fc_norm` and `norm_output`. Learning rate at each evaluation (a run continued with `--resume` and a larger "
         "`--steps` returns to the full rate until its own decay): "
         + ", ".join(f"step {row['step']}: {row['lr']:.2g}" for row in d["history"]) + ".",
