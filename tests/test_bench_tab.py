@@ -28,3 +28,14 @@ def test_bench_smoke_profile_from_the_ui(app_url: str) -> None:
     assert saved["config"]["profile"] == "smoke" and len(saved["rows"]) == len(table["data"])
     with pytest.raises(Exception, match="the bench runs the local engine, and preset 'remote' uses the remote backend"):
         client.predict("smoke", "remote", api_name="/bench")
+
+
+def test_bench_tab_runs_a_profile_with_adaptive_drafting(app_url: str) -> None:
+    """The tab's slider reaches every EAGLE run of the profile; the findings and the saved config say so."""
+    client = Client(app_url, verbose=False)
+    findings, table, *_, files = client.predict("smoke", "smollm2-135m", 0.5, api_name="/bench")
+    assert "adaptive drafting: a chain ends after a draft below **0.5**" in findings and "Lossless" in findings
+    saved = json.loads(next(Path(f) for f in files if f.endswith(".json")).read_text())
+    assert saved["config"]["min_draft_prob"] == 0.5
+    with pytest.raises(Exception, match=r"minimum draft probability must be in \[0, 1\)"):
+        client.predict("smoke", "smollm2-135m", 1.5, api_name="/bench")

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 
 from playground.bench.findings import deepest_pairs, findings, pairs, study_rows
 from playground.bench.report import deepest_rows, write_outputs
-from playground.bench.config import ProgressCallback
+from playground.bench.config import ProgressCallback, with_overrides
 from playground.bench.rows import BenchResult, BenchRow
 from playground.viz import bench as figures
 from playground.viz.bench import speedup_range_text
@@ -56,7 +56,9 @@ def table_rows(rows: list[BenchRow]) -> list[list]:
 
 
 def findings_markdown(result: BenchResult, title: str) -> str:
-    head = (f"### {title}\nprofile **{result.config.get('profile')}** · preset **{result.preset}** · "
+    adaptive = result.config.get("min_draft_prob") or 0.0
+    settings = f" · adaptive drafting: a chain ends after a draft below **{adaptive:g}**" if adaptive else ""
+    head = (f"### {title}\nprofile **{result.config.get('profile')}** · preset **{result.preset}**{settings} · "
             f"{result.seconds / 60:.1f} min · started {result.started} · {result.machine.get('cpu', 'unknown machine')}")
     return head + "\n\n" + "\n".join(f"- {f}" for f in findings(result.rows, greedy=result.greedy))
 
@@ -98,15 +100,19 @@ def save_and_view(result: BenchResult, out_dir: Path | None = None) -> BenchView
     return view(result, f"This run ({profile})", [paths["csv"], paths["json"], paths["html"]])
 
 
-def run_and_view(profile: str, preset: str, progress: ProgressCallback | None = None) -> BenchView:
-    """Run a profile offered in the tab on a preset; bad names raise ValueError."""
-    from playground.bench import run_profile
+def run_and_view(profile: str, preset: str, progress: ProgressCallback | None = None,
+                 min_draft_prob: float = 0.0) -> BenchView:
+    """Run a profile offered in the tab on a preset, every EAGLE run with `min_draft_prob` (adaptive draft length;
+    0 = k drafts every step); bad names and values raise ValueError."""
+    from playground.bench import get_profile, run_profile
 
     if profile not in {name for _, name in TAB_PROFILES}:
         raise ValueError(f"unknown bench profile {profile!r}; offered: "
                          f"{', '.join(name for _, name in TAB_PROFILES)}")
+    config = with_overrides(get_profile(profile), min_draft_prob=min_draft_prob)
+    config.validate()
     try:
-        result = run_profile(profile, preset, progress)
+        result = run_profile(config, preset, progress)
     except KeyError as err:  # an unknown preset
         raise ValueError(str(err.args[0]) if err.args else str(err)) from None
     return save_and_view(result)

@@ -8,7 +8,7 @@ import gradio as gr
 from playground.bench.present import TAB_HEADERS, TAB_PROFILES, BenchView, load_view, run_and_view
 from playground.presets import Preset, presets
 
-from .common import ENGINE, report_user_errors
+from .common import ENGINE, min_draft_prob_control, report_user_errors
 
 PLOTS = ("speed", "k", "position")  # elem ids bench-plot-<name>, in the order of BenchView.figures
 
@@ -23,9 +23,11 @@ def _reveal() -> tuple:
 
 
 @report_user_errors
-def run_profile_for_tab(profile: str, preset: str, progress: gr.Progress = gr.Progress()):
+def run_profile_for_tab(profile: str, preset: str, min_draft_prob: float = 0.0,
+                        progress: gr.Progress = gr.Progress()):
     progress(0, desc="starting the bench")
-    view = run_and_view(profile, preset, lambda done, total, message: progress((done, total), desc=message))
+    view = run_and_view(profile, preset, lambda done, total, message: progress((done, total), desc=message),
+                        min_draft_prob=float(min_draft_prob))
     yield _outputs(view)
 
 
@@ -53,6 +55,8 @@ def build_bench_tab(preset: Preset) -> None:
         preset_menu = gr.Dropdown([(p.title, p.name) for p in presets().values()], value=preset.name,
                                   label="Preset (the bench runs on the local engine)", elem_id="bench-preset",
                                   scale=2)
+        min_draft_prob = min_draft_prob_control(elem_id="bench-min-draft-prob",
+                                                label="Adaptive: every EAGLE run ends its chain after a draft below")
         run_button = gr.Button("Run benchmark", variant="primary", elem_id="bench-run", scale=1)
     gr.Markdown("Runs every method of the profile on this machine, one after another (chat and compare runs wait "
                 "meanwhile). Speedup = tokens/s over plain decoding of the same target in the same run.",
@@ -64,6 +68,6 @@ def build_bench_tab(preset: Preset) -> None:
         drift = load_view()
         _results("bench-drift-", drift, "No committed drift study (assets/bench/drift/results.json) in this copy.")
 
-    run_button.click(run_profile_for_tab, [profile, preset_menu], [*outputs, files], api_name="bench",
+    run_button.click(run_profile_for_tab, [profile, preset_menu, min_draft_prob], [*outputs, files], api_name="bench",
                      concurrency_id=ENGINE, show_progress_on=outputs[0]  # one progress bar, on the findings
                      ).success(_reveal, None, [*outputs[1:], files], queue=False, api_visibility="private")
