@@ -55,9 +55,9 @@ def build_bench_tab(preset: Preset) -> None:
         preset_menu = gr.Dropdown([(p.title, p.name) for p in presets().values()], value=preset.name,
                                   label="Preset (the bench runs on the local engine)", elem_id="bench-preset",
                                   scale=2)
-        min_draft_prob = min_draft_prob_control(elem_id="bench-min-draft-prob",
-                                                label="Adaptive: every EAGLE run ends its chain after a draft below")
         run_button = gr.Button("Run benchmark", variant="primary", elem_id="bench-run", scale=1)
+    min_draft_prob = min_draft_prob_control(elem_id="bench-min-draft-prob",
+                                            label="Adaptive: every EAGLE run ends its chain after a draft below")
     gr.Markdown("Runs every method of the profile on this machine, one after another (chat and compare runs wait "
                 "meanwhile). Speedup = tokens/s over plain decoding of the same target in the same run.",
                 elem_classes="status-line")
