@@ -30,7 +30,7 @@ def _drafter(args: argparse.Namespace) -> None:
 
     cfg = DrafterTrainConfig(minutes=args.minutes, steps=args.steps, seed=args.seed, ttt_depth=args.ttt_depth,
                              variants=tuple(args.variants.split(",")), draft_vocab_size=args.draft_vocab_size,
-                             batch_size=args.batch_size, lr=args.lr, threads=args.threads, device=args.device,
+                             batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr, threads=args.threads, device=args.device,
                              init_from=str(args.init_from) if args.init_from else None)
     train_drafters(local_folder(args.target), args.data, args.out, args.run_dir, cfg, resume=args.resume)
 
@@ -124,6 +124,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ttt-depth", type=int, default=3, help="training-time-test unroll depth")
     p.add_argument("--draft-vocab-size", type=int, default=8192)
     p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--seq-len", type=int, default=512, help="tokens per training block (answers packed back to back)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt")
