@@ -30,8 +30,8 @@ def _drafter(args: argparse.Namespace) -> None:
 
     cfg = DrafterTrainConfig(minutes=args.minutes, steps=args.steps, seed=args.seed, ttt_depth=args.ttt_depth,
                              variants=tuple(args.variants.split(",")), draft_vocab_size=args.draft_vocab_size,
-                             batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr, threads=args.threads, device=args.device,
-                             init_from=str(args.init_from) if args.init_from else None)
+                             batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr, threads=args.threads,
+                             device=args.device, init_from=str(args.init_from) if args.init_from else None)
     train_drafters(local_folder(args.target), args.data, args.out, args.run_dir, cfg, resume=args.resume)
 
 
