@@ -11,8 +11,9 @@ from playground.viz import DRAFT_ACCEPTANCE_RATE_HELP, MEAN_ACCEPTANCE_LENGTH_HE
 
 from .bench import build_bench_tab
 from .chat import build_chat_tab
-from .common import APP_CSS, STOP_SWITCHES, session_id
+from .common import STOP_SWITCHES, session_id
 from .compare import build_compare_tab
+from .style import APP_CSS
 
 THEME = gr.themes.Soft(primary_hue="teal", secondary_hue="slate")
 

@@ -1,4 +1,4 @@
-"""What both tabs share: preset and generation controls, stop switches, error reporting, exports and styles."""
+"""What both tabs share: preset and generation controls, stop switches, error reporting and exports."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from playground.playback import (
     MAX_NEW_TOKENS, UI_MAX_K, RequestError, Run, RunSettings, StopSwitches, export_runs,
 )
 from playground.presets import DRAFTER_LABELS, Preset, get_preset, presets
-from playground.viz import legend_html, provenance_css, stats_css
+from playground.viz import legend_html
 
 log = logging.getLogger("playground")
 ENGINE = "engine"  # concurrency id of every event that runs the model
@@ -57,15 +57,6 @@ def stoppable(request: gr.Request | None, tab: str, n_outputs: int,
         yield (gr.skip(),) * n_outputs
         return
     yield from updates(stop.is_set)
-
-
-LAYOUT_CSS = """
-.side-panel { min-height: 220px; max-height: 460px; overflow-y: auto; padding: 4px 8px; }
-.side-title { font-weight: 600; margin-bottom: 4px; }
-.status-line p { margin: 0; font-size: 0.9em; color: var(--body-text-color-subdued); }
-.preset-info p, .preset-info li { font-size: 0.85em; color: var(--body-text-color-subdued); }
-"""
-APP_CSS = provenance_css() + stats_css() + LAYOUT_CSS
 
 
 def session_id(request: gr.Request | None) -> str:
