@@ -16,7 +16,7 @@ from starlette.middleware import Middleware
 from playground.playback import load_preset
 from playground.presets import default_preset_name
 from playground.ui import APP_CSS, THEME, build_app
-from playground.ui.common import StampArrival
+from playground.ui.common import ENGINE_SLOTS, StampArrival
 
 log = logging.getLogger("playground")
 
@@ -30,7 +30,7 @@ def main() -> None:
     if problem:
         log.warning("not loaded: %s", problem)
     demo = build_app(problem)
-    demo.queue(default_concurrency_limit=int(os.environ.get("PLAYGROUND_CONCURRENCY", "1")), max_size=64)
+    demo.queue(default_concurrency_limit=ENGINE_SLOTS, max_size=64)
     demo.launch(ssr_mode=False, css=APP_CSS, theme=THEME, app_kwargs={"middleware": [Middleware(StampArrival)]})
 
 

@@ -48,6 +48,20 @@ def app_url(tiny_root: Path, app_log: Path) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="session")
+def real_app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The app on the real default pair, for what races a run in progress (Stop, Clear, streaming in the page): it
+    writes ~10-30 tokens/s on a CPU, while the tiny models can write 1024 tokens before a request reaches the
+    server."""
+    from playground.smollm2 import unavailable_reason
+    from tests.appserver import running_app
+
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
+    with running_app(None, tmp_path_factory.mktemp("real-app") / "app.log") as url:
+        yield url
+
+
 # --- engine tests: tiny models -------------------------------------------------------------------------------
 
 ENGINE_DRAFTERS = ("eagle3", "eagle3.1")

@@ -4,18 +4,20 @@ writes its three files; a bad profile gets a clear message."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 from gradio_client import Client
+from gradio_client.utils import Status
 
 from playground.bench.present import TAB_HEADERS
 
 
 def test_bench_smoke_profile_from_the_ui(app_url: str) -> None:
     client = Client(app_url, verbose=False)
-    findings, table, speed, by_k, position, files = client.predict("smoke", "smollm2-135m", api_name="/bench")
-    assert "This run (smoke)" in findings and "Lossless" in findings
+    status, findings, table, speed, by_k, position, files = client.predict("smoke", "smollm2-135m", api_name="/bench")
+    assert "finished" in status and "This run (smoke)" in findings and "Lossless" in findings
     assert table["headers"] == TAB_HEADERS and "speedup vs plain" in TAB_HEADERS
     drafters = {row[0] for row in table["data"]}
     assert {"none", "eagle3", "eagle3.1"} <= drafters
@@ -33,9 +35,29 @@ def test_bench_smoke_profile_from_the_ui(app_url: str) -> None:
 def test_bench_tab_runs_a_profile_with_adaptive_drafting(app_url: str) -> None:
     """The tab's slider reaches every EAGLE run of the profile; the findings and the saved config say so."""
     client = Client(app_url, verbose=False)
-    findings, table, *_, files = client.predict("smoke", "smollm2-135m", 0.5, api_name="/bench")
+    _, findings, table, *_, files = client.predict("smoke", "smollm2-135m", 0.5, api_name="/bench")
     assert "adaptive drafting: a chain ends after a draft below **0.5**" in findings and "Lossless" in findings
     saved = json.loads(next(Path(f) for f in files if f.endswith(".json")).read_text())
     assert saved["config"]["min_draft_prob"] == 0.5
     with pytest.raises(Exception, match=r"minimum draft probability must be in \[0, 1\)"):
         client.predict("smoke", "smollm2-135m", 1.5, api_name="/bench")
+
+
+def test_stop_ends_a_benchmark_run(app_url: str) -> None:
+    """The drift profile takes minutes; Stop ends it within seconds, with no result and a line that says so, and the
+    model is free again at once."""
+    client = Client(app_url, verbose=False)
+    job = client.submit("drift", "smollm2-135m", api_name="/bench")
+    deadline = time.monotonic() + 60
+    while job.status().code not in (Status.PROCESSING, Status.PROGRESS):
+        assert time.monotonic() < deadline and not job.done(), f"the bench did not start: {job.status().code}"
+        time.sleep(0.05)
+    time.sleep(1.0)
+    pressed = time.monotonic()
+    client.predict(api_name="/stop_bench")
+    status, *rest = job.result(timeout=120)
+    assert time.monotonic() - pressed < 15 and status.startswith("Stopped: the benchmark was stopped after ")
+    assert "a partial run has no result" in status
+    answer = Client(app_url, verbose=False).predict("Hello there", "eagle3.1", 4, "smollm2-135m", 0.0, 1.0, 4,
+                                                   "default", "", "", api_name="/chat")
+    assert answer[-1]["metrics"]["generated_tokens"] > 0

@@ -47,19 +47,6 @@ def page(browser, app_url: str):
     page.close()
 
 
-@pytest.fixture(scope="module")
-def real_app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The app on the real default pair: slow enough on a CPU (~10 tokens/s) that streaming is visible and Stop lands
-    mid-answer; the tiny models write 1024 tokens before a click can reach the server."""
-    from playground.smollm2 import unavailable_reason
-    from tests.appserver import running_app
-
-    if unavailable_reason():
-        pytest.skip(unavailable_reason())
-    with running_app(None, tmp_path_factory.mktemp("real-app") / "app.log") as url:
-        yield url
-
-
 def tokens(page, where: str = "#chat") -> int:
     return page.locator(f"{where} .tok-draft, {where} .tok-target").count()
 

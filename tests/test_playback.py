@@ -64,6 +64,35 @@ def test_regenerate_replaces_the_last_answer(pair_models: Path) -> None:
         list(regenerate_turn(Conversation(), RunSettings(), NEVER))
 
 
+def test_clear_during_a_run_leaves_no_hidden_context(pair_models: Path) -> None:
+    """Clear takes the conversation from the run that is writing it: the run stops without another word, and the
+    next turn's prompt is a fresh one's, token for token."""
+    conversation = Conversation()
+    turn = chat_turn(conversation, PROMPT, RunSettings(max_new_tokens=1024), NEVER)
+    for run in turn:
+        if run.events and run.events[-1].total_tokens >= 5:
+            break
+    conversation.clear()
+    assert list(turn) == [] and not conversation.exchanges  # nothing more is yielded, nor written back
+    assert run.finish_reason == "cancelled"  # it lost the conversation, so it stopped
+    again, fresh = answer(conversation, "hi")[-1], answer(Conversation(), "hi")[-1]
+    assert again.prompt_tokens == fresh.prompt_tokens and [ex.user for ex in conversation.exchanges] == ["hi"]
+    with pytest.raises(RequestError, match="nothing to regenerate"):
+        conversation.clear()
+        list(regenerate_turn(conversation, RunSettings(), NEVER))
+
+
+def test_a_newer_turn_takes_the_conversation_over(pair_models: Path) -> None:
+    conversation = Conversation()
+    older = chat_turn(conversation, PROMPT, RunSettings(max_new_tokens=1024), NEVER)
+    next(older)
+    answer(conversation, "hi")
+    assert list(older) == []  # the superseded run stops and writes nothing after the newer turn
+    superseded = conversation.exchanges[0].run
+    assert [ex.user for ex in conversation.exchanges] == [PROMPT, "hi"] and superseded.finish_reason == "cancelled"
+    assert len(superseded.token_ids) < 1024
+
+
 def test_stop_ends_the_run_between_steps(pair_models: Path) -> None:
     switches = StopSwitches()
     stop = switches.arm("session", "chat", time.monotonic())
@@ -191,7 +220,7 @@ def test_baseline_sampler_takes_its_share_one_step_at_a_time_at_the_runs_positio
     """The sampler's bookkeeping with a scripted probe: at most one timed step between two of the run's steps, at the
     run's current context (prompt + its tokens), its spend near its share, finishing tops up to a spread, and a
     stopped run is not topped up."""
-    from playground.playback.baseline import GROUP_SECONDS, GROUP_STEPS, MIN_GROUPS, SHARE, BaselineSampler
+    from playground.playback.baseline import GROUP_SECONDS, GROUP_STEPS, MIN_SPEEDUP_GROUPS, SHARE, BaselineSampler
 
     class ScriptedProbe:
         def __init__(self) -> None:
@@ -227,7 +256,7 @@ def test_baseline_sampler_takes_its_share_one_step_at_a_time_at_the_runs_positio
     topped_up.keep_up()
     assert short.baseline.tokens == 1  # 10 ms of run: one step is already past the share
     topped_up.finish()
-    assert short.baseline.groups == MIN_GROUPS
+    assert short.baseline.groups == MIN_SPEEDUP_GROUPS
     stopped = SimpleNamespace(events=[step(0, 0.0), step(1, 10.0)], token_ids=[10, 11], baseline=None)
     BaselineSampler(ScriptedProbe(), [1, 2, 3], stopped, lambda: True).finish()
     assert stopped.baseline is None

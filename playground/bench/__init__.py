@@ -5,6 +5,8 @@ For the app:  result = run_profile("smoke", "smollm2-135m", progress_callback); 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from playground.backends import require_local, shared_backend
 from playground.bench.methods import Runner
 from playground.bench.profiles import get_profile, profiles
@@ -13,26 +15,28 @@ from playground.bench.findings import findings
 from playground.bench.report import write_outputs
 from playground.bench.config import BenchConfig, ProgressCallback, Sweep
 from playground.bench.rows import BenchResult, BenchRow
-from playground.bench.runner import run_bench
+from playground.bench.runner import BenchStopped, run_bench
 from playground.presets import DEFAULT, Preset, get_preset
 
 BENCH_NEEDS_WEIGHTS = "peers and drift need the target's weights in this process"
 
 
 def run_profile(profile: str | BenchConfig, preset: str | Preset = DEFAULT,
-                progress_callback: ProgressCallback | None = None) -> BenchResult:
+                progress_callback: ProgressCallback | None = None,
+                should_stop: Callable[[], bool] = lambda: False) -> BenchResult:
     """Run a named profile (or a BenchConfig) on a preset's shared backend (the app's copy of the weights).
 
-    `progress_callback(done, total, message)` is called after every generation run."""
+    `progress_callback(done, total, message)` is called after every generation run; once `should_stop()` is true the
+    run ends within a step of our engine (or after a peer's answer) with BenchStopped."""
     config = get_profile(profile) if isinstance(profile, str) else profile
     preset = get_preset(preset) if isinstance(preset, str) else preset
     require_local(preset, "the bench", BENCH_NEEDS_WEIGHTS)
     backend = shared_backend(preset)
-    return run_bench(config, Runner(backend, config.assistant), progress_callback)
+    return run_bench(config, Runner(backend, config.assistant, should_stop), progress_callback)
 
 
 __all__ = [
-    "BenchConfig", "BenchResult", "BenchRow", "ProgressCallback", "PromptRecord", "PromptSet", "Sweep",
-    "builtin_sets", "findings", "get_profile", "load_prompt_set", "profiles", "run_bench", "run_profile",
+    "BenchConfig", "BenchResult", "BenchRow", "BenchStopped", "ProgressCallback", "PromptRecord", "PromptSet",
+    "Sweep", "builtin_sets", "findings", "get_profile", "load_prompt_set", "profiles", "run_bench", "run_profile",
     "write_outputs",
 ]

@@ -6,6 +6,7 @@ whole call, after all device work (`Target.clock`), prefill included.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -65,10 +66,12 @@ class Answer:
 class Runner:
     """Runs methods on one backend's target; loads the optional assistant model for `hf-assisted` once."""
 
-    def __init__(self, backend: LocalBackend, assistant: str | None = None) -> None:
+    def __init__(self, backend: LocalBackend, assistant: str | None = None,
+                 should_stop: Callable[[], bool] = lambda: False) -> None:
         self.backend = backend
         self.target = backend.target
         self.assistant_source = assistant
+        self.should_stop = should_stop  # checked between steps of our engine's runs (a peer's run goes to its end)
         self._assistant = None
 
     def variant_name(self, method: Method) -> str | None:
@@ -88,7 +91,7 @@ class Runner:
             return self._hf_generate(method, prompt_ids, cfg)
         cfg = replace(cfg, k=method.k or 1)
         start = self.target.clock()
-        events = list(self.backend.stream(prompt_ids, method.name, cfg))
+        events = list(self.backend.stream(prompt_ids, method.name, cfg, self.should_stop))
         seconds = self.target.clock() - start
         return Answer([t for e in events for t in e.emitted], seconds, events)
 

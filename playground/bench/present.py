@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -101,7 +102,7 @@ def save_and_view(result: BenchResult, out_dir: Path | None = None) -> BenchView
 
 
 def run_and_view(profile: str, preset: str, progress: ProgressCallback | None = None,
-                 min_draft_prob: float = 0.0) -> BenchView:
+                 min_draft_prob: float = 0.0, should_stop: Callable[[], bool] = lambda: False) -> BenchView:
     """Run a profile offered in the tab on a preset, every EAGLE run with `min_draft_prob` (adaptive draft length;
     0 = k drafts every step); bad names and values raise ValueError."""
     from playground.bench import get_profile, run_profile
@@ -111,7 +112,7 @@ def run_and_view(profile: str, preset: str, progress: ProgressCallback | None = 
                          f"{', '.join(name for _, name in TAB_PROFILES)}")
     config = with_overrides(get_profile(profile), min_draft_prob=min_draft_prob)  # the bench validates it
     try:
-        result = run_profile(config, preset, progress)
+        result = run_profile(config, preset, progress, should_stop)
     except KeyError as err:  # an unknown preset
         raise ValueError(str(err.args[0]) if err.args else str(err)) from None
     return save_and_view(result)

@@ -16,6 +16,10 @@ from playground.bench.plan import PromptEncoder, make_plan
 from playground.bench.rows import BenchResult, BenchRow, machine_info
 
 
+class BenchStopped(Exception):
+    """The runner's should_stop was set: the bench ends after the answer in progress, with no result."""
+
+
 class Bench:
     """One config on one runner: its plan, the executor that runs it, and the progress it reports."""
 
@@ -32,6 +36,9 @@ class Bench:
 
     def _tick(self, message: str) -> None:
         self.done += 1
+        if self.runner.should_stop():
+            raise BenchStopped(f"the benchmark was stopped after {self.done} of {self.total} generation runs; "
+                               "a partial run has no result")
         self.progress(self.done, self.total, message)
 
     def estimate(self) -> str:

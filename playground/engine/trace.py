@@ -83,6 +83,9 @@ class RunMetrics:
         return asdict(self)
 
 
+MIN_SPEEDUP_GROUPS = 5  # a speedup needs this many groups of plain steps, and as many decode steps of the run
+
+
 @dataclass(frozen=True)
 class Baseline:
     """Plain decoding measured alongside a run: decode steps timed one at a time, pooled into groups for the spread."""
@@ -95,6 +98,16 @@ class Baseline:
 
     def speedup(self, tokens_per_second: float | None) -> float | None:
         return tokens_per_second / self.tokens_per_second if tokens_per_second else None
+
+    def too_few_steps(self, events: list[StepEvent]) -> str | None:
+        """Why a speedup against this baseline would not be a measurement yet, or None when it is one: below
+        MIN_SPEEDUP_GROUPS groups of plain steps, or as many decode steps of the run, a ratio and its range are a
+        point estimate of noise (a stopped run's 2 plain steps once read 1.75× (1.75–1.75))."""
+        run_steps = max(len(events) - 1, 0)
+        if self.groups >= MIN_SPEEDUP_GROUPS and run_steps >= MIN_SPEEDUP_GROUPS:
+            return None
+        return (f"too few steps to measure: {self.tokens} plain steps in {self.groups} of {MIN_SPEEDUP_GROUPS} "
+                f"groups, {run_steps} decode steps of the run (needs {MIN_SPEEDUP_GROUPS})")
 
     def speedup_range(self, events: list[StepEvent]) -> tuple[float, float] | None:
         """(slowest stretch of the run / fastest group, fastest stretch / slowest group)."""

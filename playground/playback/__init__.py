@@ -2,17 +2,19 @@
 
 Gradio-free so it can be tested on its own; the UI turns `Run` records into components with `playground.viz`.
 `settings` checks what the user picked, `run` advances a backend stream into a `Run`, `session` holds chat and
-compare, `stop` the stop switches and `exports` the files a user downloads.
+compare, `stop` the stop switches, `line` who holds the model and who waits, and `exports` the files a user
+downloads.
 """
 
 from .exports import CSV_COLUMNS, TIMING_NOTE, export_runs
+from .line import EngineLine
 from .run import FINISH_REASONS, RENDER_INTERVAL_S, Run, RunDriver, play
 from .session import Comparison, Conversation, Exchange, chat_turn, compare, load_preset, regenerate_turn
 from .settings import MAX_NEW_TOKENS, UI_MAX_K, RequestError, RunSettings
 from .stop import StopSwitches
 
 __all__ = [
-    "CSV_COLUMNS", "FINISH_REASONS", "MAX_NEW_TOKENS", "RENDER_INTERVAL_S", "TIMING_NOTE", "UI_MAX_K", "Comparison",
+    "CSV_COLUMNS", "FINISH_REASONS", "EngineLine", "MAX_NEW_TOKENS", "RENDER_INTERVAL_S", "TIMING_NOTE", "UI_MAX_K", "Comparison",
     "Conversation", "Exchange", "RequestError", "Run", "RunDriver", "RunSettings", "StopSwitches", "chat_turn",
     "compare", "export_runs", "load_preset", "play", "regenerate_turn",
 ]

@@ -9,7 +9,7 @@ in the app, plain steps timed back to back ran ~5 % faster than the run's own, w
 work, and plain against plain read 0.88–0.91×.
 Consecutive samples are pooled into groups (at least `GROUP_STEPS` steps and `GROUP_SECONDS`) whose spread, with the
 run's own stretches, says how noisy the figure is. It costs time: the samples and their catch-up forwards get up to
-`SHARE` of the run's decode time, and at least `MIN_GROUPS` groups are timed once the run has finished.
+`SHARE` of the run's decode time, and at least `MIN_SPEEDUP_GROUPS` groups are timed once the run has finished.
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ import time
 from typing import Callable
 
 from playground.engine import Baseline, PlainProbe
-from playground.engine.trace import decode_seconds
+from playground.engine.trace import MIN_SPEEDUP_GROUPS, decode_seconds
 
 SHARE = 0.25
 GROUP_STEPS = 4  # a group pools at least this many timed steps…
 GROUP_SECONDS = 0.05  # …and at least this long, so that a fast model's groups are not timer and scheduler noise
-MIN_GROUPS = 5
 
 
 def pool(steps: list[float]) -> Baseline | None:
@@ -59,7 +58,7 @@ class BaselineSampler:
 
     def finish(self) -> None:
         """After the run: enough groups for a spread, unless it was stopped."""
-        while self._can_sample() and (self.run.baseline is None or self.run.baseline.groups < MIN_GROUPS):
+        while self._can_sample() and (self.run.baseline is None or self.run.baseline.groups < MIN_SPEEDUP_GROUPS):
             self._sample()
 
     def _can_sample(self) -> bool:

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from playground.engine.trace import MIN_SPEEDUP_GROUPS
 from playground.presets import get_preset
 
 from .run import Run
@@ -24,7 +25,8 @@ TIMING_NOTE = ("elapsed_ms counts time inside the decode loop only (pauses for U
                "baseline = plain decode steps timed one at a time between the run's steps, at the run's position, "
                "pooled into groups; speedup = metrics.decode_tokens_per_second / baseline.tokens_per_second; "
                "speedup_range = the run's slowest stretch / the fastest group to its fastest stretch / the slowest "
-               "group.")
+               f"group; both are null, and speedup_not_measured says why, below {MIN_SPEEDUP_GROUPS} groups of plain "
+               f"steps or {MIN_SPEEDUP_GROUPS} decode steps of the run.")
 
 
 def _joined(values: Iterable | None, pattern: str = "{}") -> str:

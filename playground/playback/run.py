@@ -89,7 +89,7 @@ class Run:
                         s.generation_config(), view.metrics, self.events)
         return {"run": name, "status": self.status, "settings": asdict(s), **run.to_dict(with_steps),
                 "baseline": self.baseline.to_dict() if self.baseline else None, "speedup": view.speedup,
-                "speedup_range": view.speedup_range, "seen_tokens_per_second": self.seen_tokens_per_second}
+                "speedup_range": view.speedup_range, "speedup_not_measured": view.too_few_steps, "seen_tokens_per_second": self.seen_tokens_per_second}
 
 
 class _ActiveTimeEvents:
@@ -151,14 +151,20 @@ class RunDriver:
         self._events = _ActiveTimeEvents(stream)
         self.run.opened = True
 
+    def cancel(self) -> None:
+        """End the run where it is, as Stop does: the stream is closed and its last step marked cancelled."""
+        if self._events is not None:
+            self._events.close()
+        if self.run.events and not self.run.finished:
+            self.run.events[-1] = replace(self.run.events[-1], finished=True, finish_reason="cancelled")
+
     def advance(self) -> bool:
         """Take one step; False once the run has finished."""
         if self.run.finished:
             return False
         assert self._events is not None, "open() first"
         if not self._engine_checks_stop and self.run.events and self._should_stop():
-            self._events.close()
-            self.run.events[-1] = replace(self.run.events[-1], finished=True, finish_reason="cancelled")
+            self.cancel()
             return False
         if self._first_step_asked is None:
             self._first_step_asked = time.perf_counter()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -44,9 +46,17 @@ class Exchange:
 
 @dataclass
 class Conversation:
-    """A chat as plain text (what the model sees) plus the run behind each answer (what the UI shows)."""
+    """A chat as plain text (what the model sees) plus the run behind each answer (what the UI shows).
+
+    One run owns the conversation at a time: each new turn takes it over, and Clear takes it away from whichever run
+    had it. A run that no longer owns the conversation stops and writes nothing more into it, so what the model sees
+    next is what the screen shows, whatever a cancelled or superseded run was doing."""
 
     exchanges: list[Exchange] = field(default_factory=list)
+
+    def __post_init__(self) -> None:  # not fields: Gradio reads a State's default with dataclasses.asdict
+        self._owner = 0  # the turn that may write; take_over() and clear() move it on
+        self._lock = threading.Lock()
 
     def messages(self, system: str, next_user: str | None = None) -> list[dict]:
         out = [{"role": "system", "content": system}] if system.strip() else []
@@ -56,37 +66,85 @@ class Conversation:
             out.append({"role": "user", "content": next_user})
         return out
 
+    def take_over(self) -> int:
+        """A new turn's ownership token; the run that owned the conversation until now loses it."""
+        with self._lock:
+            self._owner += 1
+            return self._owner
+
+    def owned_by(self, turn: int) -> bool:
+        return self._owner == turn
+
+    def clear(self) -> None:
+        """Forget every exchange, and take the conversation away from any run still writing to it."""
+        with self._lock:
+            self._owner += 1
+            self.exchanges = []
+
+    def append(self, turn: int, exchange: Exchange) -> bool:
+        """Add `exchange` if `turn` still owns the conversation; whether it did."""
+        with self._lock:
+            if self._owner == turn:
+                self.exchanges.append(exchange)
+            return self._owner == turn
+
+    def remove(self, turn: int, exchange: Exchange) -> None:
+        with self._lock:
+            if self._owner == turn and exchange in self.exchanges:
+                self.exchanges.remove(exchange)
+
+    def pop(self, turn: int) -> Exchange | None:
+        """Take the last exchange off, if `turn` owns the conversation and it has one."""
+        with self._lock:
+            return self.exchanges.pop() if self._owner == turn and self.exchanges else None
+
+    def __deepcopy__(self, memo: dict) -> "Conversation":  # Gradio deep-copies a State's default per session
+        return Conversation(copy.deepcopy(self.exchanges, memo))
+
 
 def chat_turn(conversation: Conversation, prompt: str | None, settings: RunSettings,
               should_stop: Callable[[], bool]) -> Iterator[Run]:
-    """Answer `prompt` in `conversation`, yielding the growing Run (the exchange is added before the first yield)."""
-    prompt = _nonempty_prompt(prompt)
-    backend, prompt_ids = _prepare(settings, conversation.messages(settings.system, prompt))
-    driver = RunDriver(backend, settings, prompt_ids, should_stop)
-    driver.open()
-    conversation.exchanges.append(Exchange(prompt, driver.run))
-    try:
-        for _ in _play([driver]):
-            yield driver.run
-    except Exception as err:
-        if not driver.run.events:  # failed before answering (e.g. the prompt is too long): forget the question
-            conversation.exchanges.pop()
-        driver.run.error = str(err) or type(err).__name__
-        raise
+    """Answer `prompt` in `conversation`, yielding the growing Run (the exchange is added before the first yield).
+    The turn takes the conversation over; it stops, and yields nothing more, once it loses it (Clear, or a newer
+    turn)."""
+    yield from _answer(conversation, conversation.take_over(), prompt, settings, should_stop)
 
 
 def regenerate_turn(conversation: Conversation, settings: RunSettings,
                     should_stop: Callable[[], bool]) -> Iterator[Run]:
     """Drop the last answer and answer its question again."""
-    if not conversation.exchanges:
+    turn = conversation.take_over()
+    last = conversation.pop(turn)
+    if last is None:
         raise RequestError("nothing to regenerate yet: send a message first")
-    last = conversation.exchanges.pop()
     before = len(conversation.exchanges)
     try:
-        yield from chat_turn(conversation, last.user, settings, should_stop)
+        yield from _answer(conversation, turn, last.user, settings, should_stop)
     except Exception:
         if len(conversation.exchanges) == before:  # no new answer was started: keep the old one
-            conversation.exchanges.append(last)
+            conversation.append(turn, last)
+        raise
+
+
+def _answer(conversation: Conversation, turn: int, prompt: str | None, settings: RunSettings,
+            should_stop: Callable[[], bool]) -> Iterator[Run]:
+    prompt = _nonempty_prompt(prompt)
+    backend, prompt_ids = _prepare(settings, conversation.messages(settings.system, prompt))
+    driver = RunDriver(backend, settings, prompt_ids, lambda: should_stop() or not conversation.owned_by(turn))
+    driver.open()
+    exchange = Exchange(prompt, driver.run)
+    if not conversation.append(turn, exchange):
+        return
+    try:
+        for _ in _play([driver]):
+            if not conversation.owned_by(turn):
+                driver.cancel()
+                return
+            yield driver.run
+    except Exception as err:
+        if not driver.run.events:  # failed before answering (e.g. the prompt is too long): forget the question
+            conversation.remove(turn, exchange)
+        driver.run.error = str(err) or type(err).__name__
         raise
 
 

@@ -11,7 +11,7 @@ from playground.viz import DRAFT_ACCEPTANCE_RATE_HELP, MEAN_ACCEPTANCE_LENGTH_HE
 
 from .bench import build_bench_tab
 from .chat import build_chat_tab
-from .common import STOP_SWITCHES, session_id
+from .common import LINE, STOP_SWITCHES, session_id
 from .compare import build_compare_tab
 from .style import APP_CSS
 
@@ -86,6 +86,7 @@ def build_app(load_problem: str | None = None) -> gr.Blocks:
 
 def _forget_session(request: gr.Request) -> None:
     STOP_SWITCHES.forget(session_id(request))
+    LINE.forget(session_id(request))
 
 
 __all__ = ["APP_CSS", "THEME", "build_app"]

@@ -5,30 +5,51 @@ from __future__ import annotations
 
 import gradio as gr
 
+from playground.bench import BenchStopped
 from playground.bench.present import TAB_HEADERS, TAB_PROFILES, BenchView, load_view, run_and_view
 from playground.presets import Preset, presets
 
-from .common import ENGINE, min_draft_prob_control, report_user_errors
+from .common import ENGINE, announce_in_line, min_draft_prob_control, report_user_errors, stop_tab, stoppable
 
 PLOTS = ("speed", "k", "position")  # elem ids bench-plot-<name>, in the order of BenchView.figures
+N_OUTPUTS = 3 + len(PLOTS) + 1  # status, findings, table, the charts, files
+FINISHED = "finished"
 
 
-def _outputs(view: BenchView) -> tuple:
-    return (view.findings_markdown, view.table, *view.figures, [str(p) for p in view.files])
+TAB = "bench"
 
 
-def _reveal() -> tuple:
-    """Table, charts and files, hidden until the first result."""
+def _outputs(profile: str, view: BenchView) -> tuple:
+    return (f"**{profile}**: {FINISHED}", view.findings_markdown, view.table, *view.figures,
+            [str(p) for p in view.files])
+
+
+def _reveal(status: str) -> tuple:
+    """Table, charts and files, hidden until the first result (a stopped run has none)."""
+    if not status.endswith(FINISHED):
+        return (gr.skip(),) * (N_OUTPUTS - 2)
     return (gr.Dataframe(visible=True), *(gr.Plot(visible=True) for _ in PLOTS), gr.File(visible=True))
 
 
 @report_user_errors
-def run_profile_for_tab(profile: str, preset: str, min_draft_prob: float = 0.0,
+def run_profile_for_tab(profile: str, preset: str, min_draft_prob: float = 0.0, request: gr.Request = None,
                         progress: gr.Progress = gr.Progress()):
-    progress(0, desc="starting the bench")
-    view = run_and_view(profile, preset, lambda done, total, message: progress((done, total), desc=message),
-                        min_draft_prob=float(min_draft_prob))
-    yield _outputs(view)
+    def run(should_stop):
+        progress(0, desc="starting the bench")
+        try:
+            view = run_and_view(profile, preset, lambda done, total, message: progress((done, total), desc=message),
+                                min_draft_prob=float(min_draft_prob), should_stop=should_stop)
+        except BenchStopped as stopped:
+            gr.Info(f"Stopped: {stopped}.")
+            yield (f"Stopped: {stopped}.", *(gr.skip(),) * (N_OUTPUTS - 1))
+            return
+        yield _outputs(profile, view)
+
+    yield from stoppable(request, TAB, f"benchmark ({profile})", N_OUTPUTS, run)
+
+
+def stop(request: gr.Request):
+    return stop_tab(request, TAB) or gr.skip()
 
 
 def _results(prefix: str, view: BenchView | None, hint: str) -> list[gr.components.Component]:
@@ -55,12 +76,15 @@ def build_bench_tab(preset: Preset) -> None:
         preset_menu = gr.Dropdown([(p.title, p.name) for p in presets().values()], value=preset.name,
                                   label="Preset (the bench runs on the local engine)", elem_id="bench-preset",
                                   scale=2)
-        run_button = gr.Button("Run benchmark", variant="primary", elem_id="bench-run", scale=1)
+        with gr.Column(scale=1, min_width=140):
+            run_button = gr.Button("Run benchmark", variant="primary", elem_id="bench-run")
+            stop_button = gr.Button("Stop", variant="stop", elem_id="bench-stop")
     min_draft_prob = min_draft_prob_control(elem_id="bench-min-draft-prob",
                                             label="Adaptive: every EAGLE run ends its chain after a draft below")
-    gr.Markdown("Runs every method of the profile on this machine, one after another (chat and compare runs wait "
-                "meanwhile). Speedup = tokens/s over plain decoding of the same target in the same run.",
-                elem_classes="status-line")
+    gr.Markdown("Runs every method of the profile on this machine, one after another. It holds the model meanwhile: "
+                "chat and compare runs, yours and other users', wait in line and are told so. Speedup = tokens/s over "
+                "plain decoding of the same target in the same run.", elem_classes="status-line")
+    status = gr.Markdown(elem_id="bench-status", elem_classes="status-line")
     outputs = _results("bench-", None, "Run a profile to see its findings here.")
     files = gr.File(label="results.csv · results.json · report.html", file_count="multiple",
                     elem_id="bench-files", visible=False)
@@ -68,6 +92,9 @@ def build_bench_tab(preset: Preset) -> None:
         drift = load_view()
         _results("bench-drift-", drift, "No committed drift study (assets/bench/drift/results.json) in this copy.")
 
-    run_button.click(run_profile_for_tab, [profile, preset_menu, min_draft_prob], [*outputs, files], api_name="bench",
-                     concurrency_id=ENGINE, show_progress_on=outputs[0]  # one progress bar, on the findings
-                     ).success(_reveal, None, [*outputs[1:], files], queue=False, api_visibility="private")
+    bench_event = run_button.click(
+        run_profile_for_tab, [profile, preset_menu, min_draft_prob], [status, *outputs, files], api_name="bench",
+        concurrency_id=ENGINE, show_progress_on=outputs[0])  # one progress bar, on the findings
+    bench_event.success(_reveal, status, [*outputs[1:], files], queue=False, api_visibility="private")
+    announce_in_line([run_button.click], TAB, status)
+    stop_button.click(stop, None, status, cancels=[bench_event], queue=False, api_name="stop_bench")

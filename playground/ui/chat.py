@@ -14,8 +14,8 @@ from playground.viz import (
 )
 
 from .common import (
-    ENGINE, STOP_SWITCHES, depth_legend, drafter_control, export_files, follow_preset, generation_controls, k_control,
-    min_draft_prob_control, report_user_errors, run_settings, session_id, stoppable,
+    ENGINE, announce_in_line, depth_legend, drafter_control, export_files, follow_preset, generation_controls,
+    k_control, min_draft_prob_control, report_user_errors, run_settings, stop_tab, stoppable,
 )
 
 TAB = "chat"
@@ -62,8 +62,9 @@ def chat(prompt: str, drafter: str, k: float, preset: str, temperature: float, t
          request: gr.Request):
     settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system, seed,
                             min_draft_prob)
-    yield from stoppable(request, TAB, 11, lambda should_stop: (
-        ("", _chatbot_messages(conversation), *_run_outputs(run), conversation)
+    # the prompt box empties once the model has taken the prompt, so a refused prompt stays there to be edited
+    yield from stoppable(request, TAB, "chat answer", 10, lambda should_stop: (
+        ("" if run.events else gr.skip(), _chatbot_messages(conversation), *_run_outputs(run))
         for run in chat_turn(conversation, prompt, settings, should_stop)))
 
 
@@ -73,18 +74,20 @@ def regenerate(drafter: str, k: float, preset: str, temperature: float, top_p: f
                request: gr.Request):
     settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system, seed,
                             min_draft_prob)
-    yield from stoppable(request, TAB, 10, lambda should_stop: (
-        (_chatbot_messages(conversation), *_run_outputs(run), conversation)
+    yield from stoppable(request, TAB, "chat answer", 9, lambda should_stop: (
+        (_chatbot_messages(conversation), *_run_outputs(run))
         for run in regenerate_turn(conversation, settings, should_stop)))
 
 
-def stop(request: gr.Request) -> None:
-    STOP_SWITCHES.trip(session_id(request), TAB)
+def stop(request: gr.Request):
+    return stop_tab(request, TAB) or gr.skip()
 
 
-def clear(request: gr.Request) -> tuple:
-    STOP_SWITCHES.trip(session_id(request), TAB)
-    return ([], *_empty_outputs(), Conversation())
+def clear(conversation: Conversation, request: gr.Request) -> tuple:
+    """Empty the conversation in place: a run still going loses it, so nothing it does reaches the next turn."""
+    stop_tab(request, TAB)
+    conversation.clear()
+    return ([], *_empty_outputs())
 
 
 def export(system: str, conversation: Conversation) -> list[str]:
@@ -95,6 +98,8 @@ def export(system: str, conversation: Conversation) -> list[str]:
 
 
 def build_chat_tab(preset: Preset) -> None:
+    # One Conversation object per session, never replaced: handlers change it in place, so no handler's output can
+    # put back a conversation that Clear emptied (Gradio passes a State's value by reference).
     conversation = gr.State(Conversation())
     with gr.Row(equal_height=False):
         with gr.Column(scale=5):
@@ -134,17 +139,18 @@ def build_chat_tab(preset: Preset) -> None:
     settings_inputs = [drafter, k, *controls.components(), min_draft_prob]
     chat_event = gr.on(
         [send.click, prompt.submit], chat, inputs=[prompt, *settings_inputs, conversation],
-        outputs=[prompt, chatbot, *run_views, conversation], api_name="chat", concurrency_id=ENGINE,
+        outputs=[prompt, chatbot, *run_views], api_name="chat", concurrency_id=ENGINE,
         show_progress="hidden",
     )
     regenerate_event = regenerate_button.click(
-        regenerate, inputs=[*settings_inputs, conversation], outputs=[chatbot, *run_views, conversation],
+        regenerate, inputs=[*settings_inputs, conversation], outputs=[chatbot, *run_views],
         api_name="regenerate", concurrency_id=ENGINE, show_progress="hidden",
     )
     for event in (chat_event, regenerate_event):
         event.failure(show_conversation, conversation, [chatbot, *run_views], queue=False, api_visibility="private")
-    stop_button.click(stop, None, None, cancels=[chat_event, regenerate_event], queue=False, api_name="stop")
-    clear_button.click(clear, None, [chatbot, *run_views, conversation], cancels=[chat_event, regenerate_event],
+    announce_in_line([send.click, prompt.submit, regenerate_button.click], TAB, status)
+    stop_button.click(stop, None, status, cancels=[chat_event, regenerate_event], queue=False, api_name="stop")
+    clear_button.click(clear, conversation, [chatbot, *run_views], cancels=[chat_event, regenerate_event],
                        queue=False, api_name="clear")
     export_button.click(export, [controls.system, conversation], export_out, api_name="export_chat")
     gr.on([k.change, drafter.change], lambda depth, name: depth_legend((name, depth)), [k, drafter], legend,

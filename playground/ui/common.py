@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import tempfile
 import threading
 import time
@@ -18,14 +19,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from playground.backends import backend_unavailable_reason
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.playback import (
-    MAX_NEW_TOKENS, UI_MAX_K, RequestError, Run, RunSettings, StopSwitches, export_runs,
+    MAX_NEW_TOKENS, UI_MAX_K, EngineLine, RequestError, Run, RunSettings, StopSwitches, export_runs,
 )
 from playground.presets import DRAFTER_LABELS, Preset, get_preset, presets
 from playground.viz import legend_html
 
 log = logging.getLogger("playground")
 ENGINE = "engine"  # concurrency id of every event that runs the model
+ENGINE_SLOTS = int(os.environ.get("PLAYGROUND_CONCURRENCY", "1"))  # model runs at once (the queue's limit)
 STOP_SWITCHES = StopSwitches()
+LINE = EngineLine(ENGINE_SLOTS)
 
 
 class StampArrival:
@@ -47,16 +50,39 @@ def armed_stop(request: gr.Request | None, tab: str) -> threading.Event:
     return STOP_SWITCHES.arm(session_id(request), tab, arrived if arrived is not None else time.monotonic())
 
 
-def stoppable(request: gr.Request | None, tab: str, n_outputs: int,
+def stoppable(request: gr.Request | None, tab: str, what: str, n_outputs: int,
               updates: Callable[[Callable[[], bool]], Iterator[tuple]]) -> Iterator[tuple]:
-    """The UI updates of `updates(should_stop)`, wired to the tab's Stop. A run stopped while it was still queued
-    does not start: a note, and every output left as it was."""
-    stop = armed_stop(request, tab)
+    """The UI updates of `updates(should_stop)`, wired to the tab's Stop, holding a place in the model's line while
+    it runs (`what` says what to the users waiting behind it). A run stopped while it was still queued does not
+    start: a note, and every output left as it was."""
+    stop, session = armed_stop(request, tab), session_id(request)
     if stop.is_set():
+        LINE.leave(session, tab)
         gr.Info("Stopped before it started: the queued run was cancelled.")
         yield (gr.skip(),) * n_outputs
         return
-    yield from updates(stop.is_set)
+    LINE.start(session, tab, what)
+    try:
+        yield from updates(stop.is_set)
+    finally:
+        LINE.finish(session, tab)
+
+
+def stop_tab(request: gr.Request | None, tab: str) -> str | None:
+    """Stop the tab's run, or cancel it while it waits in line: then the status line's new text."""
+    STOP_SWITCHES.trip(session_id(request), tab)
+    return "Stopped before it started: the queued run was cancelled." if LINE.leave(session_id(request), tab) \
+        else None
+
+
+def announce_in_line(triggers: list, tab: str, status: gr.components.Component) -> None:
+    """As a run's button is pressed, tell its user on `status` when it has to wait for the model (Gradio's queue
+    says nothing to the page meanwhile)."""
+
+    def announce(request: gr.Request):
+        return LINE.join(session_id(request), tab) or gr.skip()
+
+    gr.on(triggers, announce, None, status, queue=False, api_visibility="private", show_progress="hidden")
 
 
 def session_id(request: gr.Request | None) -> str:
@@ -99,9 +125,15 @@ def report_user_errors(handler: Callable[..., Iterator]) -> Callable[..., Iterat
             yield from handler(*args, **kwargs)
         except (ValueError, OSError) as err:  # RequestError, CheckpointError, TargetError, BackendUnavailable
             log.info("refused: %s", err)  # one line; Gradio's own traceback is turned off for these
-            raise gr.Error(str(err), title="Cannot run that", print_exception=False) from None
+            raise gr.Error(_as_text(str(err)), title="Cannot run that", print_exception=False) from None
 
     return wrapper
+
+
+def _as_text(message: str) -> str:
+    """A message for Gradio's toast, which renders HTML: it may quote what the user typed. Only `&` and `<` can start
+    markup, so API clients still read `>=` as it is."""
+    return message.replace("&", "&amp;").replace("<", "&lt;")
 
 
 # Inputs without Gradio's own value check (range, choices): RunSettings.checked_preset() checks every value with one
@@ -120,6 +152,15 @@ class CheckedRadio(gr.Radio):
     is_template = True
 
     def preprocess(self, payload: str | None) -> str | None:
+        return payload
+
+
+class CheckedNumber(gr.Number):
+    """A number box that sends what was typed: Gradio's slider clamps a typed value to its range without a word."""
+
+    is_template = True
+
+    def preprocess(self, payload: float | None) -> float | None:
         return payload
 
 
@@ -184,8 +225,9 @@ def follow_preset(controls: GenerationControls, *drafters: tuple[gr.Radio, Calla
 
 
 def depth_legend(*sides: tuple[str, float]) -> str:
-    """The depth legend for (drafter, k) sides: depths up to the largest k that drafts; none for plain decoding."""
-    ks = [int(k) for drafter, k in sides if drafter != "none"]
+    """The depth legend for (drafter, k) sides: depths up to the largest k that drafts; none for plain decoding (nor for
+    a k the run would refuse)."""
+    ks = [int(k) for drafter, k in sides if drafter != "none" and k is not None and k == int(k) and 1 <= k <= UI_MAX_K]
     return legend_html(max(ks)) if ks else ""
 
 
@@ -193,8 +235,8 @@ def drafter_control(preset: Preset, value: str, elem_id: str, label: str = "Draf
     return CheckedRadio(drafter_choices(preset), value=value, label=label, elem_id=elem_id)
 
 
-def k_control(elem_id: str, label: str = "k: draft tokens per step") -> gr.Slider:
-    return CheckedSlider(1, UI_MAX_K, value=4, step=1, label=label, elem_id=elem_id)
+def k_control(elem_id: str, label: str = "k: draft tokens per step") -> gr.Number:
+    return CheckedNumber(4, label=f"{label} (1–{UI_MAX_K})", minimum=1, maximum=UI_MAX_K, step=1, elem_id=elem_id)
 
 
 def min_draft_prob_control(elem_id: str, label: str = "Adaptive: end the chain after a draft below") -> gr.Slider:
@@ -226,7 +268,9 @@ def _seed(value: str | float | None) -> int | None:
     return _whole(number, "the seed")
 
 
-def _whole(value: float, name: str) -> int:
+def _whole(value: float | None, name: str) -> int:
+    if value is None:
+        raise RequestError(f"{name} is empty: type a whole number")
     if not float(value).is_integer():
         raise RequestError(f"{name} must be a whole number, got {value}")
     return int(value)

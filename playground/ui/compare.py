@@ -12,8 +12,8 @@ from playground.viz import (
 )
 
 from .common import (
-    ENGINE, STOP_SWITCHES, compare_drafters, depth_legend, drafter_control, export_files, follow_preset,
-    generation_controls, k_control, min_draft_prob_control, report_user_errors, run_settings, session_id, stoppable,
+    ENGINE, announce_in_line, compare_drafters, depth_legend, drafter_control, export_files, follow_preset,
+    generation_controls, k_control, min_draft_prob_control, report_user_errors, run_settings, stop_tab, stoppable,
 )
 
 TAB = "compare"
@@ -35,7 +35,7 @@ def run_comparison(prompt: str, left_drafter: str, left_k: float, right_drafter:
     shared = (preset, temperature, top_p, max_new_tokens, chat_template, system, seed)
     left = run_settings(left_drafter, left_k, *shared, left_min_draft_prob)
     right = run_settings(right_drafter, right_k, *shared, right_min_draft_prob)
-    yield from stoppable(request, TAB, 10, lambda should_stop: (
+    yield from stoppable(request, TAB, "comparison", 10, lambda should_stop: (
         (*show_comparison(comparison), comparison) for comparison in compare(prompt, left, right, should_stop)))
 
 
@@ -52,8 +52,8 @@ def show_comparison(comparison: Comparison | None) -> tuple:
             speedup_figure(views))
 
 
-def stop(request: gr.Request) -> None:
-    STOP_SWITCHES.trip(session_id(request), TAB)
+def stop(request: gr.Request):
+    return stop_tab(request, TAB) or gr.skip()
 
 
 def export(comparison: Comparison | None) -> list[str]:
@@ -115,7 +115,8 @@ def build_compare_tab(preset: Preset) -> None:
     compare_event.failure(show_comparison, comparison, [left_html, right_html, left_stats, right_stats, status, table,
                                                         position_plot, drift_plot, speedup_plot],
                           queue=False, api_visibility="private")
-    stop_button.click(stop, None, None, cancels=[compare_event], queue=False, api_name="stop_compare")
+    announce_in_line([run_button.click, prompt.submit], TAB, status)
+    stop_button.click(stop, None, status, cancels=[compare_event], queue=False, api_name="stop_compare")
     export_button.click(export, comparison, export_out, api_name="export_compare")
     sides = [left_drafter, left_k, right_drafter, right_k]
     gr.on([c.change for c in sides], lambda ld, lk, rd, rk: depth_legend((ld, lk), (rd, rk)), sides, legend,

@@ -31,10 +31,18 @@ class RunView:
         return self.drafter if self.plain else f"{self.drafter}, k={self.k}"
 
     @property
+    def too_few_steps(self) -> str | None:
+        """Why the speedup is not shown yet although a baseline is being measured (Baseline.too_few_steps)."""
+        return self.baseline.too_few_steps(self.events) if self.baseline else None
+
+    @property
     def speedup(self) -> float | None:
-        """Measured decode rate over the plain baseline's (never derived from acceptance length)."""
-        return self.baseline.speedup(self.metrics.decode_tokens_per_second) if self.baseline else None
+        """Measured decode rate over the plain baseline's (never derived from acceptance length); None until there
+        are enough steps on both sides for it to be a measurement."""
+        if self.baseline is None or self.too_few_steps:
+            return None
+        return self.baseline.speedup(self.metrics.decode_tokens_per_second)
 
     @property
     def speedup_range(self) -> tuple[float, float] | None:
-        return self.baseline.speedup_range(self.events) if self.baseline else None
+        return self.baseline.speedup_range(self.events) if self.speedup is not None else None

@@ -1,0 +1,74 @@
+"""The line for the model: which runs hold it and which wait, so that a queued run can tell its user so.
+
+The app runs a fixed number of model runs at once (one by default, so measured speeds are not shared); Gradio's
+queue holds the rest, first come first served, and says nothing to the page while a run waits. The UI announces each
+run as its button is pressed (`join`), and every run reports when it starts and ends; a run that joined while every
+slot was taken by other runs is told its place and what it waits for. Runs submitted through the API without the
+announcement still hold slots, but are not counted among those waiting.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+Key = tuple[str, str]  # (session, tab)
+
+
+@dataclass(frozen=True)
+class Holder:
+    key: Key
+    what: str  # e.g. "chat answer", "benchmark (smoke)"
+
+
+class EngineLine:
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self._running: list[Holder] = []
+        self._waiting: list[Key] = []  # in the order they joined, as Gradio's queue serves them
+        self._lock = threading.Lock()
+
+    def join(self, session: str, tab: str) -> str | None:
+        """A run is being submitted: its place in line while every slot is taken by others (as a sentence), else
+        None."""
+        key = (session, tab)
+        with self._lock:
+            if len(self._running) < self.slots or any(h.key == key for h in self._running):
+                return None  # it starts at once (or that tab's own run is going and will be stopped)
+            if key not in self._waiting:
+                self._waiting.append(key)
+            return self._notice(key)
+
+    def start(self, session: str, tab: str, what: str) -> None:
+        key = (session, tab)
+        with self._lock:
+            self._waiting = [k for k in self._waiting if k != key]
+            self._running.append(Holder(key, what))
+
+    def finish(self, session: str, tab: str) -> None:
+        key = (session, tab)
+        with self._lock:
+            held = next((h for h in self._running if h.key == key), None)
+            if held is not None:
+                self._running.remove(held)
+
+    def leave(self, session: str, tab: str) -> bool:
+        """A waiting run was cancelled before it started; whether one was waiting."""
+        with self._lock:
+            waited = (session, tab) in self._waiting
+            self._waiting = [k for k in self._waiting if k != (session, tab)]
+            return waited
+
+    def forget(self, session: str) -> None:
+        """The browser tab closed: its runs neither wait nor hold a slot."""
+        with self._lock:
+            self._waiting = [k for k in self._waiting if k[0] != session]
+            self._running = [h for h in self._running if h.key[0] != session]
+
+    def _notice(self, key: Key) -> str:
+        place = self._waiting.index(key) + 1
+        busy = ", ".join(("your " if h.key[0] == key[0] else "another user's ") + h.what for h in self._running)
+        ahead = f", after {place - 1} other waiting run{'s' * (place > 2)}" if place > 1 else ""
+        return (f"**Queued** (place {place} in line{ahead}): the model runs {self.slots} request"
+                f"{'s' * (self.slots > 1)} at a time and is busy with {busy}. Yours starts when "
+                f"{'it ends' if place == 1 and len(self._running) == 1 else 'its turn comes'}; Stop cancels it.")
