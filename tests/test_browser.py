@@ -216,3 +216,87 @@ def test_an_error_after_a_conversation_leaves_it_visible_and_the_status_truthful
     page.locator("#prompt textarea").fill(PROMPT)  # and the chat goes on
     page.locator("#send").click()
     page.wait_for_function("document.querySelectorAll('#chat [data-testid=user]').length === 2")
+
+
+def test_clear_during_an_answer_leaves_nothing_behind(browser, real_app_url: str) -> None:
+    """Clear while an answer streams: the chat stays empty (nothing the cancelled run was doing comes back), and the
+    next message goes out as in a new tab, with the same number of prompt tokens."""
+    def prompt_tokens(page) -> int:
+        page.get_by_text("Live run data (JSON)").click()
+        record = page.locator("#chat-run-json").inner_text()
+        page.get_by_text("Live run data (JSON)").click()
+        return int(re.search(r'"prompt_tokens"\s*:\s*(\d+)', record).group(1))
+
+    def say_hi(page) -> None:
+        page.locator("#max-new-tokens input[type=number]").fill("4")
+        page.locator("#max-new-tokens input[type=number]").press("Enter")
+        page.locator("#prompt textarea").fill("hi")
+        page.locator("#send").click()
+        page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
+
+    fresh = open_page(browser, real_app_url)
+    say_hi(fresh)
+    expected = prompt_tokens(fresh)
+    fresh.close()
+    page = open_page(browser, real_app_url)
+    page.locator("#prompt textarea").fill("Write a long story about a dragon who learns to paint.")
+    page.locator("#send").click()
+    page.wait_for_function("document.querySelectorAll('#chat .tok-target').length > 3")
+    page.locator("#clear").click()
+    time.sleep(2.0)  # a step or a render in flight has landed by now
+    assert tokens(page) == 0 and page.locator("#chat [data-testid=user]").count() == 0
+    say_hi(page)
+    assert page.locator("#chat [data-testid=user]").count() == 1 and prompt_tokens(page) == expected
+    page.close()
+
+
+def test_a_run_waiting_for_the_model_says_so_and_stop_cancels_it(browser, app_url: str) -> None:
+    """One model run at a time: while a benchmark holds the model, another user's Send says it is queued, behind
+    what, and Stop cancels it; the Benchmark tab's own Stop then ends the benchmark."""
+    from playwright.sync_api import expect
+
+    bench = open_page(browser, app_url)
+    bench.get_by_role("tab", name="Benchmark").click()
+    bench.locator("#bench-profile input").click()
+    bench.get_by_role("option", name=re.compile("^drift")).click()
+    bench.locator("#bench-run").click()
+    expect(bench.locator("#bench-findings")).to_contain_text("warm-up", timeout=60_000)  # the bench holds the model
+    chat = open_page(browser, app_url)
+    chat.locator("#prompt textarea").fill(PROMPT)
+    chat.locator("#send").click()
+    expect(chat.locator("#chat-status")).to_contain_text("Queued (place 1 in line)")
+    expect(chat.locator("#chat-status")).to_contain_text("another user's benchmark (drift)")
+    chat.locator("#stop").click()
+    expect(chat.locator("#chat-status")).to_have_text("Stopped before it started: the queued run was cancelled.")
+    bench.locator("#bench-stop").click()
+    expect(bench.locator("#bench-status")).to_contain_text("Stopped: the benchmark was stopped after", timeout=60_000)
+    chat.locator("#prompt textarea").fill(PROMPT)  # the model is free again
+    chat.locator("#send").click()
+    expect(chat.locator("#chat-status")).to_contain_text("finished")
+    assert chat.locator("#chat [data-testid=user]").count() == 1  # the cancelled run left nothing behind
+    bench.close()
+    chat.close()
+
+
+def test_refused_input_is_kept_explained_and_escaped(page) -> None:
+    """An over-long prompt is refused with its token count and stays in the box to be edited; k typed out of range
+    is refused, not clamped; a toast quoting what the user typed shows it as text."""
+    from playwright.sync_api import expect
+
+    long_prompt = "word " * 9000
+    page.locator("#prompt textarea").fill(long_prompt)
+    page.locator("#send").click()
+    expect(page.get_by_text(re.compile(r"the prompt has \d+ tokens; the target's context is"))).to_have_count(1)
+    assert page.locator("#prompt textarea").input_value() == long_prompt
+    page.locator("#k input[type=number]").fill("50")
+    page.locator("#k input[type=number]").press("Tab")
+    page.locator("#prompt textarea").fill(PROMPT)
+    page.locator("#send").click()
+    expect(page.get_by_text("k (speculative tokens per step) must be between 1 and 10, got 50")).to_have_count(1)
+    page.locator("#k input[type=number]").fill("4")
+    page.locator("#temperature input[type=number]").fill("1")
+    page.locator("#temperature input[type=number]").press("Enter")
+    page.locator("#seed textarea, #seed input").first.fill("<img src=x id=injected>")
+    page.locator("#send").click()
+    expect(page.get_by_text("seed must be a whole number, got '<img src=x id=injected>'")).to_have_count(1)
+    assert page.locator("#injected").count() == 0

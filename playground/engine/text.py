@@ -30,8 +30,16 @@ class IncrementalDecoder:
         return self._take()
 
     def flush(self) -> str:
-        """Text still held back at the end of the stream (an unfinished character, shown as U+FFFD)."""
-        return self._take() if len(self._ids) > self._read_offset else ""
+        """Text still held back at the end of the stream, less the unfinished character it ends with.
+
+        Text is only held back while it ends in U+FFFD: a character whose bytes were cut short (by the token budget,
+        say). Its U+FFFD (one, or one per byte with byte-fallback tokenizers) is dropped, so half an emoji shows
+        nothing, as in vLLM, which never hands out text that ends in U+FFFD; any text before it is kept. From text
+        alone, invalid bytes at the very end cannot be told from a cut character, so they are dropped too; invalid
+        bytes anywhere else still show as U+FFFD."""
+        if len(self._ids) <= self._read_offset:
+            return ""
+        return self._take().rstrip(REPLACEMENT_CHAR)
 
     def _pending_is_partial(self) -> bool:
         return self._decode(self._ids[self._prefix_offset :]).endswith(REPLACEMENT_CHAR)

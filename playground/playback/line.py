@@ -26,6 +26,7 @@ class EngineLine:
         self.slots = slots
         self._running: list[Holder] = []
         self._waiting: list[Key] = []  # in the order they joined, as Gradio's queue serves them
+        self._cancelled: set[Key] = set()  # left the line by Stop, not yet told
         self._lock = threading.Lock()
 
     def join(self, session: str, tab: str) -> str | None:
@@ -43,6 +44,7 @@ class EngineLine:
         key = (session, tab)
         with self._lock:
             self._waiting = [k for k in self._waiting if k != key]
+            self._cancelled.discard(key)
             self._running.append(Holder(key, what))
 
     def finish(self, session: str, tab: str) -> None:
@@ -53,16 +55,29 @@ class EngineLine:
                 self._running.remove(held)
 
     def leave(self, session: str, tab: str) -> bool:
-        """A waiting run was cancelled before it started; whether one was waiting."""
+        """A waiting run was cancelled before it started; whether one was waiting (`cancelled_in_line` then tells
+        once)."""
+        key = (session, tab)
         with self._lock:
-            waited = (session, tab) in self._waiting
-            self._waiting = [k for k in self._waiting if k != (session, tab)]
+            waited = key in self._waiting
+            self._waiting = [k for k in self._waiting if k != key]
+            if waited:
+                self._cancelled.add(key)
             return waited
+
+    def cancelled_in_line(self, session: str, tab: str) -> bool:
+        """Whether the tab's last run was cancelled while it waited, asked once (for the page's next redraw)."""
+        with self._lock:
+            if (session, tab) not in self._cancelled:
+                return False
+            self._cancelled.discard((session, tab))
+            return True
 
     def forget(self, session: str) -> None:
         """The browser tab closed: its runs neither wait nor hold a slot."""
         with self._lock:
             self._waiting = [k for k in self._waiting if k[0] != session]
+            self._cancelled = {k for k in self._cancelled if k[0] != session}
             self._running = [h for h in self._running if h.key[0] != session]
 
     def _notice(self, key: Key) -> str:

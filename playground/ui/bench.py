@@ -9,7 +9,7 @@ from playground.bench import BenchStopped
 from playground.bench.present import TAB_HEADERS, TAB_PROFILES, BenchView, load_view, run_and_view
 from playground.presets import Preset, presets
 
-from .common import ENGINE, announce_in_line, min_draft_prob_control, report_user_errors, stop_tab, stoppable
+from .common import ENGINE, in_line, min_draft_prob_control, report_user_errors, stop_tab, stoppable
 
 PLOTS = ("speed", "k", "position")  # elem ids bench-plot-<name>, in the order of BenchView.figures
 N_OUTPUTS = 3 + len(PLOTS) + 1  # status, findings, table, the charts, files
@@ -92,9 +92,8 @@ def build_bench_tab(preset: Preset) -> None:
         drift = load_view()
         _results("bench-drift-", drift, "No committed drift study (assets/bench/drift/results.json) in this copy.")
 
-    bench_event = run_button.click(
+    bench_event = in_line([run_button.click], TAB, status).then(
         run_profile_for_tab, [profile, preset_menu, min_draft_prob], [status, *outputs, files], api_name="bench",
         concurrency_id=ENGINE, show_progress_on=outputs[0])  # one progress bar, on the findings
     bench_event.success(_reveal, status, [*outputs[1:], files], queue=False, api_visibility="private")
-    announce_in_line([run_button.click], TAB, status)
     stop_button.click(stop, None, status, cancels=[bench_event], queue=False, api_name="stop_bench")

@@ -10,24 +10,26 @@ from playground.playback import Conversation, Run, chat_turn, regenerate_turn
 from playground.presets import Preset
 from playground.viz import (
     TITLES, accepted_per_step_figure, acceptance_by_position_figure, attention_drift_figure, hidden_rms_figure,
-    message_figure, provenance_html, speedup_figure, stats_html,
+    message_figure, speedup_figure, stats_html,
 )
 
 from .common import (
-    ENGINE, announce_in_line, depth_legend, drafter_control, export_files, follow_preset, generation_controls,
-    k_control, min_draft_prob_control, report_user_errors, run_settings, stop_tab, stoppable,
+    ENGINE, AnswerView, answer_view_control, depth_legend, drafter_control, export_files,
+    follow_answer_view, follow_preset, generation_controls, in_line, k_control, min_draft_prob_control, report_user_errors,
+    run_settings, status_after_failure, stop_tab, stoppable,
 )
 
 TAB = "chat"
 PLOTS = ("accept", "speedup", "position", "drift", "rms")  # in the order of the tab's outputs
 
 
-def _chatbot_messages(conversation: Conversation) -> list[dict]:
-    """User text escaped as typed; answers as provenance HTML. The model only ever sees the plain text."""
+def _chatbot_messages(conversation: Conversation, view: AnswerView) -> list[dict]:
+    """User text escaped as typed; answers as provenance HTML, rendered or as tokens. The model only ever sees the
+    plain text."""
     messages = []
     for exchange in conversation.exchanges:
         messages.append({"role": "user", "content": html.escape(exchange.user)})
-        messages.append({"role": "assistant", "content": provenance_html(exchange.run.pieces)})
+        messages.append({"role": "assistant", "content": view.html(exchange.run.pieces)})
     return messages
 
 
@@ -40,12 +42,16 @@ def _run_outputs(run: Run) -> tuple:
             run.record(TAB, with_steps=False, view=view))
 
 
-def show_conversation(conversation: Conversation) -> tuple:
-    """After a refused or failed request: the conversation as it stands and its last run's numbers, so that nothing
-    stays covered by the error or reads 'generating…'. The error itself is the one toast."""
+def show_conversation(conversation: Conversation, view: AnswerView, request: gr.Request | None = None) -> tuple:
+    """The conversation as it stands and its last run's numbers: after a refused, failed or cancelled request (so that
+    nothing stays covered by the error or reads 'generating…'; the error itself is the one toast), or in another
+    view."""
     if not conversation.exchanges:
-        return ([], *_empty_outputs())
-    return (_chatbot_messages(conversation), *_run_outputs(conversation.exchanges[-1].run))
+        messages, (status, *views) = [], _empty_outputs()
+    else:
+        messages, (status, *views) = (_chatbot_messages(conversation, view),
+                                      _run_outputs(conversation.exchanges[-1].run))
+    return (messages, status_after_failure(request, TAB, status), *views)
 
 
 def _hint(plot: str):
@@ -59,28 +65,28 @@ def _empty_outputs() -> tuple:
 @report_user_errors
 def chat(prompt: str, drafter: str, k: float, preset: str, temperature: float, top_p: float, max_new_tokens: float,
          chat_template: str, system: str, seed: float | None, min_draft_prob: float, conversation: Conversation,
-         request: gr.Request):
+         view: AnswerView, request: gr.Request):
     settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system, seed,
                             min_draft_prob)
     # the prompt box empties once the model has taken the prompt, so a refused prompt stays there to be edited
     yield from stoppable(request, TAB, "chat answer", 10, lambda should_stop: (
-        ("" if run.events else gr.skip(), _chatbot_messages(conversation), *_run_outputs(run))
+        ("" if run.events else gr.skip(), _chatbot_messages(conversation, view), *_run_outputs(run))
         for run in chat_turn(conversation, prompt, settings, should_stop)))
 
 
 @report_user_errors
 def regenerate(drafter: str, k: float, preset: str, temperature: float, top_p: float, max_new_tokens: float,
                chat_template: str, system: str, seed: float | None, min_draft_prob: float, conversation: Conversation,
-               request: gr.Request):
+               view: AnswerView, request: gr.Request):
     settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system, seed,
                             min_draft_prob)
     yield from stoppable(request, TAB, "chat answer", 9, lambda should_stop: (
-        (_chatbot_messages(conversation), *_run_outputs(run))
+        (_chatbot_messages(conversation, view), *_run_outputs(run))
         for run in regenerate_turn(conversation, settings, should_stop)))
 
 
-def stop(request: gr.Request):
-    return stop_tab(request, TAB) or gr.skip()
+def stop(request: gr.Request) -> None:
+    stop_tab(request, TAB)  # a queued run that is cancelled re-renders the tab (its .failure listener)
 
 
 def clear(conversation: Conversation, request: gr.Request) -> tuple:
@@ -101,6 +107,7 @@ def build_chat_tab(preset: Preset) -> None:
     # One Conversation object per session, never replaced: handlers change it in place, so no handler's output can
     # put back a conversation that Clear emptied (Gradio passes a State's value by reference).
     conversation = gr.State(Conversation())
+    view = gr.State(AnswerView())
     with gr.Row(equal_height=False):
         with gr.Column(scale=5):
             chatbot = gr.Chatbot(elem_id="chat", label="Chat", show_label=False, height=440, layout="panel",
@@ -118,6 +125,7 @@ def build_chat_tab(preset: Preset) -> None:
             status = gr.Markdown(elem_id="chat-status", elem_classes="status-line")
             stats = gr.HTML(elem_id="chat-stats")
         with gr.Column(scale=3, min_width=280):
+            answer_view = answer_view_control(elem_id="chat-view")
             drafter = drafter_control(preset, preset.default_drafter, elem_id="drafter")
             k = k_control(elem_id="k")
             min_draft_prob = min_draft_prob_control(elem_id="min-draft-prob")
@@ -137,19 +145,20 @@ def build_chat_tab(preset: Preset) -> None:
 
     run_views = [status, stats, accept_plot, speedup_plot, position_plot, drift_plot, rms_plot, run_json]
     settings_inputs = [drafter, k, *controls.components(), min_draft_prob]
-    chat_event = gr.on(
-        [send.click, prompt.submit], chat, inputs=[prompt, *settings_inputs, conversation],
+    chat_event = in_line([send.click, prompt.submit], TAB, status).then(
+        chat, inputs=[prompt, *settings_inputs, conversation, view],
         outputs=[prompt, chatbot, *run_views], api_name="chat", concurrency_id=ENGINE,
-        show_progress="hidden",
+        show_progress="hidden", show_progress_on=chatbot,  # not on the status line: it says when a run waits
     )
-    regenerate_event = regenerate_button.click(
-        regenerate, inputs=[*settings_inputs, conversation], outputs=[chatbot, *run_views],
-        api_name="regenerate", concurrency_id=ENGINE, show_progress="hidden",
+    regenerate_event = in_line([regenerate_button.click], TAB, status).then(
+        regenerate, inputs=[*settings_inputs, conversation, view], outputs=[chatbot, *run_views],
+        api_name="regenerate", concurrency_id=ENGINE, show_progress="hidden", show_progress_on=chatbot,
     )
     for event in (chat_event, regenerate_event):
-        event.failure(show_conversation, conversation, [chatbot, *run_views], queue=False, api_visibility="private")
-    announce_in_line([send.click, prompt.submit, regenerate_button.click], TAB, status)
-    stop_button.click(stop, None, status, cancels=[chat_event, regenerate_event], queue=False, api_name="stop")
+        event.failure(show_conversation, [conversation, view], [chatbot, *run_views], queue=False,
+                      api_visibility="private")
+    follow_answer_view(answer_view, view, show_conversation, [conversation], [chatbot, *run_views])
+    stop_button.click(stop, None, None, cancels=[chat_event, regenerate_event], queue=False, api_name="stop")
     clear_button.click(clear, conversation, [chatbot, *run_views], cancels=[chat_event, regenerate_event],
                        queue=False, api_name="clear")
     export_button.click(export, [controls.system, conversation], export_out, api_name="export_chat")

@@ -22,7 +22,7 @@ from playground.playback import (
     MAX_NEW_TOKENS, UI_MAX_K, EngineLine, RequestError, Run, RunSettings, StopSwitches, export_runs,
 )
 from playground.presets import DRAFTER_LABELS, Preset, get_preset, presets
-from playground.viz import legend_html
+from playground.viz import TokenPiece, legend_html, provenance_html, rendered_html
 
 log = logging.getLogger("playground")
 ENGINE = "engine"  # concurrency id of every event that runs the model
@@ -58,7 +58,7 @@ def stoppable(request: gr.Request | None, tab: str, what: str, n_outputs: int,
     stop, session = armed_stop(request, tab), session_id(request)
     if stop.is_set():
         LINE.leave(session, tab)
-        gr.Info("Stopped before it started: the queued run was cancelled.")
+        gr.Info(STOPPED_IN_LINE)
         yield (gr.skip(),) * n_outputs
         return
     LINE.start(session, tab, what)
@@ -68,21 +68,62 @@ def stoppable(request: gr.Request | None, tab: str, what: str, n_outputs: int,
         LINE.finish(session, tab)
 
 
+STOPPED_IN_LINE = "Stopped before it started: the queued run was cancelled."
+
+
 def stop_tab(request: gr.Request | None, tab: str) -> str | None:
-    """Stop the tab's run, or cancel it while it waits in line: then the status line's new text."""
+    """Stop the tab's run, or cancel it while it waits in line: then the status line's text for that."""
     STOP_SWITCHES.trip(session_id(request), tab)
-    return "Stopped before it started: the queued run was cancelled." if LINE.leave(session_id(request), tab) \
-        else None
+    return STOPPED_IN_LINE if LINE.leave(session_id(request), tab) else None
 
 
-def announce_in_line(triggers: list, tab: str, status: gr.components.Component) -> None:
-    """As a run's button is pressed, tell its user on `status` when it has to wait for the model (Gradio's queue
-    says nothing to the page meanwhile)."""
+def status_after_failure(request: gr.Request | None, tab: str, status: str) -> str:
+    """The status line a tab's .failure listener shows: Gradio counts a queued run that Stop cancelled as failed,
+    and then the line says that instead of the conversation's last status."""
+    return STOPPED_IN_LINE if request is not None and LINE.cancelled_in_line(session_id(request), tab) else status
+
+
+def in_line(triggers: list, tab: str, status: gr.components.Component):
+    """The first step of every model run: when its button is pressed, tell its user on `status` whether it has to
+    wait for the model, and behind what (Gradio's queue says nothing to the page meanwhile). Chain the run with
+    `.then`: Gradio's page sends the listeners of one trigger one after another, so a listener beside the run would
+    only be sent once the run had started."""
 
     def announce(request: gr.Request):
         return LINE.join(session_id(request), tab) or gr.skip()
 
-    gr.on(triggers, announce, None, status, queue=False, api_visibility="private", show_progress="hidden")
+    return gr.on(triggers, announce, None, status, queue=False, api_visibility="private", show_progress="hidden")
+
+
+ANSWER_VIEWS = {"rendered": rendered_html, "tokens": provenance_html}
+
+
+@dataclass
+class AnswerView:
+    """A session's choice of how answers look: rendered Markdown or raw tokens, both coloured by provenance. Changed
+    in place (a State's value is shared by reference), so a run in progress renders its next update the new way."""
+
+    mode: str = "rendered"
+
+    def html(self, pieces: list[TokenPiece]) -> str:
+        return ANSWER_VIEWS[self.mode](pieces)
+
+
+def answer_view_control(elem_id: str) -> gr.Radio:
+    return gr.Radio([("Rendered", "rendered"), ("Tokens", "tokens")], value=AnswerView.mode, label="Answer view",
+                    elem_id=elem_id, info="rendered: Markdown and code blocks; tokens: the raw text, token by token",
+                    elem_classes="answer-view")
+
+
+def follow_answer_view(control: gr.Radio, view: gr.State, show: Callable, inputs: list, outputs: list) -> None:
+    """When the view changes, remember it for the session and redraw what is on screen with `show(*inputs)`."""
+
+    def change(mode: str, current: AnswerView, *values):
+        if mode in ANSWER_VIEWS:
+            current.mode = mode
+        return show(*values, current)
+
+    control.change(change, [control, view, *inputs], outputs, queue=False, api_visibility="private")
 
 
 def session_id(request: gr.Request | None) -> str:

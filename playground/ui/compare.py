@@ -8,20 +8,21 @@ from playground.playback import Comparison, Conversation, Run, compare
 from playground.presets import Preset
 from playground.viz import (
     SUMMARY_COLUMNS, TITLES, acceptance_by_position_figure, attention_drift_figure, message_figure,
-    provenance_html, speedup_figure, stats_html, summary_table,
+    speedup_figure, stats_html, summary_table,
 )
 
 from .common import (
-    ENGINE, announce_in_line, compare_drafters, depth_legend, drafter_control, export_files, follow_preset,
-    generation_controls, k_control, min_draft_prob_control, report_user_errors, run_settings, stop_tab, stoppable,
+    ENGINE, AnswerView, answer_view_control, compare_drafters, depth_legend, drafter_control,
+    export_files, follow_answer_view, follow_preset, generation_controls, in_line, k_control, min_draft_prob_control,
+    report_user_errors, run_settings, status_after_failure, stop_tab, stoppable,
 )
 
 TAB = "compare"
 
 
-def _side_html(run: Run) -> str:
+def _side_html(run: Run, view: AnswerView) -> str:
     title = f'<div class="side-title">{run.view().label}</div>'
-    return title + provenance_html(run.pieces)
+    return title + view.html(run.pieces)
 
 
 def _hint(plot: str):
@@ -31,29 +32,32 @@ def _hint(plot: str):
 @report_user_errors
 def run_comparison(prompt: str, left_drafter: str, left_k: float, right_drafter: str, right_k: float, preset: str,
                    temperature: float, top_p: float, max_new_tokens: float, chat_template: str, system: str,
-                   seed: float | None, left_min_draft_prob: float, right_min_draft_prob: float, request: gr.Request):
+                   seed: float | None, left_min_draft_prob: float, right_min_draft_prob: float, view: AnswerView,
+                   request: gr.Request):
     shared = (preset, temperature, top_p, max_new_tokens, chat_template, system, seed)
     left = run_settings(left_drafter, left_k, *shared, left_min_draft_prob)
     right = run_settings(right_drafter, right_k, *shared, right_min_draft_prob)
     yield from stoppable(request, TAB, "comparison", 10, lambda should_stop: (
-        (*show_comparison(comparison), comparison) for comparison in compare(prompt, left, right, should_stop)))
+        (*show_comparison(comparison, view), comparison) for comparison in compare(prompt, left, right, should_stop)))
 
 
-def show_comparison(comparison: Comparison | None) -> tuple:
+def show_comparison(comparison: Comparison | None, view: AnswerView, request: gr.Request | None = None) -> tuple:
     """Both panels, their cards, the status, the table and the charts (the hints before any comparison); also what a
     refused or failed request leaves on screen, so that nothing stays covered by the error."""
     if comparison is None:
-        return ("", "", "", "", "", None, _hint("position"), _hint("drift"), _hint("speedup"))
+        return ("", "", "", "", status_after_failure(request, TAB, ""), None, _hint("position"), _hint("drift"),
+                _hint("speedup"))
     runs = (comparison.left, comparison.right)
     views = [run.view() for run in runs]
-    status = " · ".join(f"**{v.label}**: {run.status}" for v, run in zip(views, runs))
-    return (_side_html(comparison.left), _side_html(comparison.right), stats_html(views[0]), stats_html(views[1]),
-            status, summary_table(views), acceptance_by_position_figure(views), attention_drift_figure(views),
-            speedup_figure(views))
+    statuses = " · ".join(f"**{v.label}**: {run.status}" for v, run in zip(views, runs))
+    status = status_after_failure(request, TAB, statuses)
+    return (_side_html(comparison.left, view), _side_html(comparison.right, view), stats_html(views[0]),
+            stats_html(views[1]), status, summary_table(views), acceptance_by_position_figure(views),
+            attention_drift_figure(views), speedup_figure(views))
 
 
-def stop(request: gr.Request):
-    return stop_tab(request, TAB) or gr.skip()
+def stop(request: gr.Request) -> None:
+    stop_tab(request, TAB)  # a queued run that is cancelled re-renders the tab (its .failure listener)
 
 
 def export(comparison: Comparison | None) -> list[str]:
@@ -81,6 +85,7 @@ def _side(preset: Preset, side: str, drafter: str) -> tuple[gr.Radio, gr.Slider,
 
 def build_compare_tab(preset: Preset) -> None:
     comparison = gr.State(None)
+    view = gr.State(AnswerView())
     left_default, right_default = compare_drafters(preset)
     with gr.Row():
         prompt = gr.Textbox(elem_id="compare-prompt", show_label=False, lines=2, max_lines=8, scale=5,
@@ -89,6 +94,7 @@ def build_compare_tab(preset: Preset) -> None:
             run_button = gr.Button("Run both", variant="primary", elem_id="compare-run")
             stop_button = gr.Button("Stop", variant="stop", elem_id="compare-stop")
     with gr.Accordion("Shared settings", open=False):
+        answer_view = answer_view_control(elem_id="compare-view")
         controls = generation_controls("compare-", preset)
     legend = gr.HTML(depth_legend((left_default, 4), (right_default, 4)), elem_id="compare-legend")
     with gr.Row(equal_height=False):
@@ -104,19 +110,17 @@ def build_compare_tab(preset: Preset) -> None:
         export_button = gr.Button("Export JSON + CSV", elem_id="compare-export", size="sm")
         export_out = gr.File(label="Run files", file_count="multiple", elem_id="compare-export-files")
 
-    compare_event = gr.on(
-        [run_button.click, prompt.submit], run_comparison,
+    shown = [left_html, right_html, left_stats, right_stats, status, table, position_plot, drift_plot, speedup_plot]
+    compare_event = in_line([run_button.click, prompt.submit], TAB, status).then(
+        run_comparison,
         inputs=[prompt, left_drafter, left_k, right_drafter, right_k, *controls.components(), left_min_draft_prob,
-                right_min_draft_prob],
-        outputs=[left_html, right_html, left_stats, right_stats, status, table, position_plot, drift_plot,
-                 speedup_plot, comparison],
-        api_name="compare", concurrency_id=ENGINE, show_progress="hidden",
+                right_min_draft_prob, view],
+        outputs=[*shown, comparison],
+        api_name="compare", concurrency_id=ENGINE, show_progress="hidden", show_progress_on=left_html,
     )
-    compare_event.failure(show_comparison, comparison, [left_html, right_html, left_stats, right_stats, status, table,
-                                                        position_plot, drift_plot, speedup_plot],
-                          queue=False, api_visibility="private")
-    announce_in_line([run_button.click, prompt.submit], TAB, status)
-    stop_button.click(stop, None, status, cancels=[compare_event], queue=False, api_name="stop_compare")
+    compare_event.failure(show_comparison, [comparison, view], shown, queue=False, api_visibility="private")
+    follow_answer_view(answer_view, view, show_comparison, [comparison], shown)
+    stop_button.click(stop, None, None, cancels=[compare_event], queue=False, api_name="stop_compare")
     export_button.click(export, comparison, export_out, api_name="export_compare")
     sides = [left_drafter, left_k, right_drafter, right_k]
     gr.on([c.change for c in sides], lambda ld, lk, rd, rk: depth_legend((ld, lk), (rd, rk)), sides, legend,

@@ -95,18 +95,25 @@ def token_pieces(events: Iterable[StepEvent], decode: Callable[[list[int]], str]
     return builder.pieces
 
 
-def _escape(text: str) -> str:
-    # One line of HTML (newlines as <br>) so that a Markdown renderer treats the block as raw HTML.
-    return html.escape(text, quote=True).replace("\r\n", "\n").replace("\n", "<br>")
+def escape_text(text: str, newline: str = "<br>") -> str:
+    """Model text as HTML on one line: escaped, and line breaks (\\n, \\r\\n, \\r) as `newline`, so that a Markdown
+    renderer treats the block as raw HTML."""
+    text = html.escape(text, quote=True).replace("\r\n", "\n").replace("\r", "\n")
+    return text.replace("\n", newline)
 
 
-def _span(piece: TokenPiece) -> str:
-    body = _escape(piece.text)
+def span_open(piece: TokenPiece) -> str:
+    """The opening tag of a token's provenance span: its class (origin, depth) and a tooltip. Shared by the
+    monospace view here and the rendered Markdown view (`viz.rendered`), which may split a token across spans."""
     if piece.from_draft:
         prob = f", p={piece.draft_prob:.2f}" if piece.draft_prob is not None else ""
         return (f'<span class="tok-draft depth-{piece.depth}" data-depth="{piece.depth}" data-step="{piece.step}" '
-                f'title="step {piece.step}, depth {piece.depth}{prob}">{body}</span>')
-    return f'<span class="tok-target" data-step="{piece.step}" title="step {piece.step}, target token">{body}</span>'
+                f'title="step {piece.step}, depth {piece.depth}{prob}">')
+    return f'<span class="tok-target" data-step="{piece.step}" title="step {piece.step}, target token">'
+
+
+def _span(piece: TokenPiece) -> str:
+    return f"{span_open(piece)}{escape_text(piece.text)}</span>"
 
 
 def provenance_html(pieces: Iterable[TokenPiece]) -> str:
