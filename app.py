@@ -17,6 +17,7 @@ from playground.playback import load_preset
 from playground.presets import default_preset_name
 from playground.ui import APP_CSS, THEME, build_app
 from playground.ui.common import ENGINE_SLOTS, StampArrival
+from playground.ui.style import TOKEN_TAP_JS
 
 log = logging.getLogger("playground")
 
@@ -31,7 +32,8 @@ def main() -> None:
         log.warning("not loaded: %s", problem)
     demo = build_app(problem)
     demo.queue(default_concurrency_limit=ENGINE_SLOTS, max_size=64)
-    demo.launch(ssr_mode=False, css=APP_CSS, theme=THEME, app_kwargs={"middleware": [Middleware(StampArrival)]})
+    demo.launch(ssr_mode=False, css=APP_CSS, theme=THEME, js=TOKEN_TAP_JS,
+                app_kwargs={"middleware": [Middleware(StampArrival)]})
 
 
 if __name__ == "__main__":

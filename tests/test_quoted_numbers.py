@@ -1,7 +1,9 @@
 """The headline numbers the README and the About tab quote are the ones in the committed measurement files.
 
 The prose is written by hand, the numbers are measured by `train evaluate`, `train speed` and `bench --profile
-drift`; after a re-measurement this test names every quote that was not updated. The model card is checked whole:
+drift`; after a re-measurement this test names every quote that was not updated. The About tab is held to every
+measured number it gives, each in its sentence (so a number quoted twice is checked in both places), and the claims
+it makes of them (slower than plain decoding, above 1.0×, under 1 %) are checked against the files too. The model card is checked whole:
 it must be what `train card` renders from the same files.
 """
 
@@ -56,6 +58,107 @@ def _drift_quotes() -> list[str]:
 def test_quoted_numbers_match_the_measurements(where: str, text: str, quotes) -> None:
     missing = [q for q in quotes() if q not in text]
     assert not missing, f"{where} does not quote {missing} from the committed measurements ({quotes.__name__})"
+
+
+def _flat(text: str) -> str:
+    """Text with every run of whitespace as one space: a quote may wrap anywhere in the prose."""
+    return " ".join(text.split())
+
+
+def _cell(rows: list[dict], drafter: str, prompt_set: str = "held-out", template: str = "default", k: int = 8) -> dict:
+    (row,) = [r for r in rows if (r["drafter"], r["prompt_set"], r["template"], r["k"]) == (drafter, prompt_set,
+                                                                                             template, k)]
+    return row
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.0f} %"
+
+
+def _about_drift_quotes() -> list[str]:
+    """Everything else the About tab quotes from the drift study: the study's shape, the carried state's RMS and the
+    attention at depth 8 (held-out, k = 8), the short held-out acceptance lengths, and the speedups where EAGLE was
+    slower than plain decoding (~4k prompt tokens; the unfamiliar template) or fastest (short held-out answers)."""
+    study = _load(ROOT / "assets" / "bench" / "drift" / "results.json")
+    rows, config = study["rows"], study["config"]
+    assert {r["prompts"] for r in rows} == {config["limit"]} and config["repeats"] == 1
+    quotes = [f"{config['limit']} prompts per cell, {config['max_new_tokens']} tokens, one pass"]
+    long1k, long4k, llama3_ratio, system = _drift_quotes()
+    quotes.append(f"at k = 8 its acceptance length is {long1k} EAGLE-3's at ~1k prompt tokens and {long4k} at ~4k, "
+                  f"{llama3_ratio} under the unfamiliar `llama3` template and {system} with unfamiliar system prompts")
+    e3, e31 = _cell(rows, "eagle3"), _cell(rows, "eagle3.1")
+    rms3, rms31 = e3["hidden_rms_by_depth"], e31["hidden_rms_by_depth"]
+    assert max(rms31) - min(rms31) < 0.1, "EAGLE-3.1's RMS no longer 'stays near' one value"
+    quotes += [f"about {rms3[0]:.0f} → {rms3[-1]:.0f} over depths 1–{len(rms3)}", f"stays near {rms31[-1]:.1f}"]
+    attention3, attention31 = e3["attention_by_depth"][-1], e31["attention_by_depth"][-1]
+    quotes.append(f"At depth {len(e3['attention_by_depth'])}, EAGLE-3 puts {_pct(attention3['draft'])} of its "
+                  f"attention on its own drafts, EAGLE-3.1 {_pct(attention31['draft'])}")
+    assert max(attention3["sink"], attention31["sink"]) < 0.01 and "token under 1 %" in _flat(ABOUT)
+    for cell in ("long-1k", "long-4k"):  # "~1k", "~4k": the cells' median prompt length
+        assert f"~{_cell(rows, 'eagle3', cell)['context_tokens'] / 1000:.0f}k" == f"~{cell[-2:]}"
+    al = {(d, k): _al(_cell(rows, d, k=k)["mean_acceptance_length"]) for d in ("eagle3", "eagle3.1") for k in (1, 4)}
+    quotes.append(f"(k = 4: EAGLE-3 {al['eagle3', 4]}, EAGLE-3.1 {al['eagle3.1', 4]}; "
+                  f"k = 1: {al['eagle3', 1]} and {al['eagle3.1', 1]})")
+    long3, long31 = (_times(_cell(rows, d, "long-4k")["speedup"]) for d in ("eagle3", "eagle3.1"))
+    assert max(_cell(rows, d, "long-4k")["speedup"] for d in ("eagle3", "eagle3.1")) < 1, "no longer slower at ~4k"
+    quotes.append(f"At ~4k prompt tokens (Python source before a question) both drafters were, at k = 8: {long3} "
+                  f"for EAGLE-3 and {long31} for EAGLE-3.1")
+    llama3 = _cell(rows, "eagle3", template="llama3")["speedup"]
+    assert llama3 < 1
+    quotes.append(f"under the unfamiliar `llama3` template EAGLE-3 ran at {_times(llama3)}")
+    short3, short31 = (_times(_cell(rows, d, k=4)["speedup"]) for d in ("eagle3", "eagle3.1"))
+    quotes.append(f"EAGLE-3 reached {short3} and EAGLE-3.1 {short31} at k = 4 (one pass")
+    return quotes
+
+
+def _about_evaluation_quotes() -> list[str]:
+    """The 8-prompt evaluation's acceptance lengths, k = 1 included, in the order the About tab gives them."""
+    evaluation = _load(MODELS / "evaluation.json")
+    acceptance = {(name, k): _al(v["mean_acceptance_length"]) for name, by_k in evaluation["acceptance"].items()
+                  for k, v in by_k.items()}
+    return [f"one pass), the {evaluation['prompts']['count']}-prompt evaluation and the speed runs",
+            f"the {evaluation['prompts']['count']}-prompt evaluation finds EAGLE-3.1 ahead (k = 4: EAGLE-3.1 "
+            f"{acceptance['eagle3.1', '4']}, EAGLE-3 {acceptance['eagle3', '4']}; k = 8: {acceptance['eagle3.1', '8']} "
+            f"and {acceptance['eagle3', '8']}) and the two nearly equal at k = 1 ({acceptance['eagle3.1', '1']} and "
+            f"{acceptance['eagle3', '1']})"]
+
+
+def _about_speed_quotes() -> list[str]:
+    """The speed runs' setting, spread, acceptance length and cost of verification (k = 4), as the About tab words
+    them."""
+    speed = _load(MODELS / "speed.json")
+    by_drafter, plain = speed["speed"]["by_k"]["4"], speed["speed"]["plain"]
+    fixed = [by_drafter[name] for name in ("eagle3", "eagle3.1")]
+    adaptive = [by_drafter[f"{name} adaptive 0.3"] for name in ("eagle3", "eagle3.1")]
+    low, high = min(d["speedup_range"][0] for d in fixed), max(d["speedup_range"][1] for d in fixed)
+    lengths = sorted(f"{d['mean_acceptance_length']:.1f}" for d in fixed)
+    verify = {f"{d['median_verify_ms_per_step'] / plain['median_ms_per_token']:.1f}" for d in fixed}
+    assert len(verify) == 1, f"the two drafters' verification costs no longer round alike: {verify}"
+    assert min(d["speedup_range"][0] for d in adaptive) > 1.0 and "slowest runs above 1.0×" in _flat(ABOUT)
+    assert speed["machine"]["torch_threads"] == 2 and speed["machine"]["cores"] == 2
+    verify_cost = verify.pop()
+    (threshold,) = {d["min_draft_prob"] for d in adaptive}
+    return [f"On a {speed['machine']['cores']}-core CPU the speedup is modest on long answers: at k = 4, "
+            f"{_times(fixed[1]['median_speedup'])} for EAGLE-3.1 and {_times(fixed[0]['median_speedup'])} for EAGLE-3",
+            f"{speed['speed']['max_new_tokens']} tokens, two threads; per-run range {low:.2f}–{high:.2f}×",
+            f"acceptance length is only ~{lengths[0]}–{lengths[-1]}",
+            f"verifying k + 1 tokens costs about {verify_cost} plain steps", f"(about {verify_cost} here, below)",
+            f"a draft the drafter gave less than {threshold:g})",
+            f"EAGLE-3.1 {_times(adaptive[1]['median_speedup'])} (pooled over all tokens "
+            f"{_times(adaptive[1]['pooled_speedup'])}, against {_times(fixed[1]['pooled_speedup'])} at fixed k), "
+            f"EAGLE-3 {_times(adaptive[0]['median_speedup'])}"]
+
+
+@pytest.mark.parametrize("quotes", [_about_drift_quotes, _about_evaluation_quotes, _about_speed_quotes])
+def test_every_number_the_about_tab_quotes_is_in_the_committed_files(quotes) -> None:
+    """Beyond the headline numbers the README shares: each figure the About tab gives, in its sentence, from the file
+    it comes from (the k = 1 lengths of both the study and the evaluation, the speedups below 1.0×, ...)."""
+    missing = [q for q in quotes() if _flat(q) not in _flat(ABOUT)]
+    assert not missing, f"the About tab does not say {missing} ({quotes.__name__})"
+
+
+def test_the_about_tab_does_not_call_verification_free() -> None:
+    assert "for free" not in ABOUT and "the check is not free" in _flat(ABOUT)
 
 
 def test_model_card_is_rendered_from_the_committed_files() -> None:

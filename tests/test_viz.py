@@ -4,6 +4,7 @@ step events, including fields a run or a backend leaves None."""
 from __future__ import annotations
 
 import html
+import re
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -20,6 +21,7 @@ from playground.viz import (
     acceptance_by_position_figure, attention_drift_figure, depth_colour, hidden_rms_figure, legend_html, provenance_css,
     provenance_html, speedup_figure, stats_html, summary_table, token_pieces,
 )
+from playground.viz.summary import STAT_CARDS, STATS_ROW_MIN_PX, stats_css
 from tests.appserver import long_answer_prompt
 
 # --- provenance, with a scripted decoder (the one test double here) --------------------------------------------
@@ -171,13 +173,57 @@ def test_summary_table_and_stats(views: dict[str, RunView]) -> None:
     table = summary_table([views["eagle3"], views["plain"]])
     assert list(table.columns) == SUMMARY_COLUMNS
     assert table["drafter"].tolist() == ["EAGLE-3", "plain decoding"]
-    assert table.loc[1, "mean acceptance length"] == "—" and table.loc[0, "speedup"] == pytest.approx(
-        views["eagle3"].speedup, abs=0.01)
-    low, high = views["eagle3"].speedup_range
+    v = views["eagle3"]
+    assert table.loc[1, "mean acceptance length"] == "—" and table.loc[0, "speedup"] == f"{v.speedup:.2f}×"
+    low, high = v.speedup_range
     assert table.loc[0, "speedup range"] == f"{low:.2f}–{high:.2f}" and table.loc[1, "speedup range"] != "—"
     stats = stats_html(views["eagle3.1"])
     assert html.escape(MEAN_ACCEPTANCE_LENGTH_HELP, quote=True) in stats and "speedup (" in stats
-    assert "plain tok/s (20 steps)" in stats and "slowest group 80.0, fastest 125.0 tok/s" in stats
+    assert "plain tok/s (20 steps)" in stats and "slowest group 80, fastest 125 tok/s" in stats
+
+
+def _card_values(stats: str) -> dict[str, str]:
+    names = [html.unescape(n) for n in re.findall(r'<div class="stat-name">(.*?)</div>', stats)]
+    values = [html.unescape(v) for v in re.findall(r'<div class="stat-value">(.*?)</div>', stats)]
+    return dict(zip(names, values))
+
+
+def test_one_format_per_kind_of_number_in_cards_table_and_charts(views: dict[str, RunView]) -> None:
+    """The same quantity reads the same everywhere: tok/s whole, speedup 2 decimals and ×, acceptance length 2
+    decimals, rates as whole percents (never 0.368 beside 0.34, or 1 beside 1.00)."""
+    v, m = views["eagle3.1"], views["eagle3.1"].metrics
+    cards = _card_values(stats_html(v))
+    assert len(cards) == STAT_CARDS
+    row = summary_table([v]).loc[0]
+    assert cards["tok/s (engine)"] == row["decode tok/s"] == f"{m.decode_tokens_per_second:.0f}"
+    assert re.fullmatch(r"\d+", cards["tok/s (engine)"]) and re.fullmatch(r"\d+", cards["plain tok/s (20 steps)"])
+    speedup_name = next(n for n in cards if n.startswith("speedup"))
+    assert cards[speedup_name] == row["speedup"] == f"{v.speedup:.2f}×"
+    assert speedup_name == f"speedup ({row['speedup range']})"
+    assert cards["mean acceptance length"] == row["mean acceptance length"] == f"{m.mean_acceptance_length:.2f}"
+    assert cards["draft acceptance rate"] == row["draft acceptance rate"] == f"{m.draft_acceptance_rate:.0%}"
+    assert re.fullmatch(r"\d+%", row["draft acceptance rate"])
+    plain = summary_table([views["plain"]]).loc[0]
+    assert plain["mean acceptance length"] == plain["draft acceptance rate"] == "—"
+    speed = speedup_figure([v])
+    assert f"{m.decode_tokens_per_second:.0f} tok/s · {v.speedup:.2f}×" in speed.data[1].text[0]
+    assert speed.data[0].text[0] == "100 tok/s (20 steps)" and "groups of steps 80–125" in speed.data[0].hovertemplate
+    assert all("%{x:.0f} tokens/s" in t.hovertemplate for t in speed.data)
+    assert "%{y:.0%}" in acceptance_by_position_figure([v]).data[0].hovertemplate
+    assert f"mean acceptance length {m.mean_acceptance_length:.2f}" in accepted_per_step_figure(v).layout.title.text
+    assert "RMS %{y:.2f}" in hidden_rms_figure([v]).data[0].hovertemplate
+
+
+def test_stat_cards_lay_out_evenly() -> None:
+    """Seven cards: all in one row where the row is wide enough, else 4 + 3; on a phone two columns, the last card
+    across both (never one card alone under a full row)."""
+    css = stats_css()
+    assert "flex" not in css.split(".stats .stat {")[0]
+    assert f"({STATS_ROW_MIN_PX}px - 100%) * 1000" in css and "/ 7 - 1px)" in css and "/ 4 - 1px)" in css
+    assert "repeat(auto-fit, minmax(" in css
+    phone = css.split("@media (max-width: 480px) {")[1].split("\n}\n")[0]
+    assert "repeat(2, minmax(0, 1fr))" in phone and ".stat:last-child:nth-child(odd) { grid-column: 1 / -1; }" in phone
+    assert "@container" not in css  # Gradio's CSS scoping drops @container rules
 
 
 def test_depth_colours_are_a_sequential_palette_shared_by_text_and_charts() -> None:
@@ -196,3 +242,38 @@ def test_depth_colours_are_a_sequential_palette_shared_by_text_and_charts() -> N
     assert min(a - b for a, b in zip(lum[:5], lum[1:5])) > 15  # the common depths (k <= 5) are well apart
     assert f".tok-draft.depth-1 {{ background: {depth_colour(1, 0.35)}" in provenance_css()
     assert ".dark .tok-draft.depth-10" in provenance_css()
+
+
+def test_the_token_tap_script_shows_titles_as_text() -> None:
+    """The page script behind "tap a token for its details" (ui/style.py, passed to demo.launch(js=...)): one delegated
+    listener on the document for the token classes provenance_html writes, the title copied as text, never as HTML,
+    and a style for its popup in the app CSS. (It runs in the browser; here only its shape is checked.)"""
+    from playground.ui.style import APP_CSS, TOKEN_TAP_JS
+
+    script = TOKEN_TAP_JS.strip()
+    assert script.startswith("() => {") and script.endswith("}")  # Gradio calls a function once, on load
+    assert script.count("document.addEventListener(\"click\"") == 1 and ".tok-draft, .tok-target" in script
+    assert "textContent = text" in script and 'getAttribute("title")' in script
+    assert "innerHTML" not in script and "insertAdjacentHTML" not in script and "eval(" not in script
+    page = provenance_html(token_pieces(SCRIPTED_EVENTS, scripted_decode))
+    assert 'class="tok-draft depth-1"' in page and 'class="tok-target"' in page and "title=" in page
+    assert ".tok-tip {" in APP_CSS and ".tok-tip[hidden]" in APP_CSS
+
+
+def test_too_few_steps_show_no_speedup_anywhere(views: dict[str, RunView]) -> None:
+    """A stopped or young run: 2 groups of plain steps (or 3 decode steps of the run) are no measurement, so the card,
+    the table, the chart and the run record say so instead of a point range like 1.75× (1.75–1.75)."""
+    from dataclasses import replace
+
+    from playground.engine.trace import MIN_SPEEDUP_GROUPS
+
+    full = views["eagle3.1"]
+    thin = replace(full, baseline=Baseline(100.0, 99.0, 101.0, groups=MIN_SPEEDUP_GROUPS - 1, tokens=8))
+    short = replace(full, events=full.events[:3])
+    assert full.speedup is not None and full.too_few_steps is None
+    for view in (thin, short):
+        assert view.speedup is None and view.speedup_range is None and "too few steps" in view.too_few_steps
+        assert _card_values(stats_html(view))["speedup"] == "too few steps"
+        assert summary_table([view]).loc[0, "speedup"] == "too few steps"
+        assert "too few steps" in speedup_figure([view]).layout.title.text
+    assert "8 plain steps in 4 of 5 groups" in thin.too_few_steps

@@ -24,6 +24,27 @@ PEERS = {
     "hf-assisted": "transformers generate(assistant_model=…, num_assistant_tokens=k)",
 }
 NO_ASSISTANT = "no small draft model exists for this target; pass --assistant MODEL to compare one"
+# One line per method a bench table can show, for readers who do not know the names (the Benchmark tab's findings
+# list the ones a result has). A drafter given as a folder is described by `describe_method`.
+METHOD_DESCRIPTIONS = {
+    "none": "plain decoding in our own loop: one target forward per token, no drafter; every speedup is against it",
+    "eagle3": "the preset's EAGLE-3 drafter: guesses k tokens from three of the target's hidden layers, and the "
+              "target checks them all in one forward",
+    "eagle3.1": "the preset's EAGLE-3.1 drafter: EAGLE-3 plus `fc_norm` and `norm_output` (it normalises the states "
+                "it fuses and feeds back)",
+    "hf-greedy": "Hugging Face transformers' own `generate()` with no drafter: plain decoding outside our loop, a "
+                 "check on our baseline",
+    "prompt-lookup": "transformers' prompt-lookup decoding (`prompt_lookup_num_tokens=k`): no draft model; it "
+                     "guesses the k tokens that followed an earlier occurrence of the last one or two tokens in the "
+                     "prompt or the answer so far, and the target checks them",
+    "hf-assisted": "transformers' assisted generation: a separate small draft model (`--assistant`) proposes k "
+                   "tokens, the target checks them",
+}
+
+
+def describe_method(name: str) -> str:
+    """One line on what the bench method `name` (a row's `drafter`) is."""
+    return METHOD_DESCRIPTIONS.get(name) or f"an EAGLE drafter loaded from `{Path(name).name}`"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from playground.bench.findings import deepest_pairs, findings, pairs, study_rows
 from playground.bench.report import deepest_rows, write_outputs
 from playground.bench.config import ProgressCallback, with_overrides
+from playground.bench.methods import describe_method
 from playground.bench.rows import BenchResult, BenchRow
 from playground.viz import bench as figures
 from playground.viz.bench import speedup_range_text
@@ -61,7 +62,18 @@ def findings_markdown(result: BenchResult, title: str) -> str:
     settings = f" · adaptive drafting: a chain ends after a draft below **{adaptive:g}**" if adaptive else ""
     head = (f"### {title}\nprofile **{result.config.get('profile')}** · preset **{result.preset}**{settings} · "
             f"{result.seconds / 60:.1f} min · started {result.started} · {result.machine.get('cpu', 'unknown machine')}")
-    return head + "\n\n" + "\n".join(f"- {f}" for f in findings(result.rows, greedy=result.greedy))
+    return (head + "\n\n" + "\n".join(f"- {f}" for f in findings(result.rows, greedy=result.greedy))
+            + "\n\n" + methods_markdown(result.rows))
+
+
+def methods_markdown(rows: list[BenchRow]) -> str:
+    """What each method in the table is, one line each (its name in the table's drafter column, and in the charts
+    where that differs), in the table's order."""
+    lines = []
+    for name, label in dict.fromkeys((r.drafter, r.label) for r in rows):
+        shown = "" if label.startswith(name) else f" ({label} in the charts)"
+        lines.append(f"- `{name}`{shown}: {describe_method(name)}.")
+    return "**The methods** (the table's *drafter* column):\n" + "\n".join(lines) if lines else ""
 
 
 def tab_figures(rows: list[BenchRow]) -> list[go.Figure]:

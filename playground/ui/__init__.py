@@ -20,32 +20,41 @@ THEME = gr.themes.Soft(primary_hue="teal", secondary_hue="slate")
 ABOUT = f"""
 ### What you are looking at
 The target model writes every token; a small **drafter** guesses the next *k* tokens first and the target checks
-them all in one forward pass. Guesses it agrees with are kept for free.
+them all in one forward pass. Each accepted guess saves the target a forward pass of its own, but the check is not
+free: on a CPU, verifying k + 1 tokens costs more than one plain step (about 1.3 here, below), so drafting pays only
+when enough guesses are accepted.
 
 - **Coloured tokens** were drafted and accepted, coloured by depth (1 = the first guess of a step). **Plain tokens**
-  are the target's own (the bonus token of each step, or every token with plain decoding). Hover a token for its
-  step, depth and the drafter's probability.
+  are the target's own (the bonus token of each step, or every token with plain decoding). Hover or tap a token for
+  its step, depth and the drafter's probability.
 - **EAGLE-3** drafters fuse three of the target's hidden layers and feed their own output back for deeper guesses.
   **EAGLE-3.1** adds `fc_norm` (an RMSNorm on each fused hidden state) and `norm_output` (feed back the normalised
   state). The drift chart shows where the drafter looks at each depth; the RMS chart, how large the carried state is.
 
-### On the shipped pair (SmolLM2-135M-Instruct and our drafters; study in `assets/bench/drift/`)
+### On the shipped pair (SmolLM2-135M-Instruct and our drafters)
+The drift study (`assets/bench/drift/`: 4 prompts per cell, 40 tokens, one pass), the 8-prompt evaluation and the
+speed runs (`assets/models/smollm2-135m/evaluation.json` and `speed.json`):
 - The carried state's RMS grows with depth for EAGLE-3 (about 11 → 22 over depths 1–8) and stays near 1.4 for
   EAGLE-3.1: that is what `norm_output` fixes.
 - At depth 8, EAGLE-3 puts 40 % of its attention on its own drafts, EAGLE-3.1 37 %; both give the first (sink)
   token under 1 %. The drift chart shows both shares growing with depth.
 - EAGLE-3.1's gain shows under distribution shift: at k = 8 its acceptance length is 1.10× EAGLE-3's at ~1k prompt
-  tokens and 1.20× at ~4k, 1.19× under the unfamiliar `llama3` template and 1.18× with unfamiliar system prompts
-  (4 prompts per cell). On short familiar prompts there is no clear winner: on the study's 4 held-out prompts
-  EAGLE-3 is slightly ahead (k = 4: 2.92 vs 2.76), while the 8-prompt evaluation finds EAGLE-3.1 ahead (k = 4:
-  2.66 vs 2.40; k = 8: 2.99 vs 2.55). At k = 1 they are equal (1.69 vs 1.65).
+  tokens and 1.20× at ~4k, 1.19× under the unfamiliar `llama3` template and 1.18× with unfamiliar system prompts.
+  On short familiar prompts there is no clear winner: on the study's held-out prompts EAGLE-3 is slightly ahead
+  (k = 4: EAGLE-3 2.92, EAGLE-3.1 2.76; k = 1: 1.78 and 1.76), while the 8-prompt evaluation finds EAGLE-3.1 ahead
+  (k = 4: EAGLE-3.1 2.66, EAGLE-3 2.40; k = 8: 2.99 and 2.55) and the two nearly equal at k = 1 (1.69 and 1.65).
 - On a 2-core CPU the speedup is modest on long answers: at k = 4, 1.27× for EAGLE-3.1 and 1.25× for EAGLE-3
   (MT-Bench, HumanEval and held-out prompts, 128 tokens, two threads; per-run range 0.89–2.18×). There the
   acceptance length is only ~1.9–2.0, and verifying k + 1 tokens costs about 1.3 plain steps. **Adaptive drafting**
   (end the chain after a draft the drafter gave less than 0.3) skips verifying drafts that would mostly be
   rejected: EAGLE-3.1 1.42× (pooled over all tokens 1.38×, against 1.27× at fixed k), EAGLE-3 1.37×, with the
-  slowest runs above 1.0×. Short, familiar answers reach ~1.7×. The Speed chart shows this run's measured figure,
-  never an estimate.
+  slowest runs above 1.0×. On the drift study's short held-out answers EAGLE-3 reached 1.79× and EAGLE-3.1 1.73× at
+  k = 4 (one pass: indicative only).
+- **EAGLE can be slower than plain decoding.** At ~4k prompt tokens (Python source before a question) both drafters
+  were, at k = 8: 0.83× for EAGLE-3 and 0.88× for EAGLE-3.1; under the unfamiliar `llama3` template EAGLE-3 ran at
+  0.86×. On prompts unlike the drafters' training data, such as long essays or prompts in other languages, EAGLE can
+  be slower than plain decoding too: fewer guesses are accepted, and every rejected one still costs verification.
+  The Speed chart shows this run's measured figure, never an estimate.
 
 ### Metric definitions (vLLM's)
 - {MEAN_ACCEPTANCE_LENGTH_HELP}

@@ -14,6 +14,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from playground.viz.style import VARIANT_COLORS, two_lines
+from playground.viz.summary import (
+    LENGTH_D3, PERCENT_D3, RATE_D3, RMS_D3, SHARE_D3, length_text, range_text, times_text,
+)
 
 if TYPE_CHECKING:  # bench draws with viz; viz only reads the row type
     from playground.bench.rows import BenchRow
@@ -45,10 +48,11 @@ def _groups(rows: Iterable[BenchRow], key: Callable[[BenchRow], tuple]) -> dict[
 
 
 def _layout(fig: go.Figure, title: str, detail: str, x: str, y: str, **extra) -> go.Figure:
-    """Titles on two short lines (one long line is cut at phone width); the legend below the plot."""
+    """Titles on two short lines (one long line is cut at phone width); the legend below the plot; the toolbar (on
+    hover) down the right edge, not over the title."""
     fig.update_layout(title={"text": two_lines(title, detail), "font": {"size": 15}}, xaxis_title=x, yaxis_title=y,
                       template="plotly_white", height=420, legend=dict(orientation="h", yanchor="top", y=-0.2),
-                      margin=dict(t=72, b=40, r=48), **extra)
+                      margin=dict(t=72, b=40, r=48), modebar={"orientation": "v"}, **extra)
     return fig
 
 
@@ -78,7 +82,7 @@ def speed_figure(rows: list[BenchRow]) -> go.Figure:
     for (cond,), group in _groups(measured, lambda r: (condition(r),)).items():
         fig.add_bar(y=[f"{method_name(r)}<br>{cond}" for r in group], x=[r.tokens_per_second for r in group],
                     name=cond, orientation="h", text=[_speedup_label(r) for r in group], textposition="auto",
-                    textfont={"size": 12}, hovertemplate="%{y}: %{x:.1f} tokens/s, %{text}<extra></extra>")
+                    textfont={"size": 12}, hovertemplate=f"%{{y}}: %{{x:{RATE_D3}}} tokens/s, %{{text}}<extra></extra>")
     fig.update_yaxes(autorange="reversed", automargin=True)
     fig = _layout(fig, "Decoding speed", "bar label: speedup over plain decoding, same run", "tokens / s", "",
                   barmode="overlay")
@@ -93,12 +97,12 @@ def speedup_range(r: BenchRow) -> tuple[float, float] | None:
 
 def speedup_range_text(r: BenchRow) -> str | None:
     spread = speedup_range(r)
-    return f"{spread[0]:.2f}–{spread[1]:.2f}" if spread else None
+    return range_text(spread) if spread else None
 
 
 def _speedup_label(r: BenchRow) -> str:
     spread = speedup_range_text(r)
-    return f"{r.speedup:.2f}×" + (f" ({spread})" if spread else "")
+    return times_text(r.speedup) + (f" ({spread})" if spread else "")
 
 
 def acceptance_vs_k_figure(rows: list[BenchRow]) -> go.Figure:
@@ -106,8 +110,7 @@ def acceptance_vs_k_figure(rows: list[BenchRow]) -> go.Figure:
                  series=lambda r: (r.label, condition(r)), name=lambda r: f"{r.label} · {condition(r)}",
                  points=lambda r: ([r.k], [r.mean_acceptance_length]))
     return _layout(fig, "Mean acceptance length vs k", "k: speculative tokens per step", "k",
-                   "mean acceptance length",
-                   xaxis_dtick=1)
+                   "mean acceptance length", xaxis_dtick=1, yaxis_hoverformat=LENGTH_D3)
 
 
 def acceptance_vs_context_figure(rows: list[BenchRow]) -> go.Figure:
@@ -116,7 +119,7 @@ def acceptance_vs_context_figure(rows: list[BenchRow]) -> go.Figure:
                  name=lambda r: f"{method_name(r)} · {r.template}",
                  points=lambda r: ([r.context_tokens], [r.mean_acceptance_length]))
     return _layout(fig, "Acceptance length vs context", "mean acceptance length by prompt length",
-                   "prompt tokens (median)", "mean acceptance length")
+                   "prompt tokens (median)", "mean acceptance length", yaxis_hoverformat=LENGTH_D3)
 
 
 def per_position_figure(rows: list[BenchRow]) -> go.Figure:
@@ -126,7 +129,8 @@ def per_position_figure(rows: list[BenchRow]) -> go.Figure:
                  points=lambda r: (list(range(1, len(r.per_position_acceptance) + 1)),
                                    r.per_position_acceptance))
     return _layout(fig, "Per-position acceptance", "accepted at position i / drafting steps", "draft position",
-                   "acceptance rate", yaxis_range=[0, 1], xaxis_dtick=1)
+                   "acceptance rate", yaxis_range=[0, 1], xaxis_dtick=1, yaxis_tickformat=PERCENT_D3,
+                   yaxis_hoverformat=PERCENT_D3)
 
 
 def attention_by_depth_figure(rows: list[BenchRow]) -> go.Figure:
@@ -142,7 +146,7 @@ def attention_by_depth_figure(rows: list[BenchRow]) -> go.Figure:
             fig.add_scatter(x=depths, y=[getattr(a, part) for a in row.attention_by_depth], mode="lines+markers",
                             name=f"{method_name(row)} · {condition(row)}", legendgroup=f"{method_name(row)}{dash}",
                             showlegend=col == 1, line=dict(color=_color(row, others), dash=dash), row=1, col=col)
-    fig.update_yaxes(range=[0, 1])
+    fig.update_yaxes(range=[0, 1], tickformat=PERCENT_D3, hoverformat=SHARE_D3)
     fig.update_xaxes(title_text="draft depth", dtick=1)
     return _layout(fig, "Drafter attention by depth", "share, averaged over heads, layers and steps", "draft depth",
                    "attention share")
@@ -154,7 +158,7 @@ def hidden_rms_figure(rows: list[BenchRow]) -> go.Figure:
                  name=lambda r: f"{method_name(r)} · {condition(r)}",
                  points=lambda r: (list(range(1, len(r.hidden_rms_by_depth) + 1)), r.hidden_rms_by_depth))
     return _layout(fig, "Hidden-state RMS by depth", "the state carried into each draft depth", "draft depth", "RMS",
-                   xaxis_dtick=1)
+                   xaxis_dtick=1, yaxis_hoverformat=RMS_D3)
 
 
 def template_figure(rows: list[BenchRow]) -> go.Figure:
@@ -164,6 +168,6 @@ def template_figure(rows: list[BenchRow]) -> go.Figure:
                          lambda r: (method_name(r),)).values():
         fig.add_bar(x=[condition(r) for r in group], y=[r.mean_acceptance_length for r in group],
                     name=method_name(group[0]), marker_color=_color(group[0], others),
-                    text=[f"{r.mean_acceptance_length:.2f}" for r in group], textposition="outside")
+                    text=[length_text(r.mean_acceptance_length) for r in group], textposition="outside")
     return _layout(fig, "Changed templates and system prompts", "mean acceptance length per condition",
                    "prompt set · chat template", "mean acceptance length", barmode="group")

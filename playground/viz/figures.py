@@ -9,7 +9,9 @@ import plotly.graph_objects as go
 
 from .provenance import depth_colour
 from .style import VARIANT_COLORS, two_lines
-from .summary import speedup_text
+from .summary import (
+    PERCENT_D3, RATE_D3, RMS_D3, SHARE_D3, length_text, rate_text, speedup_text, times_text,
+)
 from .view import RunView
 
 HEIGHT = 290
@@ -34,7 +36,9 @@ def _layout(fig: go.Figure, title: str, revision: str, **extra) -> go.Figure:
         paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
         font={"color": MUTED, "size": 11},
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.01, "x": 0, "xanchor": "left", "font": {"size": 10}},
-        uirevision=revision, **extra,
+        uirevision=revision,
+        modebar={"orientation": "v"},  # the toolbar (on hover) down the right edge, not over the title's line
+        **extra,
     )
     fig.update_xaxes(gridcolor="rgba(128,128,128,0.18)", zeroline=False)
     fig.update_yaxes(gridcolor="rgba(128,128,128,0.18)", zeroline=False)
@@ -112,8 +116,8 @@ def accepted_per_step_figure(view: RunView) -> go.Figure:
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="accepted", range=[0, view.k + 0.6], dtick=1 if view.k <= 10 else 2)
     mal = view.metrics.mean_acceptance_length
-    return _layout(fig, two_lines(title, f"mean acceptance length {mal:.2f}"), revision="accept", barmode="stack",
-                   bargap=0.1)
+    return _layout(fig, two_lines(title, f"mean acceptance length {length_text(mal)}"), revision="accept",
+                   barmode="stack", bargap=0.1)
 
 
 def acceptance_by_position_figure(views: list[RunView]) -> go.Figure:
@@ -128,10 +132,10 @@ def acceptance_by_position_figure(views: list[RunView]) -> go.Figure:
         fig.add_bar(x=list(range(1, len(m.per_position_acceptance) + 1)), y=m.per_position_acceptance,
                     name=view.label, marker_color=colours[i],
                     customdata=[[c, m.drafting_steps] for c in m.per_position_counts],
-                    hovertemplate=view.label + "<br>position %{x}: %{y:.0%} (%{customdata[0]} of %{customdata[1]} "
-                    "drafting steps)<extra></extra>")
+                    hovertemplate=view.label + f"<br>position %{{x}}: %{{y:{PERCENT_D3}}} (%{{customdata[0]}} of "
+                    "%{customdata[1]} drafting steps)<extra></extra>")
     fig.update_xaxes(title_text="draft position", dtick=1)
-    fig.update_yaxes(title_text="accepted / drafting steps", range=[0, 1.02], tickformat=".0%")
+    fig.update_yaxes(title_text="accepted / drafting steps", range=[0, 1.02], tickformat=PERCENT_D3)
     return _with_notes(_layout(fig, title, revision="position", barmode="group", showlegend=len(views) > 1), notes)
 
 
@@ -156,7 +160,7 @@ def attention_drift_figure(views: list[RunView]) -> go.Figure:
             fig.add_bar(x=depths, y=values, base=list(base), offsetgroup=str(i), name=names[part],
                         showlegend=i == drawable[0][0], marker_color=ATTENTION_COLOURS[part],
                         marker_pattern_shape=RUN_PATTERNS[i % len(RUN_PATTERNS)],
-                        hovertemplate=f"{view.label}<br>depth %{{x}}: {names[part]} %{{y:.1%}}<extra></extra>")
+                        hovertemplate=f"{view.label}<br>depth %{{x}}: {names[part]} %{{y:{SHARE_D3}}}<extra></extra>")
             base = [b + v for b, v in zip(base, values)]
     if len(drawable) > 1:  # legend entries that say which fill pattern is which run
         for i, view in drawable:
@@ -178,7 +182,7 @@ def hidden_rms_figure(views: list[RunView]) -> go.Figure:
         rms = view.metrics.hidden_rms_by_depth
         fig.add_scatter(x=list(range(1, len(rms) + 1)), y=rms, mode="lines+markers", name=view.label,
                         line={"color": colours[i]},
-                        hovertemplate=view.label + "<br>depth %{x}: RMS %{y:.3f}<extra></extra>")
+                        hovertemplate=view.label + f"<br>depth %{{x}}: RMS %{{y:{RMS_D3}}}<extra></extra>")
     fig.update_xaxes(title_text="draft depth", dtick=1)
     fig.update_yaxes(title_text="RMS", rangemode="tozero")
     return _with_notes(_layout(fig, title, revision="rms", showlegend=len(views) > 1), notes)
@@ -201,19 +205,19 @@ def speedup_figure(views: list[RunView]) -> go.Figure:
         fig.add_bar(x=[b.tokens_per_second], y=[label], orientation="h", marker_color=BASELINE_COLOUR,
                     error_x={"type": "data", "symmetric": False, "array": [b.fastest - b.tokens_per_second],
                              "arrayminus": [b.tokens_per_second - b.slowest], "color": MUTED},
-                    text=[f"{b.tokens_per_second:.0f} tok/s ({b.tokens} steps)"], textposition="inside",
-                    insidetextanchor="start", hovertemplate=f"{label}: %{{x:.1f}} tokens/s, groups of steps "
-                    f"{b.slowest:.1f}–{b.fastest:.1f}<extra></extra>")
+                    text=[f"{rate_text(b.tokens_per_second)} tok/s ({b.tokens} steps)"], textposition="inside",
+                    insidetextanchor="start", hovertemplate=f"{label}: %{{x:{RATE_D3}}} tokens/s, groups of steps "
+                    f"{rate_text(b.slowest)}–{rate_text(b.fastest)}<extra></extra>")
     for i, view in running:
         rate = view.metrics.decode_tokens_per_second
-        text = f"{rate:.0f} tok/s" + (f" · {speedup_text(view)}" if view.speedup else "")
+        text = f"{rate_text(rate)} tok/s" + (f" · {speedup_text(view)}" if view.speedup else "")
         fig.add_bar(x=[rate], y=[view.label], orientation="h", marker_color=colours[i], text=[text],
                     textposition="inside", insidetextanchor="start",
-                    hovertemplate="%{y}: %{x:.1f} tokens/s<extra></extra>")
+                    hovertemplate=f"%{{y}}: %{{x:{RATE_D3}}} tokens/s<extra></extra>")
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title_text="decode tokens / s", rangemode="tozero")
     # one run: the speedup and its range in the title; several: just the speedups (their ranges are on the bars)
-    speedups = [speedup_text(v) if len(running) == 1 else f"{v.speedup:.2f}×" for _, v in running if v.speedup]
+    speedups = [speedup_text(v) if len(running) == 1 else times_text(v.speedup) for _, v in running if v.speedup]
     notes = []
     if not baselines and unmeasurable:
         headline, notes = title, [f"no plain-decoding baseline: {unmeasurable}"]
@@ -222,6 +226,8 @@ def speedup_figure(views: list[RunView]) -> go.Figure:
     elif speedups:
         headline = two_lines(f"Speedup {' / '.join(speedups)}",
                               "vs plain decoding" + (", measured alongside" if len(speedups) == 1 else ""))
+    elif any(v.too_few_steps for _, v in running):
+        headline = two_lines(title, "too few steps yet to measure a speedup")
     else:
         headline = title
     return _with_notes(_layout(fig, headline, revision="speedup", showlegend=False, bargap=0.35), notes)

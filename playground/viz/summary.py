@@ -30,9 +30,36 @@ NOT_AVAILABLE = "—"
 SUMMARY_COLUMNS = ["drafter", "k", "tokens", "decode tok/s", "speedup", "speedup range", "mean acceptance length",
                    "draft acceptance rate"]
 
+# One format per kind of number, wherever the number appears: the stat cards, the summary table, the charts' labels
+# and hover text (figures.py, bench.py use the d3 twins below).
+#   tokens per second        whole numbers                 24
+#   speedup                  two decimals and ×            1.42×, its range 1.30–1.55
+#   mean acceptance length   two decimals                  2.92
+#   acceptance rates         percent, no decimals          37%
+#   attention shares         percent, one decimal          0.3% (the sink's share is under 1 %)
+#   hidden-state RMS         two decimals                  1.39
+RATE_D3, LENGTH_D3, PERCENT_D3, SHARE_D3, RMS_D3 = ".0f", ".2f", ".0%", ".1%", ".2f"
 
-def _fmt(value: float | None, pattern: str) -> str:
-    return NOT_AVAILABLE if value is None else pattern.format(value)
+
+def rate_text(tokens_per_second: float | None) -> str:
+    return NOT_AVAILABLE if tokens_per_second is None else f"{tokens_per_second:.0f}"
+
+
+def times_text(ratio: float | None) -> str:
+    return NOT_AVAILABLE if ratio is None else f"{ratio:.2f}×"
+
+
+def range_text(span: tuple[float, float] | None) -> str:
+    """'1.30–1.55' (a speedup range; the × follows the speedup itself)."""
+    return NOT_AVAILABLE if span is None else f"{span[0]:.2f}–{span[1]:.2f}"
+
+
+def length_text(mean_acceptance_length: float | None) -> str:
+    return NOT_AVAILABLE if mean_acceptance_length is None else f"{mean_acceptance_length:.2f}"
+
+
+def percent_text(rate: float | None) -> str:
+    return NOT_AVAILABLE if rate is None else f"{rate:.0%}"
 
 
 def _card(value: str, name: str, help_text: str) -> str:
@@ -45,18 +72,28 @@ def baseline_card(view: RunView) -> tuple[str, str, str]:
     b = view.baseline
     if b is None:
         missing = view.missing.get("baseline")
-        return ("n/a", "plain tok/s", missing) if missing else ("measuring…", "plain tok/s", BASELINE_HELP)
-    return (f"{b.tokens_per_second:.0f}", f"plain tok/s ({b.tokens} step{'s' * (b.tokens != 1)})",
-            f"{BASELINE_HELP} {b.tokens} steps in {b.groups} groups; slowest group {b.slowest:.1f}, fastest "
-            f"{b.fastest:.1f} tok/s.")
+        return ("n/a", "plain tok/s", missing) if missing else ("…", "plain tok/s (measuring)", BASELINE_HELP)
+    return (rate_text(b.tokens_per_second), f"plain tok/s ({b.tokens} step{'s' * (b.tokens != 1)})",
+            f"{BASELINE_HELP} {b.tokens} steps in {b.groups} groups; slowest group {rate_text(b.slowest)}, fastest "
+            f"{rate_text(b.fastest)} tok/s.")
+
+
+TOO_FEW_STEPS = "too few steps"  # where a speedup would stand, below the steps a measurement needs
+
+
+def speedup_value(view: RunView) -> str:
+    """'1.42×', 'too few steps' while the baseline or the run has too few steps to measure one, or '—'."""
+    return TOO_FEW_STEPS if view.too_few_steps else times_text(view.speedup)
 
 
 def speedup_text(view: RunView) -> str:
-    """'1.42× (1.30–1.55)': the speedup and its range, or '—'."""
+    """'1.42× (1.30–1.55)': the speedup and its range, 'too few steps', or '—'."""
     if view.speedup is None:
-        return NOT_AVAILABLE
-    low, high = view.speedup_range
-    return f"{view.speedup:.2f}× ({low:.2f}–{high:.2f})"
+        return speedup_value(view)
+    return f"{times_text(view.speedup)} ({range_text(view.speedup_range)})"
+
+
+STAT_CARDS = 7  # stats_html's cards; stats_css lays out exactly this many (7 in a row, 4 + 3, or 2 columns)
 
 
 def stats_html(view: RunView, note: str = "") -> str:
@@ -66,45 +103,63 @@ def stats_html(view: RunView, note: str = "") -> str:
     speedup_range = view.speedup_range
     cards = [
         _card(str(m.generated_tokens), "tokens", f"{m.steps} target forwards (steps)."),
-        _card(_fmt(m.decode_tokens_per_second, "{:.0f}"), "tok/s (engine)", TOKENS_PER_SECOND_HELP),
-        _card(_fmt(view.seen_tokens_per_second, "{:.0f}"), "tok/s seen", SEEN_TOKENS_PER_SECOND_HELP),
+        _card(rate_text(m.decode_tokens_per_second), "tok/s (engine)", TOKENS_PER_SECOND_HELP),
+        _card(rate_text(view.seen_tokens_per_second), "tok/s seen", SEEN_TOKENS_PER_SECOND_HELP),
         _card(*baseline_card(view)),
-        _card(_fmt(view.speedup, "{:.2f}×"),
-              "speedup" + (f" ({speedup_range[0]:.2f}–{speedup_range[1]:.2f})" if speedup_range else ""), SPEEDUP_HELP),
-        _card(_fmt(m.mean_acceptance_length, "{:.2f}"), "mean acceptance length",
+        _card(speedup_value(view), "speedup" + (f" ({range_text(speedup_range)})" if speedup_range else ""),
+              f"{view.too_few_steps}. {SPEEDUP_HELP}" if view.too_few_steps else SPEEDUP_HELP),
+        _card(length_text(m.mean_acceptance_length), "mean acceptance length",
               f"{MEAN_ACCEPTANCE_LENGTH_HELP} {no_drafts}".strip()),
-        _card(_fmt(m.draft_acceptance_rate, "{:.0%}"), "draft acceptance rate",
+        _card(percent_text(m.draft_acceptance_rate), "draft acceptance rate",
               f"{DRAFT_ACCEPTANCE_RATE_HELP} {no_drafts}".strip()),
     ]
     note_html = f'<div class="stat-note">{html.escape(note)}</div>' if note else ""
-    return f'<div class="stats">{"".join(cards)}</div>{note_html}'
-
-
-def _round(value: float | None, digits: int) -> float | str:
-    return NOT_AVAILABLE if value is None else round(value, digits)
+    return f'<div class="stats" lang="en">{"".join(cards)}</div>{note_html}'  # lang: where to hyphenate
 
 
 def summary_table(views: list[RunView]) -> pd.DataFrame:
-    """One row per run: drafter, k, tokens, decode rate, speedup (and range) vs the plain baseline, acceptance."""
+    """One row per run: drafter, k, tokens, decode rate, speedup (and range) vs the plain baseline, acceptance.
+    Numbers as text in the cards' formats (a float column would show 1.0 as "1" beside "1.42")."""
     rows = []
     for view in views:
-        m, speedup_range = view.metrics, view.speedup_range
+        m = view.metrics
         rows.append([view.drafter, NOT_AVAILABLE if view.plain else view.k, m.generated_tokens,
-                     _round(m.decode_tokens_per_second, 1), _round(view.speedup, 2),
-                     f"{speedup_range[0]:.2f}–{speedup_range[1]:.2f}" if speedup_range else NOT_AVAILABLE,
-                     _round(m.mean_acceptance_length, 2), _round(m.draft_acceptance_rate, 3)])
+                     rate_text(m.decode_tokens_per_second), speedup_value(view), range_text(view.speedup_range),
+                     length_text(m.mean_acceptance_length), percent_text(m.draft_acceptance_rate)])
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
+STATS_ROW_MIN_PX = 560  # narrowest row that holds all STAT_CARDS cards (Chat's column at a 1200 px window: ~566)
+
+
 def stats_css() -> str:
-    return """
-.stats { display: flex; flex-wrap: wrap; gap: 8px; }
-.stats .stat { flex: 1 1 110px; padding: 6px 10px; border-radius: 8px; cursor: help;
+    """The cards on an even grid, never one card alone on a row: all STAT_CARDS (7) in one row where the row is at
+    least STATS_ROW_MIN_PX wide (Chat's column at desktop widths, each side of Compare on a wide screen), 4 + 3 where
+    it is narrower, and on a phone 2 columns with the last card across both.
+
+    The row's own width decides (Chat's wide column and Compare's half-width sides differ), without `@container`,
+    which Gradio's CSS scoping drops: the columns' minimum width is a seventh of the row where the row is wide enough
+    and a quarter below that (`(STATS_ROW_MIN_PX - 100%) * 1000` is hugely positive below the threshold and negative
+    above it), and auto-fit then makes exactly that many columns. The same switch, on the row's width in `cqi`, gives
+    the names a slightly smaller font in a row of seven, so "acceptance" fits a card's width."""
+    gap = 6
+    seventh, quarter = f"calc((100% - {6 * gap}px) / 7 - 1px)", f"calc((100% - {3 * gap}px) / 4 - 1px)"
+    narrow = f"calc(({STATS_ROW_MIN_PX}px - 100%) * 1000)"
+    return f"""
+.stats {{ display: grid; gap: {gap}px; container-type: inline-size;
+  grid-template-columns: repeat(auto-fit, minmax(max({seventh}, min({quarter}, {narrow})), 1fr)); }}
+@media (max-width: 480px) {{
+  .stats {{ grid-template-columns: repeat(2, minmax(0, 1fr)); }}
+  .stats .stat:last-child:nth-child(odd) {{ grid-column: 1 / -1; }}
+}}
+.stats .stat {{ min-width: 0; padding: 6px 5px 6px 7px; border-radius: 8px; cursor: help;
   border: 1px solid var(--border-color-primary, rgba(128,128,128,0.35));
-  background: var(--block-background-fill, transparent); }
-.stats .stat-value { font-size: 1.25em; font-weight: 600; color: var(--body-text-color, inherit);
-  font-variant-numeric: tabular-nums; }
-.stats .stat-name { font-size: 0.8em; color: var(--body-text-color-subdued, inherit);
-  text-decoration: underline dotted; text-underline-offset: 2px; }
-.stat-note { margin-top: 4px; font-size: 0.85em; color: var(--body-text-color-subdued, inherit); }
+  background: var(--block-background-fill, transparent); }}
+.stats .stat-value {{ font-size: 1.2em; font-weight: 600; color: var(--body-text-color, inherit);
+  font-variant-numeric: tabular-nums; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }}
+.stats .stat-name {{ font-size: 0.74em;
+  font-size: max(0.74em, min(0.8em, calc(({STATS_ROW_MIN_PX}px - 100cqi) * 1000)));
+  color: var(--body-text-color-subdued, inherit); overflow-wrap: break-word; hyphens: auto;
+  text-decoration: underline dotted; text-underline-offset: 2px; }}
+.stat-note {{ margin-top: 4px; font-size: 0.85em; color: var(--body-text-color-subdued, inherit); }}
 """
