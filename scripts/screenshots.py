@@ -1,6 +1,8 @@
 """Start the app, run one chat answer and one comparison in headless Chromium, and save small PNG screenshots of
 every tab to assets/screenshots/ (each under 200 KB): chat, compare, benchmark (the committed drift study) and about
-at 1280 px, and chat, compare and benchmark at phone width (full pages, the page loaded at that width).
+at 1280 px, and chat, compare and benchmark at phone width (full pages, the page loaded at that width); also a chat
+waiting in line behind another user's benchmark (chat-queued), and a short answer whose speedup has too few steps
+to be measured (chat-short).
 
     python scripts/screenshots.py                  # tiny test models (fast)
     PLAYGROUND_TEST_REAL_MODELS=1 python scripts/screenshots.py
@@ -62,6 +64,32 @@ def _open_tab(page, name: str) -> None:
     tab.click()
 
 
+def _queued_and_short(browser, url: str, save) -> None:
+    """Another user's benchmark holds the model while this page's Send waits in line; then an 8-token answer."""
+    bench, page = (browser.new_page(viewport=VIEWPORT) for _ in range(2))
+    for p in (bench, page):
+        p.set_default_timeout(300_000)
+        p.goto(url)
+    _open_tab(bench, "Benchmark")
+    bench.locator("#bench-profile input").click()
+    bench.get_by_role("option", name="drift", exact=False).first.click()
+    bench.locator("#bench-run").click()
+    bench.wait_for_function("document.querySelector('#bench-findings').innerText.includes('warm-up')")
+    page.locator("#prompt textarea").fill("Write a haiku about rain.")
+    page.locator("#send").click()
+    page.wait_for_function("document.querySelector('#chat-status').innerText.includes('Queued')")
+    save(page, "chat-queued.png", full_page=False)
+    page.locator("#stop").click()
+    bench.locator("#bench-stop").click()
+    bench.wait_for_function("document.querySelector('#bench-status').innerText.includes('Stopped')")
+    bench.close()
+    page.locator("#max-new-tokens input[type=number]").fill("8")
+    page.locator("#max-new-tokens input[type=number]").press("Enter")
+    _chat(page, "Write a haiku about rain.")
+    save(page, "chat-short.png", full_page=False)
+    page.close()
+
+
 def capture(url: str, out: Path, prompt: str, dark: bool) -> None:
     def save(page, name: str, full_page: bool = True) -> None:
         page.mouse.move(0, 0)
@@ -87,6 +115,7 @@ def capture(url: str, out: Path, prompt: str, dark: bool) -> None:
                 _open_tab(page, "About")
                 save(page, "about.png", full_page=False)
             page.close()
+        _queued_and_short(browser, url, save)
         browser.close()
 
 

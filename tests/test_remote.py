@@ -66,7 +66,8 @@ def test_remote_stream_equals_the_local_engine(server: str, tiny) -> None:
         run = summarize(local, K)
         assert stream.server_counters.mean_acceptance_length == run.mean_acceptance_length
         assert stream.server_counters.per_position_acceptance == run.per_position_acceptance
-        assert backend.decode(ids) == tiny.target.decode(ids)
+        # the streamed text: the ids' text less a character the budget cut short (as a vLLM server streams it)
+        assert backend.decode(ids) == tiny.target.decode(ids).rstrip("\ufffd")
     assert backend.served_k == K
     assert any(e.accepted > 0 for e in events)  # the drafter is trained on these prompts: drafts get accepted
 

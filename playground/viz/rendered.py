@@ -409,8 +409,10 @@ def rendered_css() -> str:
   white-space: pre; overflow-wrap: normal; line-height: 1.45; tab-size: 4;
   background: var(--code-background-fill, rgba(127, 127, 127, 0.12));
   border: 1px solid var(--border-color-primary, rgba(127, 127, 127, 0.25)); }
-.rendered pre.md-code > code { padding: 0; background: none; border-radius: 0; white-space: pre; font-size: 0.88em;
+.rendered pre.md-code > code { padding: 0; background: none; border-radius: 0; white-space: pre;
   color: var(--body-text-color, inherit); }
+.rendered pre.md-code, .rendered pre.md-code > code, .rendered pre.md-code span {
+  font-size: 0.9rem !important; }  /* Gradio's Chatbot shrinks code in messages to a size hard to read */
 .rendered strong { font-weight: 650; }
 .rendered .tok-draft, .rendered .tok-target { border-radius: 2px; }
 """
