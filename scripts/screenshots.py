@@ -70,6 +70,7 @@ def _queued_and_short(browser, url: str, save) -> None:
     for p in (bench, page):
         p.set_default_timeout(300_000)
         p.goto(url)
+        p.locator("#prompt textarea").wait_for()
     _open_tab(bench, "Benchmark")
     bench.locator("#bench-profile input").click()
     bench.get_by_role("option", name="drift", exact=False).first.click()

@@ -273,7 +273,7 @@ def test_too_few_steps_show_no_speedup_anywhere(views: dict[str, RunView]) -> No
     assert full.speedup is not None and full.too_few_steps is None
     for view in (thin, short):
         assert view.speedup is None and view.speedup_range is None and "too few steps" in view.too_few_steps
-        assert _card_values(stats_html(view))["speedup"] == "too few steps"
+        assert _card_values(stats_html(view))["speedup (too few steps)"] == "—"
         assert summary_table([view]).loc[0, "speedup"] == "too few steps"
         assert "too few steps" in speedup_figure([view]).layout.title.text
     assert "8 plain steps in 4 of 5 groups" in thin.too_few_steps

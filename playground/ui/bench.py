@@ -96,4 +96,4 @@ def build_bench_tab(preset: Preset) -> None:
         run_profile_for_tab, [profile, preset_menu, min_draft_prob], [status, *outputs, files], api_name="bench",
         concurrency_id=ENGINE, show_progress_on=outputs[0])  # one progress bar, on the findings
     bench_event.success(_reveal, status, [*outputs[1:], files], queue=False, api_visibility="private")
-    stop_button.click(stop, None, status, cancels=[bench_event], queue=False, api_name="stop_bench")
+    stop_button.click(stop, None, status, queue=False, api_name="stop_bench", show_progress="hidden")  # as Chat's

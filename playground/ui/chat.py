@@ -85,8 +85,8 @@ def regenerate(drafter: str, k: float, preset: str, temperature: float, top_p: f
         for run in regenerate_turn(conversation, settings, should_stop)))
 
 
-def stop(request: gr.Request) -> None:
-    stop_tab(request, TAB)  # a queued run that is cancelled re-renders the tab (its .failure listener)
+def stop(request: gr.Request):
+    return stop_tab(request, TAB) or gr.skip()
 
 
 def clear(conversation: Conversation, request: gr.Request) -> tuple:
@@ -158,7 +158,9 @@ def build_chat_tab(preset: Preset) -> None:
         event.failure(show_conversation, [conversation, view], [chatbot, *run_views], queue=False,
                       api_visibility="private")
     follow_answer_view(answer_view, view, show_conversation, [conversation], [chatbot, *run_views])
-    stop_button.click(stop, None, None, cancels=[chat_event, regenerate_event], queue=False, api_name="stop")
+    # Stop trips the run's switch rather than cancelling its event: the run then ends within a step and still sends its
+    # last update (status "stopped", final numbers), which a cancelled event would drop
+    stop_button.click(stop, None, status, queue=False, api_name="stop", show_progress="hidden")
     clear_button.click(clear, conversation, [chatbot, *run_views], cancels=[chat_event, regenerate_event],
                        queue=False, api_name="clear")
     export_button.click(export, [controls.system, conversation], export_out, api_name="export_chat")

@@ -54,11 +54,10 @@ def stoppable(request: gr.Request | None, tab: str, what: str, n_outputs: int,
               updates: Callable[[Callable[[], bool]], Iterator[tuple]]) -> Iterator[tuple]:
     """The UI updates of `updates(should_stop)`, wired to the tab's Stop, holding a place in the model's line while
     it runs (`what` says what to the users waiting behind it). A run stopped while it was still queued does not
-    start: a note, and every output left as it was."""
+    start: every output is left as it was."""
     stop, session = armed_stop(request, tab), session_id(request)
-    if stop.is_set():
+    if stop.is_set():  # the Stop that cancelled it already said so on the status line
         LINE.leave(session, tab)
-        gr.Info(STOPPED_IN_LINE)
         yield (gr.skip(),) * n_outputs
         return
     LINE.start(session, tab, what)

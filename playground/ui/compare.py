@@ -56,8 +56,8 @@ def show_comparison(comparison: Comparison | None, view: AnswerView, request: gr
             attention_drift_figure(views), speedup_figure(views))
 
 
-def stop(request: gr.Request) -> None:
-    stop_tab(request, TAB)  # a queued run that is cancelled re-renders the tab (its .failure listener)
+def stop(request: gr.Request):
+    return stop_tab(request, TAB) or gr.skip()
 
 
 def export(comparison: Comparison | None) -> list[str]:
@@ -120,7 +120,7 @@ def build_compare_tab(preset: Preset) -> None:
     )
     compare_event.failure(show_comparison, [comparison, view], shown, queue=False, api_visibility="private")
     follow_answer_view(answer_view, view, show_comparison, [comparison], shown)
-    stop_button.click(stop, None, None, cancels=[compare_event], queue=False, api_name="stop_compare")
+    stop_button.click(stop, None, status, queue=False, api_name="stop_compare", show_progress="hidden")  # as Chat's
     export_button.click(export, comparison, export_out, api_name="export_compare")
     sides = [left_drafter, left_k, right_drafter, right_k]
     gr.on([c.change for c in sides], lambda ld, lk, rd, rk: depth_legend((ld, lk), (rd, rk)), sides, legend,

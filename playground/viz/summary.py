@@ -86,6 +86,16 @@ def speedup_value(view: RunView) -> str:
     return TOO_FEW_STEPS if view.too_few_steps else times_text(view.speedup)
 
 
+def speedup_card(view: RunView) -> tuple[str, str, str]:
+    """Value, name and tooltip of the speedup card: '1.42×' named 'speedup (1.30–1.55)', or '—' named 'speedup (too
+    few steps)' (the long words go where the card has room for them)."""
+    if view.too_few_steps:
+        return times_text(None), f"speedup ({TOO_FEW_STEPS})", f"{view.too_few_steps}. {SPEEDUP_HELP}"
+    speedup_range = view.speedup_range
+    return (times_text(view.speedup), "speedup" + (f" ({range_text(speedup_range)})" if speedup_range else ""),
+            SPEEDUP_HELP)
+
+
 def speedup_text(view: RunView) -> str:
     """'1.42× (1.30–1.55)': the speedup and its range, 'too few steps', or '—'."""
     if view.speedup is None:
@@ -100,14 +110,12 @@ def stats_html(view: RunView, note: str = "") -> str:
     """Live numbers of one run as a row of cards; each card's tooltip gives its definition."""
     m = view.metrics
     no_drafts = "Plain decoding drafts nothing." if view.plain else ""
-    speedup_range = view.speedup_range
     cards = [
         _card(str(m.generated_tokens), "tokens", f"{m.steps} target forwards (steps)."),
         _card(rate_text(m.decode_tokens_per_second), "tok/s (engine)", TOKENS_PER_SECOND_HELP),
         _card(rate_text(view.seen_tokens_per_second), "tok/s seen", SEEN_TOKENS_PER_SECOND_HELP),
         _card(*baseline_card(view)),
-        _card(speedup_value(view), "speedup" + (f" ({range_text(speedup_range)})" if speedup_range else ""),
-              f"{view.too_few_steps}. {SPEEDUP_HELP}" if view.too_few_steps else SPEEDUP_HELP),
+        _card(*speedup_card(view)),
         _card(length_text(m.mean_acceptance_length), "mean acceptance length",
               f"{MEAN_ACCEPTANCE_LENGTH_HELP} {no_drafts}".strip()),
         _card(percent_text(m.draft_acceptance_rate), "draft acceptance rate",
