@@ -264,15 +264,17 @@ def test_a_run_waiting_for_the_model_says_so_and_stop_cancels_it(browser, app_ur
     chat = open_page(browser, app_url)
     chat.locator("#prompt textarea").fill(PROMPT)
     chat.locator("#send").click()
-    expect(chat.locator("#chat-status")).to_contain_text("Queued (place 1 in line)")
+    expect(chat.locator("#chat-status")).to_contain_text("Queued (place 1 in line)", timeout=TIMEOUT_MS)
     expect(chat.locator("#chat-status")).to_contain_text("another user's benchmark (drift)")
     chat.locator("#stop").click()
-    expect(chat.locator("#chat-status")).to_have_text("Stopped before it started: the queued run was cancelled.")
+    expect(chat.locator("#chat-status")).to_have_text("Stopped before it started: the queued run was cancelled.",
+                                                      timeout=TIMEOUT_MS)
     bench.locator("#bench-stop").click()
-    expect(bench.locator("#bench-status")).to_contain_text("Stopped: the benchmark was stopped after", timeout=60_000)
+    expect(bench.locator("#bench-status")).to_contain_text("Stopped: the benchmark was stopped after",
+                                                           timeout=TIMEOUT_MS)
     chat.locator("#prompt textarea").fill(PROMPT)  # the model is free again
     chat.locator("#send").click()
-    expect(chat.locator("#chat-status")).to_contain_text("finished")
+    expect(chat.locator("#chat-status")).to_contain_text("finished", timeout=TIMEOUT_MS)
     assert chat.locator("#chat [data-testid=user]").count() == 1  # the cancelled run left nothing behind
     bench.close()
     chat.close()
@@ -286,17 +288,20 @@ def test_refused_input_is_kept_explained_and_escaped(page) -> None:
     long_prompt = "word " * 9000
     page.locator("#prompt textarea").fill(long_prompt)
     page.locator("#send").click()
-    expect(page.get_by_text(re.compile(r"the prompt has \d+ tokens; the target's context is"))).to_have_count(1)
+    expect(page.get_by_text(re.compile(r"the prompt has \d+ tokens; the target's context is"))).to_have_count(
+        1, timeout=TIMEOUT_MS)
     assert page.locator("#prompt textarea").input_value() == long_prompt
     page.locator("#k input[type=number]").fill("50")
     page.locator("#k input[type=number]").press("Tab")
     page.locator("#prompt textarea").fill(PROMPT)
     page.locator("#send").click()
-    expect(page.get_by_text("k (speculative tokens per step) must be between 1 and 10, got 50")).to_have_count(1)
+    expect(page.get_by_text("k (speculative tokens per step) must be between 1 and 10, got 50")).to_have_count(
+        1, timeout=TIMEOUT_MS)
     page.locator("#k input[type=number]").fill("4")
     page.locator("#temperature input[type=number]").fill("1")
     page.locator("#temperature input[type=number]").press("Enter")
     page.locator("#seed textarea, #seed input").first.fill("<img src=x id=injected>")
     page.locator("#send").click()
-    expect(page.get_by_text("seed must be a whole number, got '<img src=x id=injected>'")).to_have_count(1)
+    expect(page.get_by_text("seed must be a whole number, got '<img src=x id=injected>'")).to_have_count(
+        1, timeout=TIMEOUT_MS)
     assert page.locator("#injected").count() == 0
