@@ -77,8 +77,8 @@ def stop_tab(request: gr.Request | None, tab: str) -> str | None:
 
 
 def status_after_failure(request: gr.Request | None, tab: str, status: str) -> str:
-    """The status line a tab's .failure listener shows: Gradio counts a queued run that Stop cancelled as failed,
-    and then the line says that instead of the conversation's last status."""
+    """The status line a tab's .failure listener shows: Gradio counts a queued run that Clear cancelled (Stop only
+    trips the switch) as failed, and then the line says it was stopped instead of the conversation's last status."""
     return STOPPED_IN_LINE if request is not None and LINE.cancelled_in_line(session_id(request), tab) else status
 
 
