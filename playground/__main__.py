@@ -1,4 +1,4 @@
-"""Command-line entry point: ``python -m playground {generate,serve,vllm-command,train,bench} ...``."""
+"""Command-line entry point: ``python -m playground {generate,serve,vllm-command,train,bench,bench-engines} ...``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 
 from playground import cli, serve
 from playground.bench import cli as bench_cli
+from playground.bench import engines as bench_engines
 from playground.train import cli as train_cli
 
 
@@ -18,6 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.register(commands)
     train_cli.register(commands)
     bench_cli.register(commands)
+    bench_engines.register(commands)
     args = parser.parse_args(argv)
     threads = getattr(args, "threads", None) or os.environ.get("PLAYGROUND_THREADS")
     import torch

@@ -29,8 +29,6 @@ def resolve_preset(args: argparse.Namespace) -> Preset:
     if not changes:
         return preset
     merged = {**asdict(preset), **changes}
-    if merged["backend"] == "vllm":
-        merged["device"] = "cuda"
     if merged["backend"] == "remote":
         merged["url"] = merged["url"] or os.environ.get("PLAYGROUND_REMOTE_URL") or None
     return Preset(**merged)

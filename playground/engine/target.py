@@ -6,6 +6,7 @@ Aux layer ids use vLLM's convention: id i captures the residual stream at the *i
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from dataclasses import dataclass
@@ -17,6 +18,12 @@ from transformers.utils import logging as hf_logging
 from .checkpoint import CheckpointError
 from .drafter import Eagle3Drafter
 from .templates import encode_chat
+
+
+def cache_keyword(model) -> str:
+    """The forward keyword that takes a KV cache: `cache` from transformers 5.24, `past_key_values` before (vLLM's
+    CPU build pins transformers < 5.20). Passing the wrong one would be ignored silently and decode with no cache."""
+    return "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
 
 
 class TargetError(ValueError):
@@ -40,6 +47,7 @@ class Target:
         self.num_layers = len(self._layers)
         self.hidden_size = int(self.config.hidden_size)
         self.vocab_size = int(self.config.vocab_size)
+        self.cache_keyword = cache_keyword(model)
         self.max_positions = int(getattr(self.config, "max_position_embeddings", 1 << 30))
         self.eos_ids = self._eos_ids(model, tokenizer)
         self._capture = threading.local()  # per thread: several sessions may share one target
@@ -136,7 +144,7 @@ class Target:
         """Run new tokens through the model, appending to `cache`; capture the aux hidden states of `aux_layers`."""
         ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device).view(1, -1)
         out, found = self.capture_layers(aux_layers or (), lambda: self.model(
-            input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1 if last_only else 0))
+            input_ids=ids, use_cache=True, logits_to_keep=1 if last_only else 0, **{self.cache_keyword: cache}))
         aux = torch.cat([found[i][0] for i in aux_layers], dim=-1) if aux_layers else None
         return TargetOutput(logits=out.logits[0].float(), aux=aux)
 

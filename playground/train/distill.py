@@ -65,7 +65,8 @@ def generate_batch(target: Target, prompts: list[list[int]], aux_layers: list[in
     eos = torch.tensor(sorted(target.eos_ids), device=device)
     for _ in range(max_new_tokens):
         out, states = target.capture_layers(capture, lambda: model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1))
+            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+            **{target.cache_keyword: cache}))
         feats.append((torch.cat([states[i] for i in aux_layers], -1).to(FEATURE_DTYPE),
                       states[target.num_layers].to(FEATURE_DTYPE)))
         choice = out.logits[:, -1].argmax(-1)

