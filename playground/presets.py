@@ -186,6 +186,17 @@ def all_presets() -> dict[str, Preset]:
     return {p.name: p for p in items}
 
 
+ENGINE_LABELS = {"local": "our engine", "vllm": "vLLM"}
+
+
+def engine_presets(preset: Preset) -> dict[str, str]:
+    """The same pair (target and drafters) on each engine that has a preset for it: backend -> preset name. The
+    Compare tab puts them side by side (e.g. smollm2-135m and smollm2-135m-vllm)."""
+    twins = {p.backend: p.name for p in all_presets().values()
+             if p.backend in ENGINE_LABELS and p.target == preset.target and p.drafters == preset.drafters}
+    return {backend: twins[backend] for backend in ENGINE_LABELS if backend in twins} or {preset.backend: preset.name}
+
+
 def _selected_names(table: dict[str, Preset]) -> list[str]:
     raw = os.environ.get("PLAYGROUND_PRESETS", "").strip()
     if not raw:

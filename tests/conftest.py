@@ -5,13 +5,16 @@
 - the engine tests' tiny models (tests/tiny.py), built once per session, and a loaded target with both drafters.
 
 Threads: these tests usually share the machine's cores with a training run, so torch uses one thread unless
-PLAYGROUND_THREADS says otherwise. Network: never; the Hub is switched to offline mode for this process and the
+PLAYGROUND_THREADS says otherwise. vLLM: tests/test_vllm_cpu.py, skipped where it is not installed, required in CI.
+Network: never; the Hub is switched to offline mode for this process and the
 subprocesses it starts.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -23,6 +26,16 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(int(os.environ["PLAYGROUND_THREADS"]) if os.environ.get("PLAYGROUND_THREADS") else 1)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """CI sets PLAYGROUND_REQUIRE_VLLM=1: there the vLLM tests must run, so a vLLM that cannot be imported fails the
+    run instead of skipping them (imported in a subprocess, which leaves this one's logging alone)."""
+    if os.environ.get("PLAYGROUND_REQUIRE_VLLM") == "1":
+        result = subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True, text=True)
+        if result.returncode != 0:
+            tail = result.stderr.strip().splitlines()[-1:] or ["(no message)"]
+            pytest.exit(f"PLAYGROUND_REQUIRE_VLLM=1 and vLLM cannot be imported: {tail[0]}", returncode=1)
 
 
 @pytest.fixture(scope="session")

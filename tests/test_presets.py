@@ -78,7 +78,6 @@ def test_selection_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     ({"backend": "tgi"}, "backend 'tgi'"),
     ({"dtype": "int8"}, "dtype 'int8'"),
     ({"tensor_parallel_size": 2}, "runs on one device"),
-    ({"backend": "vllm"}, "device must be 'cuda'"),
     ({"drafters": {"none": "x"}}, "reserved"),
     ({"drafters": {"medusa": "x"}}, "no label"),
     ({"missing_drafters": {"eagle3": "why"}}, "both as present and as missing"),

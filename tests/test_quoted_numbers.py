@@ -178,3 +178,15 @@ def test_model_card_says_where_the_drafters_were_trained(tmp_path: Path) -> None
     card = render(tmp_path)
     assert "for both variants together, in one process on one CUDA GPU" in card and "one thread each" not in card
     assert "one thread each" in render(MODELS)
+
+
+def test_the_two_engine_table_is_the_committed_result() -> None:
+    """README and About show `bench-engines`' table of assets/bench/engines-cpu/results.json, rows for both engines ×
+    {plain, EAGLE-3, EAGLE-3.1} × {C = 1, 4, 16} from one run."""
+    from playground.bench.engines import COMMITTED, committed_section, table
+
+    result = _load(COMMITTED)
+    cells = {(r["engine"], r["drafter"], r["concurrency"]) for r in result["rows"]}
+    assert cells == {(e, d, c) for e in ("local", "vllm") for d in ("none", "eagle3", "eagle3.1") for c in (1, 4, 16)}
+    assert table(result) in README and committed_section() in ABOUT
+    assert all(r["identical_to_plain"] for r in result["rows"])  # greedy: every method gives plain decoding's tokens

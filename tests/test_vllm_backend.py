@@ -1,5 +1,6 @@
-"""The vLLM backend's pure logic, on the CPU (vLLM itself is not installed here; nothing is verified on GPU):
-engine and sampling arguments, the `vllm serve` command, reading outputs and metric snapshots, deltas -> steps."""
+"""The vLLM backend's pure logic, with recorded inputs (vLLM itself runs in tests/test_vllm_cpu.py; nothing is
+verified on GPU): engine and sampling arguments, the `vllm serve` command, reading outputs and metric snapshots,
+deltas -> steps."""
 
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ def test_engine_kwargs() -> None:
     assert "per_request_spec_decode_metrics" not in engine_kwargs(kimi, "d", 3, supported=older_vllm)
     plain = engine_kwargs(get_preset("llama-3.1-8b-vllm"), None, 3)
     assert "speculative_config" not in plain and "per_request_spec_decode_metrics" not in plain
+    smollm2 = engine_kwargs(get_preset("smollm2-135m-vllm"), "d", 4, model="/converted/smollm2")
+    assert smollm2["model"] == "/converted/smollm2" and smollm2["dtype"] == "float32"  # as the local engine
 
 
 def test_kimi_serve_command() -> None:

@@ -3,13 +3,14 @@
 | backend | module | where |
 |---|---|---|
 | local engine | local.py | CPU or one GPU; fills every StepEvent field |
-| vLLM in-process | vllm_backend.py | GPU(s); tokens and acceptance only (see steps.MISSING_FIELDS) |
+| vLLM in-process | vllm_backend.py | vLLM's CPU build or GPU(s); tokens and acceptance only (steps.MISSING_FIELDS) |
 | remote vLLM server | remote.py | any `vllm serve … --speculative-config …` or `python -m playground serve` |
 
 Every backend has `name`, `preset`, `missing_fields` (StepEvent fields it leaves None, and why), `preload` (load or
-connect at start-up, raising what is wrong), `encode`, `decode` and `stream`. The local backend also has
-`plain_probe()`, which times plain decode steps beside a run (the live speedup's baseline); the others say why they
-cannot in `missing_fields["baseline"]`.
+connect at start-up, raising what is wrong), `encode`, `decode` and `stream`. The local and vLLM backends also have
+`plain_probe()`, which times plain decode steps at a run's position (the live speedup's baseline); the remote one
+says why it cannot in `missing_fields["baseline"]`. vLLM's also has `starting(drafter, k)` / `prepare(drafter, k)`
+(its engines start on first use) and `paces_itself` (its engine decodes on between our reads; see playback.run).
 `backend_unavailable_reason(preset)` says, in one sentence, why a preset cannot run on this machine. Adaptive draft
 length (`GenerationConfig.min_draft_prob`) is the local engine's: vLLM drafts k tokens every step, so the others refuse
 it (`require_fixed_k_support`).

@@ -58,8 +58,9 @@ class DeltaStepper:
         if not self.start:
             self.start = self.clock()
 
-    def feed(self, token_ids: list[int], reason: str | None = None) -> StepEvent | None:
-        """One delta (and the engine's finish reason, when it ends the request) -> a StepEvent, or None if empty."""
+    def feed(self, token_ids: list[int], reason: str | None = None, at: float | None = None) -> StepEvent | None:
+        """One delta (and the engine's finish reason, when it ends the request) -> a StepEvent, or None if empty.
+        `at`: when the delta arrived, on `clock` (default: now)."""
         ids = list(token_ids)
         if not ids and reason is None:
             return None
@@ -74,7 +75,7 @@ class DeltaStepper:
         self.seen_first = self.seen_first or bool(ids)
         self.total_tokens += len(ids)
         event = StepEvent(step=self.step, drafted=drafted, accepted=accepted, emitted=ids,
-                          total_tokens=self.total_tokens, elapsed_ms=(self.clock() - self.start) * 1000,
+                          total_tokens=self.total_tokens, elapsed_ms=((self.clock() if at is None else at) - self.start) * 1000,
                           finished=reason is not None, finish_reason=reason)
         self.step += 1
         return event

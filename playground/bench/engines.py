@@ -177,6 +177,27 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+COMMITTED = REPO_ROOT / "assets" / "bench" / "engines-cpu" / "results.json"
+
+
+def machine_line(result: dict) -> str:
+    m = result["machine"]
+    vllm = m.get("engines", {}).get("vllm", {})
+    where = (f", vLLM {vllm['vllm']} (threads bound: {vllm['VLLM_CPU_OMP_THREADS_BIND']})" if vllm else "")
+    return (f"{m['cpu']}, {m['cores']} cores, torch {m['torch']} ({m['torch_threads']} threads for our engine), "
+            f"transformers {m['transformers']}{where}; {result['started']}")
+
+
+def committed_section() -> str:
+    """The committed two-engine result as Markdown (the About tab), or "" where it is absent."""
+    if not COMMITTED.is_file():
+        return ""
+    result = json.loads(COMMITTED.read_text())
+    c = result["config"]
+    return (f"{c['prompts']} {c['prompt_set']} prompts, {c['max_new_tokens']} new tokens, greedy, k = {c['k']}, "
+            f"C requests in flight at a time; {machine_line(result)}.\n\n{table(result)}\n")
+
+
 def main(args: argparse.Namespace) -> None:
     config = EngineBenchConfig(prompt_set=args.prompts, prompts=args.limit, max_new_tokens=args.max_new_tokens,
                                k=args.k, concurrency=tuple(int(c) for c in args.concurrency.split(",")),

@@ -10,6 +10,7 @@ work, and plain against plain read 0.88–0.91×.
 Consecutive samples are pooled into groups (at least `GROUP_STEPS` steps and `GROUP_SECONDS`) whose spread, with the
 run's own stretches, says how noisy the figure is. It costs time: the samples and their catch-up forwards get up to
 `SHARE` of the run's decode time, and at least `MIN_SPEEDUP_GROUPS` groups are timed once the run has finished.
+For vLLM, whose engine decodes on while we sample, every sample is timed after the run, at its final position.
 """
 
 from __future__ import annotations
@@ -45,15 +46,17 @@ def pool(steps: list[float]) -> Baseline | None:
 class BaselineSampler:
     """The baseline of one run (anything with `events`, `token_ids` and a `baseline` to fill)."""
 
-    def __init__(self, probe: PlainProbe, prompt_ids: list[int], run, should_stop: Callable[[], bool]) -> None:
+    def __init__(self, probe: PlainProbe, prompt_ids: list[int], run, should_stop: Callable[[], bool],
+                 during_run: bool = True) -> None:
         self._probe, self._prompt_ids, self.run, self._should_stop = probe, prompt_ids, run, should_stop
+        self._during_run = during_run  # False: only after the run (an engine that decodes on while we sample)
         self._steps: list[float] = []  # seconds of each timed plain step
         self.spent_s = 0.0  # wall time spent on the baseline, catch-up forwards included
 
     def keep_up(self) -> None:
         """Called between the run's steps: one timed step, when the baseline is behind its share of the run's decode
         time."""
-        if self._can_sample() and self.spent_s < SHARE * decode_seconds(self.run.events):
+        if self._during_run and self._can_sample() and self.spent_s < SHARE * decode_seconds(self.run.events):
             self._sample()
 
     def finish(self) -> None:

@@ -3,6 +3,8 @@
 Timing: a run's `elapsed_ms` (and so its tokens/s) counts only time spent inside the decode loop. Time the loop
 sits paused between steps — while the UI renders, or while the other side of a comparison takes its step — is
 left out, so two interleaved runs each report the speed they would have alone, comparable with the baseline.
+A backend that `paces_itself` (vLLM: its engine decodes on while we render) stamps each step with its arrival and is
+not rewritten; its plain baseline is timed after the run, and a comparison plays its sides one after the other.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class Run:
     opened: bool = False  # the stream is open (drafter loaded and checked): the next step is being computed
     error: str | None = None  # why the run broke off, when it did
     seen_seconds: float | None = None  # wall clock from asking for the first step to the latest one
+    starting: str | None = None  # what the run waits for before its first step (vLLM starting its engines)
+    waiting: str | None = None  # why it has not started yet (a comparison's other side runs first)
 
     @property
     def text(self) -> str:
@@ -68,6 +72,10 @@ class Run:
             return FINISH_REASONS.get(self.finish_reason or "", "finished")
         if self.events:
             return f"generating… {self.events[-1].total_tokens} tokens"
+        if self.waiting:
+            return self.waiting
+        if self.starting:
+            return self.starting
         return "generating…" if self.opened else "starting…"
 
     @property
@@ -95,8 +103,9 @@ class Run:
 class _ActiveTimeEvents:
     """Rewrites each event's elapsed_ms to exclude the time the decode loop sat paused between steps."""
 
-    def __init__(self, events: Iterable[StepEvent]) -> None:
+    def __init__(self, events: Iterable[StepEvent], rewrite: bool = True) -> None:
         self._events = iter(events)
+        self._rewrite = rewrite
         self._paused_s = 0.0
         self._paused_since: float | None = None
 
@@ -108,6 +117,8 @@ class _ActiveTimeEvents:
             self._paused_s += time.perf_counter() - self._paused_since
         event = next(self._events)
         self._paused_since = time.perf_counter()
+        if not self._rewrite:
+            return event
         return replace(event, elapsed_ms=max(event.elapsed_ms - self._paused_s * 1000, 0.0))
 
     def close(self) -> None:
@@ -126,6 +137,7 @@ class RunDriver:
                                    "is not timed beside the run")
         self.run = Run(settings, len(prompt_ids), missing_fields=missing)
         self._backend, self._prompt_ids, self._should_stop = backend, prompt_ids, should_stop
+        self.paces_itself = getattr(backend, "paces_itself", False)
         self._provenance = ProvenanceBuilder(backend.decode)
         self._events: _ActiveTimeEvents | None = None
         self._engine_checks_stop = True
@@ -135,7 +147,8 @@ class RunDriver:
         """The live plain baseline of this run, where the backend can time plain steps in this process."""
         if "baseline" in self.run.missing_fields:
             return None
-        return BaselineSampler(self._backend.plain_probe(), self._prompt_ids, self.run, self._should_stop)
+        return BaselineSampler(self._backend.plain_probe(), self._prompt_ids, self.run, self._should_stop,
+                               during_run=not self.paces_itself)
 
     def open(self) -> None:
         """Load the drafter (and check that it fits the target) before anything is measured."""
@@ -148,8 +161,17 @@ class RunDriver:
             self._engine_checks_stop = False
         else:
             stream = self._backend.stream(self._prompt_ids, s.drafter, s.generation_config(), self._should_stop)
-        self._events = _ActiveTimeEvents(stream)
+        self._events = _ActiveTimeEvents(stream, rewrite=not self.paces_itself)
         self.run.opened = True
+        starting = getattr(self._backend, "starting", None)
+        self.run.starting = starting(s.drafter, s.k) if starting else None
+
+    def prepare(self) -> None:
+        """Start what the backend needs before the first step (vLLM: this run's engine and the plain one), so that
+        the wait shows as such instead of as a first step of a minute."""
+        if self.run.starting:
+            self._backend.prepare(self.run.settings.drafter, self.run.settings.k)
+            self.run.starting = None
 
     def cancel(self) -> None:
         """End the run where it is, as Stop does: the stream is closed and its last step marked cancelled."""

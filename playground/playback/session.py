@@ -152,6 +152,10 @@ def _play(drivers: list[RunDriver]) -> Iterator[None]:
     """Shared by chat and compare: the runs, stepped in turn, each with plain decoding timed alongside it."""
     baselines = [b for b in (d.baseline() for d in drivers) if b is not None]
     yield
+    for driver in drivers:
+        if driver.run.starting:
+            driver.prepare()
+            yield
     yield from play(drivers, baselines)
 
 
@@ -164,7 +168,8 @@ class Comparison:
 
 def compare(prompt: str | None, left: RunSettings, right: RunSettings,
             should_stop: Callable[[], bool]) -> Iterator[Comparison]:
-    """Run two configurations on one prompt at the same time (alternating steps), yielding both as they grow."""
+    """Run two configurations on one prompt at the same time (alternating steps; one after the other when a side runs
+    on vLLM), yielding both as they grow."""
     prompt = _nonempty_prompt(prompt)
     drivers = []
     for settings in (left, right):
@@ -173,9 +178,19 @@ def compare(prompt: str | None, left: RunSettings, right: RunSettings,
     for driver in drivers:
         driver.open()
     comparison = Comparison(prompt, drivers[0].run, drivers[1].run)
+    # a vLLM engine decodes on between our steps: beside the other side it would share the CPU with it
+    turns = [[d] for d in drivers] if any(d.paces_itself for d in drivers) else [drivers]
+    if len(turns) > 1:
+        comparison.right.waiting = "waiting: with vLLM on a side, the sides run one after the other (vLLM's engine " \
+                                   "decodes on between steps, and would share the CPU with the other side)"
     try:
-        for _ in _play(drivers):
-            yield comparison
+        for group in turns:
+            if should_stop():
+                group[0].run.waiting = "stopped before it started"
+                continue
+            group[0].run.waiting = None
+            for _ in _play(group):
+                yield comparison
     except Exception as err:
         for driver in drivers:
             driver.run.error = str(err) or type(err).__name__

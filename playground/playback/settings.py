@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from playground.backends import backend_unavailable_reason, require_fixed_k_support
 from playground.engine import GenerationConfig
 from playground.engine.templates import CHAT_TEMPLATES
-from playground.presets import DRAFTER_LABELS, Preset, default_preset_name, get_preset
+from playground.presets import DRAFTER_LABELS, ENGINE_LABELS, Preset, default_preset_name, get_preset
 
 UI_MAX_K = 10
 MAX_NEW_TOKENS = 1024
@@ -38,11 +38,18 @@ class RunSettings:
 
     @property
     def drafter_label(self) -> str:
-        """The drafter's display name, with the adaptive threshold when set (a comparison may differ only in it)."""
+        """The drafter's display name, with the adaptive threshold when set and the engine when it is vLLM (a
+        comparison may differ only in one of them)."""
         if self.plain:
-            return "plain decoding"
-        name = DRAFTER_LABELS.get(self.drafter, self.drafter)
-        return f"{name} adaptive {self.min_draft_prob:g}" if self.min_draft_prob else name
+            name = "plain decoding"
+        else:
+            name = DRAFTER_LABELS.get(self.drafter, self.drafter)
+            name = f"{name} adaptive {self.min_draft_prob:g}" if self.min_draft_prob else name
+        try:
+            backend = get_preset(self.preset).backend
+        except KeyError:
+            return name
+        return f"{name} ({ENGINE_LABELS[backend]})" if backend == "vllm" else name
 
     def checked_preset(self) -> Preset:
         """The preset, after checking every field; raises RequestError with a message for the user."""

@@ -6,6 +6,7 @@ import html
 
 import gradio as gr
 
+from playground.bench.engines import committed_section
 from playground.presets import default_preset_name, get_preset
 from playground.viz import DRAFT_ACCEPTANCE_RATE_HELP, MEAN_ACCEPTANCE_LENGTH_HELP
 
@@ -56,6 +57,16 @@ speed runs (`assets/models/smollm2-135m/evaluation.json` and `speed.json`):
   be slower than plain decoding too: fewer guesses are accepted, and every rejected one still costs verification.
   The Speed chart shows this run's measured figure, never an estimate.
 
+### Our engine and vLLM
+The same pair runs on two engines here: **ours** (the microscope: only it shows drift, RMS and draft probabilities)
+and **vLLM**, the engine EAGLE-3.1 ships in, through its CPU build (preset `smollm2-135m-vllm`; in Compare, each
+side's *engine*). Both give the same greedy tokens. vLLM starts an engine per drafter and k on first use (about a
+minute on 2 cores, then it is kept) and on a 2-core machine binds its worker to one core. Measured by
+`python -m playground bench-engines` (`assets/bench/engines-cpu/`): per-user tok/s is a request's tokens / its
+wall time (the median over requests), with C requests in flight at a time; speedup is over the same engine's plain
+decoding at the same C.
+
+{committed_section()}
 ### Metric definitions (vLLM's)
 - {MEAN_ACCEPTANCE_LENGTH_HELP}
 - Per-position acceptance rate = drafts accepted at position *i* / drafting steps.

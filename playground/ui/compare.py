@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import gradio as gr
 
-from playground.playback import Comparison, Conversation, Run, compare
-from playground.presets import Preset
+from playground.playback import Comparison, Conversation, RequestError, Run, compare
+from playground.presets import ENGINE_LABELS, Preset, engine_presets, get_preset
 from playground.viz import (
     SUMMARY_COLUMNS, TITLES, acceptance_by_position_figure, attention_drift_figure, message_figure,
     speedup_figure, stats_html, summary_table,
 )
 
 from .common import (
-    ENGINE, AnswerView, answer_view_control, compare_drafters, depth_legend, drafter_control,
+    ENGINE, AnswerView, CheckedRadio, answer_view_control, compare_drafters, depth_legend, drafter_control,
     export_files, follow_answer_view, follow_preset, generation_controls, in_line, k_control, min_draft_prob_control,
     report_user_errors, run_settings, status_after_failure, stop_tab, stoppable,
 )
@@ -29,14 +29,29 @@ def _hint(plot: str):
     return message_figure(TITLES[plot], "run a comparison to see this chart")
 
 
+def on_engine(preset: str, engine: str | None) -> str:
+    """The preset of `preset`'s pair on `engine` (None or the preset's own engine: the preset itself)."""
+    try:
+        own = get_preset(preset)
+    except KeyError:
+        return preset  # run_settings says so
+    twins = engine_presets(own)
+    if not engine or engine == own.backend:
+        return preset
+    if engine not in twins:
+        raise RequestError(f"preset {preset!r} has no {ENGINE_LABELS.get(engine, engine)} twin to compare with; "
+                           f"its engines: {', '.join(ENGINE_LABELS.get(e, e) for e in twins)}")
+    return twins[engine]
+
+
 @report_user_errors
 def run_comparison(prompt: str, left_drafter: str, left_k: float, right_drafter: str, right_k: float, preset: str,
                    temperature: float, top_p: float, max_new_tokens: float, chat_template: str, system: str,
                    seed: float | None, left_min_draft_prob: float, right_min_draft_prob: float, view: AnswerView,
-                   request: gr.Request):
-    shared = (preset, temperature, top_p, max_new_tokens, chat_template, system, seed)
-    left = run_settings(left_drafter, left_k, *shared, left_min_draft_prob)
-    right = run_settings(right_drafter, right_k, *shared, right_min_draft_prob)
+                   left_engine: str | None = None, right_engine: str | None = None, request: gr.Request = None):
+    shared = (temperature, top_p, max_new_tokens, chat_template, system, seed)
+    left = run_settings(left_drafter, left_k, on_engine(preset, left_engine), *shared, left_min_draft_prob)
+    right = run_settings(right_drafter, right_k, on_engine(preset, right_engine), *shared, right_min_draft_prob)
     yield from stoppable(request, TAB, "comparison", 10, lambda should_stop: (
         (*show_comparison(comparison, view), comparison) for comparison in compare(prompt, left, right, should_stop)))
 
@@ -68,10 +83,19 @@ def export(comparison: Comparison | None) -> list[str]:
     return export_files({"left": comparison.left, "right": comparison.right}, messages, TAB)
 
 
-def _side(preset: Preset, side: str, drafter: str) -> tuple[gr.Radio, gr.Slider, gr.Slider, gr.HTML, gr.HTML]:
-    """One side's drafter, k and adaptive drafting, its coloured answer and its stat cards (elem ids
+def engine_control(preset: Preset, side: str) -> gr.Radio:
+    """A side's engine: the preset's pair on our engine or on vLLM (shown only where the pair has both)."""
+    twins = engine_presets(preset)
+    return CheckedRadio([(ENGINE_LABELS[e], e) for e in twins], value=preset.backend, label=f"{side.capitalize()} engine",
+                        elem_id=f"compare-{side}-engine", visible=len(twins) > 1)
+
+
+def _side(preset: Preset, side: str, drafter: str) -> tuple[gr.Radio, gr.Radio, gr.Slider, gr.Slider, gr.HTML,
+                                                              gr.HTML]:
+    """One side's engine, drafter, k and adaptive drafting, its coloured answer and its stat cards (elem ids
     compare-<side>-…)."""
     with gr.Column():
+        engine = engine_control(preset, side)
         with gr.Row():
             choice = drafter_control(preset, drafter, elem_id=f"compare-{side}-drafter",
                                      label=f"{side.capitalize()} drafter")
@@ -80,7 +104,7 @@ def _side(preset: Preset, side: str, drafter: str) -> tuple[gr.Radio, gr.Slider,
                                                 label=f"{side.capitalize()}: end the chain after a draft below")
         answer = gr.HTML(elem_id=f"compare-{side}", elem_classes="side-panel")
         stats = gr.HTML(elem_id=f"compare-{side}-stats")
-    return choice, k, min_draft_prob, answer, stats
+    return engine, choice, k, min_draft_prob, answer, stats
 
 
 def build_compare_tab(preset: Preset) -> None:
@@ -98,8 +122,10 @@ def build_compare_tab(preset: Preset) -> None:
         controls = generation_controls("compare-", preset)
     legend = gr.HTML(depth_legend((left_default, 4), (right_default, 4)), elem_id="compare-legend")
     with gr.Row(equal_height=False):
-        left_drafter, left_k, left_min_draft_prob, left_html, left_stats = _side(preset, "left", left_default)
-        right_drafter, right_k, right_min_draft_prob, right_html, right_stats = _side(preset, "right", right_default)
+        left_engine, left_drafter, left_k, left_min_draft_prob, left_html, left_stats = _side(preset, "left",
+                                                                                            left_default)
+        right_engine, right_drafter, right_k, right_min_draft_prob, right_html, right_stats = _side(preset, "right",
+                                                                                                  right_default)
     status = gr.Markdown(elem_id="compare-status", elem_classes="status-line")
     table = gr.Dataframe(headers=SUMMARY_COLUMNS, elem_id="compare-table", interactive=False, label="Summary")
     with gr.Row():
@@ -114,7 +140,7 @@ def build_compare_tab(preset: Preset) -> None:
     compare_event = in_line([run_button.click, prompt.submit], TAB, status).then(
         run_comparison,
         inputs=[prompt, left_drafter, left_k, right_drafter, right_k, *controls.components(), left_min_draft_prob,
-                right_min_draft_prob, view],
+                right_min_draft_prob, view, left_engine, right_engine],
         outputs=[*shown, comparison],
         api_name="compare", concurrency_id=ENGINE, show_progress="hidden", show_progress_on=left_html,
     )
@@ -127,3 +153,11 @@ def build_compare_tab(preset: Preset) -> None:
           queue=False, api_visibility="private")
     follow_preset(controls, (left_drafter, lambda p: compare_drafters(p)[0]),
                   (right_drafter, lambda p: compare_drafters(p)[1]))
+
+    def engines_of(name: str):
+        preset, twins = get_preset(name), engine_presets(get_preset(name))
+        return [gr.Radio(choices=[(ENGINE_LABELS[e], e) for e in twins], value=preset.backend, visible=len(twins) > 1)
+                for _ in ("left", "right")]
+
+    controls.preset.change(engines_of, controls.preset, [left_engine, right_engine], queue=False,
+                           api_visibility="private")
