@@ -4,9 +4,6 @@ reason, before vLLM would start (vLLM itself degrades silently)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest

