@@ -3,8 +3,8 @@
 #   docker build -t eagle-playground .
 #   docker run --gpus all -p 7860:7860 -e HF_TOKEN=hf_... eagle-playground
 # Presets: PLAYGROUND_PRESETS / PLAYGROUND_DEFAULT_PRESET (e.g. -e PLAYGROUND_DEFAULT_PRESET=llama-3.1-8b-vllm);
-# a remote server: -e PLAYGROUND_REMOTE_URL=http://host:8000. vLLM pins its own torch and transformers, under which
-# the local engine is refused; the default pair runs here through vLLM (preset smollm2-135m-vllm).
+# a remote server: -e PLAYGROUND_REMOTE_URL=http://host:8000. vLLM pins its own torch and transformers (< 5.20; the
+# local engine runs on it too, not verified in this image); the default pair runs here through vLLM (smollm2-135m-vllm).
 ARG VLLM_VERSION=v0.32.0
 FROM vllm/vllm-openai:${VLLM_VERSION}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 
 import playground.backends.zerogpu  # noqa: F401 - on a ZeroGPU Space `spaces` must be imported before CUDA is touched
 import torch
@@ -22,7 +23,14 @@ from playground.ui.style import TOKEN_TAP_JS
 log = logging.getLogger("playground")
 
 
+def _exit_on_sigterm(signum: int, frame) -> None:
+    """SIGTERM (a Space restarting, `docker stop`, a test) exits through atexit, which stops vLLM's engine-core
+    processes; the default action would kill this process alone and leave them running (~3 GB each)."""
+    raise SystemExit(0)
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)  # ours at INFO (a refused request is one line); other libraries at WARNING
     if threads := os.environ.get("PLAYGROUND_THREADS"):

@@ -12,7 +12,7 @@ from pathlib import Path
 from playground.engine import MAX_K, GenerationConfig, RunRecord
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.text import IncrementalDecoder
-from playground.presets import Preset, default_preset_name, get_preset
+from playground.presets import Preset, default_preset_name, engine_presets, get_preset
 
 
 class UsageError(Exception):
@@ -28,6 +28,9 @@ def resolve_preset(args: argparse.Namespace) -> Preset:
                if (value := getattr(args, key)) is not None and value != getattr(preset, key)}
     if not changes:
         return preset
+    twin = engine_presets(preset).get(changes.get("backend", ""))
+    if twin and set(changes) == {"backend"}:
+        return get_preset(twin)  # the same pair on that engine has a preset of its own (e.g. smollm2-135m-vllm)
     merged = {**asdict(preset), **changes}
     if merged["backend"] == "remote":
         merged["url"] = merged["url"] or os.environ.get("PLAYGROUND_REMOTE_URL") or None
@@ -36,14 +39,14 @@ def resolve_preset(args: argparse.Namespace) -> Preset:
 
 def make_backend(args: argparse.Namespace, preset: Preset):
     """The preset's backend, or a UsageError saying in one line why it cannot run here."""
-    from playground.backends import BackendUnavailable, open_backend
+    from playground.backends import BackendUnavailable, shared_backend
     from playground.backends.availability import visible_gpus
 
     if getattr(args, "device", None) == "cuda" and preset.backend == "local" and visible_gpus() == 0:
         raise UsageError("--device cuda asks for a CUDA GPU and none is visible on this machine; leave --device out "
                          "(or pass --device cpu) to run on the CPU")
     try:
-        return open_backend(preset)
+        return shared_backend(preset)  # one per process: a second call in the same process reuses its engines
     except BackendUnavailable as err:
         raise UsageError(str(err)) from None
 

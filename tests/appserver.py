@@ -69,20 +69,29 @@ def running_app(models: Path | None, log_path: Path, timeout_s: float = 180.0) -
         "PLAYGROUND_REMOTE_URL": "",  # no remote server: the tests use that preset as one that cannot run here
     }
     url = f"http://127.0.0.1:{port}/"
+    with running_process(["nice", "-n", "19", sys.executable, "app.py"], env, log_path, url, "the app",
+                         timeout_s, stop_s=15):
+        yield url
+
+
+@contextmanager
+def running_process(command: list[str], env: dict, log_path: Path, url: str, what: str, timeout_s: float,
+                    stop_s: float) -> Iterator[subprocess.Popen]:
+    """Run `command` (output to `log_path`) until `url` answers 200, yield it, and stop it at the end (SIGTERM, then
+    SIGKILL after `stop_s`)."""
     with log_path.open("w") as log:
-        process = subprocess.Popen(["nice", "-n", "19", sys.executable, "app.py"], cwd=REPO_ROOT, env=env,
-                                   stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + timeout_s
             while not _answers(url):
                 if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the app did not start; its log:\n{log_path.read_text()[-3000:]}")
+                    raise RuntimeError(f"{what} did not start; its log:\n{log_path.read_text()[-3000:]}")
                 time.sleep(0.5)
-            yield url
+            yield process
         finally:
             process.terminate()
             try:
-                process.wait(timeout=15)
+                process.wait(timeout=stop_s)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
