@@ -74,8 +74,9 @@ class DeltaStepper:
                 self.unresolved += 1
         self.seen_first = self.seen_first or bool(ids)
         self.total_tokens += len(ids)
+        at = self.clock() if at is None else at
         event = StepEvent(step=self.step, drafted=drafted, accepted=accepted, emitted=ids,
-                          total_tokens=self.total_tokens, elapsed_ms=((self.clock() if at is None else at) - self.start) * 1000,
+                          total_tokens=self.total_tokens, elapsed_ms=(at - self.start) * 1000,
                           finished=reason is not None, finish_reason=reason)
         self.step += 1
         return event

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -78,7 +78,8 @@ class EngineRow:
     token_ids: list[list[int]] = field(default_factory=list, repr=False)  # per prompt; not written out
 
 
-def run_level(stream: Callable[[list[int]], Request], prompts: list[list[int]], concurrency: int) -> tuple[list[Request], float]:
+def run_level(stream: Callable[[list[int]], Request], prompts: list[list[int]],
+              concurrency: int) -> tuple[list[Request], float]:
     """Every prompt through `stream`, `concurrency` at a time; the requests in prompt order and the level's seconds."""
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
@@ -151,8 +152,6 @@ def run_engine_bench(config: EngineBenchConfig, log: Callable[[str], None] = pri
 
 
 def engine_info(engine: str) -> dict:
-    import os
-
     import torch
 
     if engine == "local":
@@ -204,13 +203,7 @@ def main(args: argparse.Namespace) -> None:
                                engines=tuple(args.engines.split(",")), methods=tuple(args.methods.split(",")))
     out = Path(args.out or REPO_ROOT / "runs" / "bench" / f"engines-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    lock = threading.Lock()
-
-    def log(line: str) -> None:
-        with lock:
-            print(line, flush=True)
-
-    result = run_engine_bench(config, log)
+    result = run_engine_bench(config, lambda line: print(line, flush=True))
     (out / "results.json").write_text(json.dumps(result, indent=1))
     (out / "table.md").write_text(table(result) + "\n")
     print(table(result))

@@ -83,11 +83,15 @@ def export(comparison: Comparison | None) -> list[str]:
     return export_files({"left": comparison.left, "right": comparison.right}, messages, TAB)
 
 
-def engine_control(preset: Preset, side: str) -> gr.Radio:
-    """A side's engine: the preset's pair on our engine or on vLLM (shown only where the pair has both)."""
+def engine_choices(preset: Preset) -> dict:
+    """A side's engine radio for this preset: the pair on our engine or on vLLM, shown only where it has both."""
     twins = engine_presets(preset)
-    return CheckedRadio([(ENGINE_LABELS[e], e) for e in twins], value=preset.backend, label=f"{side.capitalize()} engine",
-                        elem_id=f"compare-{side}-engine", visible=len(twins) > 1)
+    return {"choices": [(ENGINE_LABELS[e], e) for e in twins], "value": preset.backend, "visible": len(twins) > 1}
+
+
+def engine_control(preset: Preset, side: str) -> gr.Radio:
+    return CheckedRadio(label=f"{side.capitalize()} engine", elem_id=f"compare-{side}-engine",
+                        **engine_choices(preset))
 
 
 def _side(preset: Preset, side: str, drafter: str) -> tuple[gr.Radio, gr.Radio, gr.Slider, gr.Slider, gr.HTML,
@@ -155,9 +159,7 @@ def build_compare_tab(preset: Preset) -> None:
                   (right_drafter, lambda p: compare_drafters(p)[1]))
 
     def engines_of(name: str):
-        preset, twins = get_preset(name), engine_presets(get_preset(name))
-        return [gr.Radio(choices=[(ENGINE_LABELS[e], e) for e in twins], value=preset.backend, visible=len(twins) > 1)
-                for _ in ("left", "right")]
+        return [gr.Radio(**engine_choices(get_preset(name))) for _ in ("left", "right")]
 
     controls.preset.change(engines_of, controls.preset, [left_engine, right_engine], queue=False,
                            api_visibility="private")
