@@ -85,7 +85,9 @@ def generate(args: argparse.Namespace) -> dict:
             sys.stdout.flush()
     record = RunRecord.of(events, backend.decode(ids), len(prompt_ids), drafter, cfg,
                           getattr(stream, "k", cfg.k))  # vLLM / remote: the engine's k
-    result = {"preset": preset.name, "target": preset.target, **record.to_dict()}
+    target = getattr(backend, "target", None)  # the local engine's: which forward ran
+    result = {"preset": preset.name, "target": preset.target, "dtype": preset.dtype,
+              "forward": target.forward_path if target is not None else preset.backend, **record.to_dict()}
     if args.json:
         print(json.dumps(result))
     else:

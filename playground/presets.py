@@ -109,6 +109,22 @@ def _smollm2_vllm() -> Preset:
     )
 
 
+def _smollm2_bf16() -> Preset:
+    local = _smollm2()
+    return Preset(
+        name=f"{DEFAULT}-bf16",
+        title="SmolLM2-135M-Instruct and our drafters in bfloat16 (CPU with bf16 instructions)",
+        target=local.target,
+        drafters=dict(local.drafters),
+        dtype="bfloat16",
+        description="The default pair with the target in bfloat16. On a CPU with bf16 instructions (AVX-512 BF16 or "
+        "AMX) our engine multiplies packed bf16 weights and verifies drafts row-exactly, so greedy speculation stays "
+        "token-identical to plain bf16 decoding; the answers differ from float32's, which stays the default.",
+        notes="Without bf16 instructions bf16 is emulated: slower than float32, and the run says its speculative "
+              "tokens are not token-identical to plain decoding.",
+    )
+
+
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
 LLAMA_8B_EAGLE3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 NO_PUBLIC_LLAMA_EAGLE31 = (
@@ -181,7 +197,7 @@ def _remote() -> Preset:
 
 def all_presets() -> dict[str, Preset]:
     """Every built-in preset, whatever PLAYGROUND_PRESETS selects (the CLI may name any of them)."""
-    items = [_smollm2(), _smollm2_vllm(), _llama("llama-3.1-8b", "local"), _llama("llama-3.1-8b-vllm", "vllm"),
+    items = [_smollm2(), _smollm2_bf16(), _smollm2_vllm(), _llama("llama-3.1-8b", "local"), _llama("llama-3.1-8b-vllm", "vllm"),
              _kimi(), _remote()]
     return {p.name: p for p in items}
 
@@ -190,10 +206,11 @@ ENGINE_LABELS = {"local": "our engine", "vllm": "vLLM"}
 
 
 def engine_presets(preset: Preset) -> dict[str, str]:
-    """The same pair (target and drafters) on each engine that has a preset for it: backend -> preset name. The
-    Compare tab puts them side by side (e.g. smollm2-135m and smollm2-135m-vllm)."""
+    """The same pair (target, drafters and dtype) on each engine that has a preset for it: backend -> preset name.
+    The Compare tab puts them side by side (e.g. smollm2-135m and smollm2-135m-vllm)."""
     twins = {p.backend: p.name for p in all_presets().values()
-             if p.backend in ENGINE_LABELS and p.target == preset.target and p.drafters == preset.drafters}
+             if p.backend in ENGINE_LABELS and p.target == preset.target and p.drafters == preset.drafters
+             and p.dtype == preset.dtype}
     return {backend: twins[backend] for backend in ENGINE_LABELS if backend in twins} or {preset.backend: preset.name}
 
 

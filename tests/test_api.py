@@ -54,6 +54,18 @@ def test_chat_streams_text_and_metrics(client: Client) -> None:
     assert any(trace["type"] == "bar" for trace in json.loads(accept["plot"])["data"])
 
 
+def test_the_status_says_which_precision_ran(client: Client) -> None:
+    """float32 by default; the bf16 preset says bfloat16, and (only where its verification cannot be row-exact: a CPU
+    without bf16 instructions) that speculative tokens may differ from plain decoding's."""
+    from playground.engine.llama import native_bfloat16
+
+    status, run = (chat(client)[-1][i] for i in (2, -1))
+    assert "float32" in status and run["precision"] == "float32"
+    status, run = (chat(client, preset="smollm2-135m-bf16")[-1][i] for i in (2, -1))
+    assert "bfloat16" in status and "finished" in status
+    assert ("not token-identical" in run["precision"]) == (not native_bfloat16())
+
+
 def test_adaptive_drafting_reaches_the_engine(client: Client, app_url: str) -> None:
     """min_draft_prob (0 unless given) is part of the run's settings; with it no chain continues past an unlikely
     draft, and the answer is the one plain decoding gives."""

@@ -52,11 +52,21 @@ class LocalBackend:
         target = self.target
         with self._lock:
             if source not in self._drafters:
-                drafter, layout = load_drafter(source, dtype=self.dtype)
+                # On the CPU the drafter stays in float32 whatever the target's dtype: its small products in bfloat16
+                # go through slower kernels than float32's, and its precision changes acceptance, never the output.
+                dtype = torch.float32 if torch.device(self.device).type == "cpu" else self.dtype
+                drafter, layout = load_drafter(source, dtype=dtype)
                 drafter = drafter.to(self.device)
                 aux = target.attach(drafter)
                 self._drafters[source] = LoadedDrafter(drafter, aux, layout, source)
             return self._drafters[source]
+
+    @property
+    def exact_speculation(self) -> bool:
+        """Whether greedy speculative output equals plain decoding's in this precision: in float32 (up to float32
+        near-ties, which the lossless tests bound), and in bfloat16 where the fast forward verifies row-exactly."""
+        target = self.target
+        return target.dtype == torch.float32 or (target.fast is not None and target.fast.row_exact)
 
     def plain_probe(self) -> PlainProbe:
         """Times plain decode steps at a run's position (the live speedup's baseline); one per run."""

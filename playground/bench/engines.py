@@ -24,7 +24,7 @@ import os
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -48,6 +48,7 @@ class EngineBenchConfig:
     concurrency: tuple[int, ...] = CONCURRENCY
     engines: tuple[str, ...] = ENGINES
     methods: tuple[str, ...] = METHODS
+    dtype: str = "float32"  # both engines run in it
 
 
 @dataclass
@@ -131,7 +132,7 @@ def run_engine_bench(config: EngineBenchConfig, log: Callable[[str], None] = pri
     started, clock = time.strftime("%Y-%m-%d %H:%M:%S"), time.perf_counter()
     engines_info = {}
     for engine in config.engines:
-        backend = open_backend(get_preset(PRESETS[engine]))
+        backend = open_backend(replace(get_preset(PRESETS[engine]), dtype=config.dtype))
         prompts = [backend.encode(r.messages([])) for r in records]
         for drafter in config.methods:
             run = request_runner(backend, drafter, cfg)
@@ -143,7 +144,7 @@ def run_engine_bench(config: EngineBenchConfig, log: Callable[[str], None] = pri
                     f"per user, {rows[-1].throughput_tokens_per_second:6.1f} in all ({seconds:.0f} s)")
             if hasattr(backend, "shutdown"):
                 backend.shutdown()  # an idle engine-core process would share the cores with the next measurement
-        engines_info[engine] = engine_info(engine)
+        engines_info[engine] = engine_info(engine, backend)
     compare_rows(rows)
     machine = {**machine_info("cpu"), "engines": engines_info}
     return {"rows": [{k: v for k, v in asdict(r).items() if k != "token_ids"} for r in rows],
@@ -151,11 +152,13 @@ def run_engine_bench(config: EngineBenchConfig, log: Callable[[str], None] = pri
             "seconds": time.perf_counter() - clock}
 
 
-def engine_info(engine: str) -> dict:
+def engine_info(engine: str, backend) -> dict:
     import torch
 
     if engine == "local":
-        return {"torch_threads": torch.get_num_threads()}
+        target = backend.target
+        return {"torch_threads": torch.get_num_threads(), "forward": target.forward_path,
+                "kernels": target.fast.kernels if target.fast else "transformers"}
     import vllm
 
     return {"vllm": vllm.__version__, "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
@@ -200,7 +203,8 @@ def committed_section() -> str:
 def main(args: argparse.Namespace) -> None:
     config = EngineBenchConfig(prompt_set=args.prompts, prompts=args.limit, max_new_tokens=args.max_new_tokens,
                                k=args.k, concurrency=tuple(int(c) for c in args.concurrency.split(",")),
-                               engines=tuple(args.engines.split(",")), methods=tuple(args.methods.split(",")))
+                               engines=tuple(args.engines.split(",")), methods=tuple(args.methods.split(",")),
+                               dtype=args.dtype)
     out = Path(args.out or REPO_ROOT / "runs" / "bench" / f"engines-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     result = run_engine_bench(config, lambda line: print(line, flush=True))
@@ -219,5 +223,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)), help="comma list of request counts")
     p.add_argument("--engines", default=",".join(ENGINES))
     p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="both engines' weights")
     p.add_argument("--out", help="output folder (default: runs/bench/engines-<time>)")
     p.set_defaults(func=main)

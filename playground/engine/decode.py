@@ -187,7 +187,7 @@ def _draft_chain(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list
     context = len(tokens) - 1
     drafted, chain = [], _Chain(torch.empty(0, dtype=torch.long, device=device), [], [], [])
     draft_cache.crop(pending_start)
-    hidden = drafter.project(pending_aux)[None]
+    hidden = drafter.project(pending_aux.to(drafter.fc.weight.dtype))[None]  # the drafter may run in another dtype
     ids = torch.tensor([tokens[pending_start + 1 :]], device=device)
     all_positions = torch.arange(pending_start, context + k, device=device)  # pending features, then one per depth
     positions = all_positions[: context - pending_start]
@@ -233,6 +233,7 @@ def speculative_generate(target: Target, drafter: Eagle3Drafter, aux_layers: lis
     stopper, generator = _Stopper(target, cfg, len(prompt_ids)), _generator(cfg, target.device)
     vocab_map = drafter.to_target_ids(torch.arange(drafter.config.draft_vocab_size, device=target.device))
     no_drafts = torch.empty(0, dtype=torch.long, device=target.device)
+    target.expect_rows(cfg.k + 1)
     cache, draft_cache = target.new_cache(), drafter.new_cache()
     start = target.clock()
 

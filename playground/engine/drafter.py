@@ -16,7 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import LlamaConfig
-from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+from .llama import RotaryTable, rotate
 
 
 @dataclass
@@ -88,7 +90,8 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)
-        q, k = apply_rotary_pos_emb(q, k, *rope)
+        cos, signed_sin = rope[0][:, None], rope[1][:, None]  # broadcast over heads
+        q, k = rotate(q, cos, signed_sin), rotate(k, cos, signed_sin)
         if cache is not None:
             k, v = cache.extend(k, v)
         if mask is None and t > 1:  # causal over the new queries, full view of the cache
@@ -211,6 +214,7 @@ class Eagle3Drafter(nn.Module):
         self.lm_head = nn.Linear(h, cfg.draft_vocab_size, bias=False)
         self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
         self.rotary = LlamaRotaryEmbedding(cfg.rope_config())
+        self.rope = RotaryTable(self.rotary)
 
     def new_cache(self) -> DrafterCache:
         return DrafterCache(len(self.layers))
@@ -241,8 +245,8 @@ class Eagle3Drafter(nn.Module):
         want_attention: bool = False,
         with_logits: bool = True,  # training scores a subset of positions and calls lm_head itself
     ) -> DraftOutput:
-        embeds = self.embed_tokens(input_ids)
-        rope = self.rotary(hidden, positions[None])
+        embeds = self.embed_tokens(input_ids).to(hidden.dtype)  # shared target embeddings may be in another dtype
+        rope = self.rope(positions, hidden)
         caches = cache.layers if cache is not None else [None] * len(self.layers)
         probs = []
         h = hidden

@@ -17,6 +17,7 @@ from transformers.utils import logging as hf_logging
 
 from .checkpoint import CheckpointError
 from .drafter import Eagle3Drafter
+from .llama import FastLlama, KVCache, fast_forward_problem
 from .templates import encode_chat
 
 
@@ -37,7 +38,12 @@ class TargetOutput:
 
 
 class Target:
-    def __init__(self, model, tokenizer, device: torch.device | str = "cpu", name: str = "target") -> None:
+    """A loaded target. On the CPU a Llama-architecture model decodes through `FastLlama` (same weights, same numbers,
+    a preallocated cache); other models, and every model on a GPU, through transformers' own forward. `forward_path`
+    says which (`"fast"` or `"transformers"`), and `fast_problem` why not fast."""
+
+    def __init__(self, model, tokenizer, device: torch.device | str = "cpu", name: str = "target",
+                 fast: bool = True) -> None:
         self.name = name
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -52,6 +58,18 @@ class Target:
         self.eos_ids = self._eos_ids(model, tokenizer)
         self._capture = threading.local()  # per thread: several sessions may share one target
         self._install_hooks()
+        self.fast_problem = ("turned off" if not fast else
+                             "GPU targets run through transformers (the fast path is verified on the CPU only)"
+                             if self.device.type != "cpu" else fast_forward_problem(model))
+        self.fast = FastLlama(model) if self.fast_problem is None else None
+
+    @property
+    def forward_path(self) -> str:
+        return "fast" if self.fast is not None else "transformers"
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.get_input_embeddings().weight.dtype
 
     @classmethod
     def load(cls, path_or_id: str, device: str = "cpu", dtype: torch.dtype = torch.float32,
@@ -127,8 +145,14 @@ class Target:
             drafter.use_target_embeddings(self.model.get_input_embeddings())
         return ids
 
-    def new_cache(self) -> DynamicCache:
-        return DynamicCache(config=self.config)
+    def new_cache(self) -> KVCache | DynamicCache:
+        return self.fast.new_cache(self.max_positions) if self.fast is not None else DynamicCache(config=self.config)
+
+    def expect_rows(self, rows: int) -> None:
+        """Say how many tokens the coming forwards feed at once (a verification's k + 1), so the fast path can
+        prepare its matrix products for that many rows."""
+        if self.fast is not None:
+            self.fast.expect_rows(rows)
 
     def capture_layers(self, layer_ids, run):
         """Call `run()` (a forward of this target's model) and return (its output, {layer id: captured state})."""
@@ -139,9 +163,13 @@ class Target:
             self._capture.wanted, self._capture.found = None, {}
 
     @torch.inference_mode()
-    def forward(self, input_ids: list[int] | torch.Tensor, cache: DynamicCache, aux_layers: list[int] | None = None,
-                last_only: bool = False) -> TargetOutput:
+    def forward(self, input_ids: list[int] | torch.Tensor, cache: KVCache | DynamicCache,
+                aux_layers: list[int] | None = None, last_only: bool = False) -> TargetOutput:
         """Run new tokens through the model, appending to `cache`; capture the aux hidden states of `aux_layers`."""
+        if self.fast is not None:
+            ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device).view(-1)
+            logits, aux = self.fast.forward(ids, cache, aux_layers or [], last_only)
+            return TargetOutput(logits=logits.float(), aux=torch.cat(aux, dim=-1) if aux_layers else None)
         ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device).view(1, -1)
         out, found = self.capture_layers(aux_layers or (), lambda: self.model(
             input_ids=ids, use_cache=True, logits_to_keep=1 if last_only else 0, **{self.cache_keyword: cache}))
@@ -155,7 +183,10 @@ class Target:
         return TargetOutput(logits=out.logits.float(), aux=torch.cat([found[i] for i in aux_layers], dim=-1))
 
     @staticmethod
-    def rollback(cache: DynamicCache, length: int) -> None:
+    def rollback(cache: KVCache | DynamicCache, length: int) -> None:
+        if isinstance(cache, KVCache):
+            cache.rollback(length)
+            return
         extra = cache.get_seq_length() - length
         if extra > 0:
             cache.crop(-extra)

@@ -19,7 +19,7 @@ from playground.engine import Baseline, RunRecord, StepEvent
 from playground.viz import ProvenanceBuilder, RunView, TokenPiece
 
 from .baseline import BaselineSampler
-from .settings import RunSettings
+from .settings import RunSettings, precision_label
 
 RENDER_INTERVAL_S = 0.15  # at most ~7 UI updates a second; a UI update costs more than a decode step
 
@@ -42,6 +42,7 @@ class Run:
     pieces: list[TokenPiece] = field(default_factory=list)
     baseline: Baseline | None = None  # filled in by a BaselineSampler as its samples come in
     missing_fields: dict[str, str] = field(default_factory=dict)  # what the backend cannot report, and why
+    precision: str = ""  # the weights' dtype, and whether speculation is exact in it (settings.precision_label)
     opened: bool = False  # the stream is open (drafter loaded and checked): the next step is being computed
     error: str | None = None  # why the run broke off, when it did
     seen_seconds: float | None = None  # wall clock from asking for the first step to the latest one
@@ -95,7 +96,8 @@ class Run:
         s = self.settings
         run = RunRecord(self.text, self.token_ids, self.prompt_tokens, self.finish_reason, s.drafter,
                         s.generation_config(), view.metrics, self.events)
-        return {"run": name, "status": self.status, "settings": asdict(s), **run.to_dict(with_steps),
+        return {"run": name, "status": self.status, "settings": asdict(s), "precision": self.precision,
+                **run.to_dict(with_steps),
                 "baseline": self.baseline.to_dict() if self.baseline else None, "speedup": view.speedup,
                 "speedup_range": view.speedup_range, "speedup_not_measured": view.too_few_steps, "seen_tokens_per_second": self.seen_tokens_per_second}
 
@@ -135,7 +137,10 @@ class RunDriver:
         if self._on_zerogpu:
             missing["baseline"] = ("on ZeroGPU the GPU exists only inside each request's GPU call, so plain decoding "
                                    "is not timed beside the run")
-        self.run = Run(settings, len(prompt_ids), missing_fields=missing)
+        dtype = backend.preset.dtype  # the local engine knows whether its verification is bit-exact in it; in
+        exact = getattr(backend, "exact_speculation", dtype == "float32")  # the others, float32 only is
+        self.run = Run(settings, len(prompt_ids), missing_fields=missing,
+                       precision=precision_label(dtype, exact, settings.plain))
         self._backend, self._prompt_ids, self._should_stop = backend, prompt_ids, should_stop
         self.paces_itself = getattr(backend, "paces_itself", False)
         self._provenance = ProvenanceBuilder(backend.decode)

@@ -13,6 +13,14 @@ UI_MAX_K = 10
 MAX_NEW_TOKENS = 1024
 
 
+def precision_label(dtype: str, exact: bool, plain: bool) -> str:
+    """Which precision ran; for a speculative run whose engine does not verify drafts bit for bit as it decodes plainly
+    (`exact`), also that its tokens may differ from plain decoding's there."""
+    if exact or plain:
+        return dtype
+    return f"{dtype} (not token-identical to plain {dtype} decoding)"
+
+
 class RequestError(ValueError):
     """A request the playground cannot run; the message is meant for the user."""
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
+from transformers import DynamicCache
 
 from playground.engine import Target
 from playground.train.prompts import PromptItem, prompts_for
@@ -58,7 +59,7 @@ def generate_batch(target: Target, prompts: list[list[int]], aux_layers: list[in
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
     positions = (mask.cumsum(-1) - 1).clamp_min(0)
-    cache = target.new_cache()
+    cache = DynamicCache(config=target.config)  # a padded batch: transformers' forward, not the one-sequence fast path
     feats: list[tuple[torch.Tensor, torch.Tensor]] = []
     answers: list[list[int]] = [[] for _ in prompts]
     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)

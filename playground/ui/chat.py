@@ -36,7 +36,7 @@ def _chatbot_messages(conversation: Conversation, view: AnswerView) -> list[dict
 def _run_outputs(run: Run) -> tuple:
     """Status, stat cards, the five charts and the live JSON for one run."""
     view = run.view()
-    status = f"**{run.settings.drafter_label}** · {run.status}"
+    status = f"**{run.settings.drafter_label}** · {run.precision} · {run.status}"
     return (status, stats_html(view), accepted_per_step_figure(view), speedup_figure([view]),
             acceptance_by_position_figure([view]), attention_drift_figure([view]), hidden_rms_figure([view]),
             run.record(TAB, with_steps=False, view=view))

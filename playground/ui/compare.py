@@ -64,7 +64,7 @@ def show_comparison(comparison: Comparison | None, view: AnswerView, request: gr
                 _hint("speedup"))
     runs = (comparison.left, comparison.right)
     views = [run.view() for run in runs]
-    statuses = " · ".join(f"**{v.label}**: {run.status}" for v, run in zip(views, runs))
+    statuses = " · ".join(f"**{v.label}** ({run.precision}): {run.status}" for v, run in zip(views, runs))
     status = status_after_failure(request, TAB, statuses)
     return (_side_html(comparison.left, view), _side_html(comparison.right, view), stats_html(views[0]),
             stats_html(views[1]), status, summary_table(views), acceptance_by_position_figure(views),

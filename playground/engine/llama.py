@@ -1,0 +1,309 @@
+"""A decode forward for Llama-architecture targets, in the manner of gpt-fast: plain tensors, a preallocated KV cache.
+
+It runs the weights of the loaded Hugging Face model (shared, not copied) and computes what transformers' forward
+computes (float32: the same logits, bit for bit, tests/test_fast_forward.py), without what a decode loop does not
+need:
+- per-op module calls: each layer is four matrix products (q, k and v fused into one weight, gate and up into
+  another; the Hugging Face modules keep views into the fused weights, so memory does not grow) and a few fused ops;
+- a cache that grows by concatenation: keys and values live in one buffer, written in place; a rollback only moves
+  the cache's length;
+- hooks: the aux hidden states the drafter reads are taken from the residual stream as the loop passes them, and
+  the vocabulary is scored only at the positions asked for.
+Two things make a verification cheap next to a plain step (`Projection`): float32 weights packed for the
+verification's k + 1 rows (MKL), and bfloat16 weights in oneDNN's packed layout on CPUs with bf16 instructions.
+In bfloat16 a verification is also *row-exact*: its products are row-independent, and each verified query attends
+alone over exactly the keys a one-token step would see, so every verified row is computed bit for bit as plain
+decoding computes it, and greedy speculative output equals plain bfloat16 decoding's.
+
+Only plain Llama layers take this path (`fast_forward_problem` says why a model does not); everything else runs
+through transformers.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+FIRST_CAPACITY = 256  # positions a new cache holds before it first grows (it doubles, up to the model's context)
+MAX_EXACT_ROWS = 17  # a verification of up to k + 1 = 17 tokens (MAX_K = 16) is computed row-exactly
+PACK_SHARE = 0.25  # float32 packs may take at most this share of the memory available when they are made
+MEMINFO = Path("/proc/meminfo")
+
+
+def available_memory(meminfo: Path = MEMINFO) -> int | None:
+    """MemAvailable in bytes, or None where the system does not say."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def native_bfloat16() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (AVX-512 BF16 or AMX), so oneDNN's bf16 kernels are fast."""
+    cpu = torch.cpu
+    return bool(torch.backends.mkldnn.is_available() and (
+        getattr(cpu, "_is_avx512_bf16_supported", lambda: False)() or getattr(cpu, "_is_amx_tile_supported", lambda: False)()))
+
+
+class KVCache:
+    """Keys and values of every layer, [layers, kv_heads, capacity, head_dim] each; `length` positions are valid."""
+
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, max_positions: int, dtype: torch.dtype,
+                 device: torch.device) -> None:
+        self.shape, self.max_positions, self.dtype, self.device = (layers, kv_heads, head_dim), max_positions, dtype, device
+        self.keys = self.values = torch.empty(0)
+        self.capacity = self.length = 0
+
+    def get_seq_length(self) -> int:  # the name transformers' caches use, so callers need not tell them apart
+        return self.length
+
+    def reserve(self, length: int) -> None:
+        if length <= self.capacity:
+            return
+        capacity = min(max(length, 2 * self.capacity, FIRST_CAPACITY), max(self.max_positions, length))
+        layers, kv_heads, head_dim = self.shape
+        keys = torch.empty(layers, kv_heads, capacity, head_dim, dtype=self.dtype, device=self.device)
+        values = torch.empty_like(keys)
+        if self.length:
+            keys[:, :, : self.length] = self.keys[:, :, : self.length]
+            values[:, :, : self.length] = self.values[:, :, : self.length]
+        self.keys, self.values, self.capacity = keys, values, capacity
+
+    def rollback(self, length: int) -> None:
+        self.length = min(self.length, length)
+
+
+def fast_forward_problem(model) -> str | None:
+    """Why this model cannot take the fast path, or None when it can."""
+    cfg = model.config
+    if getattr(cfg, "model_type", None) != "llama":
+        return f"model type {getattr(cfg, 'model_type', None)!r} is not llama"
+    if getattr(cfg, "hidden_act", "silu") != "silu":
+        return f"activation {cfg.hidden_act!r} is not silu"
+    if getattr(cfg, "pretraining_tp", 1) != 1:
+        return "pretraining_tp > 1"
+    inner = getattr(model, "model", None)
+    if inner is None or not hasattr(inner, "rotary_emb") or not hasattr(inner, "layers"):
+        return f"{type(model).__name__} is not laid out as model.layers / model.rotary_emb"
+    return None
+
+
+class Projection:
+    """y = x W^T + b, with the weight prepacked where that makes the product faster.
+
+    - float32: MKL's packed GEMM multiplies a few rows much faster than its plain one (on a 2-core Xeon the k + 1 = 5
+      rows of a verification cost 1.4x one row instead of 1.8x), but a pack serves only the row count it was packed
+      for (other counts fall back to the plain product) and takes 2-5x the weight's memory. One pack at a time.
+    - bfloat16 on a CPU with bf16 instructions: oneDNN's packed weight, for any row count."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.weight, self.bias = weight, bias
+        self.mkl: tuple[int, torch.Tensor] | None = None  # (rows, packed weight): read once per call, so swaps are safe
+        self.onednn: torch.Tensor | None = None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.onednn is not None:
+            return torch.ops.mkldnn._linear_pointwise(x, self.onednn, self.bias, "none", [], "")
+        mkl = self.mkl
+        if mkl is not None and x.shape[0] == mkl[0]:
+            return torch.ops.mkl._mkl_linear(x, mkl[1], self.weight, self.bias, mkl[0])
+        return F.linear(x, self.weight, self.bias)
+
+    def pack_mkl(self, rows: int) -> int:
+        """Pack for `rows`-row products; returns the pack's bytes."""
+        packed = torch.ops.mkl._mkl_reorder_linear_weight(self.weight, rows)
+        self.mkl = (rows, packed)
+        return packed.numel() * packed.element_size()
+
+    def pack_onednn(self) -> None:
+        self.onednn = torch.ops.mkldnn._reorder_linear_weight(self.weight, 8)
+
+
+def _fused(linears: list[nn.Linear]) -> Projection:
+    """One projection for several linears reading the same input; the linears then hold views into its weight."""
+    weight = torch.cat([lin.weight.detach() for lin in linears])
+    has_bias = [lin.bias is not None for lin in linears]
+    if any(has_bias) and not all(has_bias):
+        raise ValueError("fused projections disagree on bias")
+    bias = torch.cat([lin.bias.detach() for lin in linears]) if all(has_bias) else None
+    start = 0
+    for lin in linears:
+        rows = lin.weight.shape[0]
+        lin.weight = nn.Parameter(weight[start : start + rows], requires_grad=False)
+        if bias is not None:
+            lin.bias = nn.Parameter(bias[start : start + rows], requires_grad=False)
+        start += rows
+    return Projection(weight, bias)
+
+
+STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # frequencies that do not depend on the length
+
+
+class RotaryTable:
+    """A rotary embedding's cos and sin by position, with rotate_half's sign folded into sin (exact: negating is
+    exact), so that `rotate` is one roll. On the CPU they come from a table computed once, for twice the positions
+    reached so far (the module's own computation costs more than a lookup on a decode step); on a GPU, and for rope
+    types whose frequencies depend on the sequence length (dynamic NTK, longrope), from the module at every call.
+    Either way the values are the module's: the table is its output at those positions."""
+
+    def __init__(self, rotary: nn.Module) -> None:
+        self.rotary = rotary
+        self.static = getattr(rotary, "rope_type", None) in STATIC_ROPE_TYPES
+        self._tables: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, positions: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, signed sin), each [1, t, head_dim], for increasing `positions` [t], in `like`'s dtype."""
+        if not self.static or positions.device.type != "cpu":
+            return self._signed(*self.rotary(like, positions[None]))
+        cos, signed_sin = self._table(int(positions[-1]), like)
+        return cos[:, positions], signed_sin[:, positions]
+
+    def span(self, start: int, end: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same for positions start .. end - 1."""
+        if not self.static or like.device.type != "cpu":
+            return self(torch.arange(start, end, device=like.device), like)
+        cos, signed_sin = self._table(end - 1, like)
+        return cos[:, start:end], signed_sin[:, start:end]
+
+    def _table(self, last: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        table = self._tables.get(like.dtype)
+        if table is None or last >= table[0].shape[1]:
+            with self._lock:
+                everywhere = torch.arange(max(2 * last + 2, FIRST_CAPACITY), device=like.device)[None]
+                with torch.inference_mode(False), torch.no_grad():  # a table made under inference mode could not
+                    table = self._signed(*self.rotary(like.detach(), everywhere))  # serve training's autograd
+                self._tables[like.dtype] = table
+        return table
+
+    @staticmethod
+    def _signed(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        half = sin.shape[-1] // 2
+        return cos, torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """RoPE as transformers applies it, x * cos + rotate_half(x) * sin, with `RotaryTable`'s signed sin."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin
+
+
+class _Layer:
+    def __init__(self, layer) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        self.qkv = _fused([attn.q_proj, attn.k_proj, attn.v_proj])
+        self.o = Projection(attn.o_proj.weight, attn.o_proj.bias)
+        self.gate_up = _fused([mlp.gate_proj, mlp.up_proj])
+        self.down = Projection(mlp.down_proj.weight, mlp.down_proj.bias)
+        self.input_norm, self.post_norm = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
+
+    def projections(self) -> list[Projection]:
+        return [self.qkv, self.o, self.gate_up, self.down]
+
+
+class FastLlama:
+    """`forward(ids, cache, aux_layers, last_only)`: logits and aux states of new tokens, the cache extended."""
+
+    def __init__(self, model) -> None:
+        problem = fast_forward_problem(model)
+        if problem:
+            raise ValueError(f"no fast forward: {problem}")
+        cfg = model.config
+        self.embed = model.get_input_embeddings().weight
+        self.layers = [_Layer(layer) for layer in model.model.layers]
+        self.norm = model.model.norm.weight
+        self.lm_head = Projection(model.get_output_embeddings().weight, None)
+        self.rope = RotaryTable(model.model.rotary_emb)
+        self.eps = float(cfg.rms_norm_eps)
+        self.n_heads, self.n_kv = int(cfg.num_attention_heads), int(cfg.num_key_value_heads)
+        self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+        self.scale = self.head_dim**-0.5
+        self.kernels = "plain"  # "mkl-packed" once a float32 pack is made, "onednn-packed" for bfloat16
+        self.row_exact = False  # a verification's rows computed bit for bit as one-token steps compute them
+        self._pack_lock = threading.Lock()
+        self._packed_rows: int | None = None
+        self._no_room_for = 0  # pack bytes that did not fit: not tried again for a size as large
+        dtype = self.embed.dtype
+        if dtype == torch.bfloat16 and self.embed.device.type == "cpu" and native_bfloat16():
+            for projection in self.projections():
+                projection.pack_onednn()
+            self.kernels = "onednn-packed"
+            self.row_exact = True
+
+    def expect_rows(self, rows: int) -> None:
+        """Pack the float32 weights for `rows`-row products (a verification's k + 1), within `PACK_SHARE` of the
+        available memory; a new row count replaces the pack before it."""
+        if (self.kernels == "onednn-packed" or self.embed.dtype != torch.float32 or self.embed.device.type != "cpu"
+                or not torch.backends.mkl.is_available() or rows < 2):
+            return
+        with self._pack_lock:
+            if rows == self._packed_rows:
+                return
+            available = available_memory()
+            budget = int(PACK_SHARE * available) if available else 0
+            if self._no_room_for and budget <= self._no_room_for:
+                return
+            projections, used = self.projections(), 0
+            for projection in projections:
+                projection.mkl = None  # the old pack goes before the new one is made
+            for projection in projections:
+                used += projection.pack_mkl(rows)
+                if used > budget:
+                    for undo in projections:
+                        undo.mkl = None
+                    self._no_room_for, self._packed_rows, self.kernels = used, None, "plain"
+                    return
+            self._packed_rows, self.kernels = rows, "mkl-packed"
+
+    def projections(self) -> list[Projection]:
+        return [p for layer in self.layers for p in layer.projections()] + [self.lm_head]
+
+    def new_cache(self, max_positions: int) -> KVCache:
+        return KVCache(len(self.layers), self.n_kv, self.head_dim, max_positions, self.embed.dtype, self.embed.device)
+
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, cache: KVCache, aux_layers: list[int], last_only: bool
+                ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """ids [t] → (logits [1 or t, vocab], aux states [t, hidden] of `aux_layers`, in their order)."""
+        t, start = ids.shape[0], cache.length
+        end = start + t
+        cache.reserve(end)
+        x = F.embedding(ids, self.embed)  # [t, H]: one sequence, so no batch dimension
+        cos, signed_sin = self.rope.span(start, end, x)  # [1, t, head_dim]
+        # new queries see every cached key and the new keys up to their own position
+        mask = None if t == 1 else torch.ones(t, end, dtype=torch.bool, device=ids.device).tril(start)
+        one_query_at_a_time = self.row_exact and 1 < t <= MAX_EXACT_ROWS
+        heads, kv_heads, head_dim = self.n_heads, self.n_kv, self.head_dim
+        captured: dict[int, torch.Tensor] = {}
+        wanted = set(aux_layers)
+        for i, layer in enumerate(self.layers):
+            if i in wanted:
+                captured[i] = x
+            qkv = layer.qkv(F.rms_norm(x, x.shape[-1:], layer.input_norm, self.eps))
+            qk, v = qkv.view(t, heads + 2 * kv_heads, head_dim).transpose(0, 1).split([heads + kv_heads, kv_heads])
+            qk = rotate(qk, cos, signed_sin)  # queries and keys rotated together: [heads + kv_heads, t, head_dim]
+            q = qk[:heads]
+            cache.keys[i, :, start:end] = qk[heads:]
+            cache.values[i, :, start:end] = v
+            keys, values = cache.keys[i : i + 1], cache.values[i : i + 1]
+            if one_query_at_a_time:
+                attn = torch.cat([F.scaled_dot_product_attention(
+                    q[None, :, j : j + 1], keys[:, :, : start + j + 1], values[:, :, : start + j + 1],
+                    scale=self.scale, enable_gqa=kv_heads != heads) for j in range(t)], dim=2)
+            else:
+                attn = F.scaled_dot_product_attention(q[None], keys[:, :, :end], values[:, :, :end], attn_mask=mask,
+                                                      scale=self.scale, enable_gqa=kv_heads != heads)
+            x = x + layer.o(attn[0].transpose(0, 1).reshape(t, heads * head_dim))
+            gate, up = layer.gate_up(F.rms_norm(x, x.shape[-1:], layer.post_norm, self.eps)).chunk(2, dim=-1)
+            x = x + layer.down(F.silu(gate) * up)
+        if len(self.layers) in wanted:
+            captured[len(self.layers)] = x
+        cache.length = end
+        logits = self.lm_head(F.rms_norm(x[-1:] if last_only else x, x.shape[-1:], self.norm, self.eps))
+        return logits, [captured[i] for i in aux_layers]

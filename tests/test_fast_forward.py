@@ -1,0 +1,122 @@
+"""The fast decode forward (engine/llama.py) computes what transformers computes, and decoding through either is
+lossless; its caches roll back by length and grow past their first capacity; its packed products agree with the
+plain ones. The models are the session's tiny Llama pair (tests/tiny.py), loaded from disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, MistralConfig, MistralForCausalLM
+
+from playground.engine import GenerationConfig, Target, load_drafter, plain_generate, speculative_generate
+from playground.engine.llama import FIRST_CAPACITY, KVCache, native_bfloat16
+
+
+def load_target(root: Path, fast: bool, dtype: torch.dtype = torch.float32) -> Target:
+    folder = str(root / "target")
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa")
+    return Target(model, AutoTokenizer.from_pretrained(folder), fast=fast)
+
+
+def ids(n: int, vocab: int, seed: int) -> list[int]:
+    return torch.randint(8, vocab, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+@pytest.fixture(scope="module")
+def targets(tiny_root: Path) -> tuple[Target, Target]:
+    fast, slow = load_target(tiny_root, fast=True), load_target(tiny_root, fast=False)
+    assert (fast.forward_path, slow.forward_path) == ("fast", "transformers")
+    assert isinstance(fast.new_cache(), KVCache) and not isinstance(slow.new_cache(), KVCache)
+    return fast, slow
+
+
+def test_same_logits_and_aux_states_as_transformers(targets: tuple[Target, Target]) -> None:
+    fast, slow = targets
+    aux = [0, 2, fast.num_layers]  # the input of layers 0 and 2, and the final pre-norm state
+    prompt = ids(300, fast.vocab_size, 0)  # longer than a new cache holds: it grows once
+    assert len(prompt) > FIRST_CAPACITY
+    caches = fast.new_cache(), slow.new_cache()
+    feeds = [prompt, prompt[:5], prompt[5:6], prompt[6:13]]
+    rollback_to = [None, 300 + 2, None, None]  # keep 2 of the 5: the rest is overwritten by the next feed
+    for feed, back in zip(feeds, rollback_to):
+        a, b = (t.forward(feed, c, aux) for t, c in zip(targets, caches))
+        torch.testing.assert_close(a.logits, b.logits, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(a.aux, b.aux, rtol=1e-5, atol=1e-5)
+        if back is not None:
+            for t, c in zip(targets, caches):
+                t.rollback(c, back)
+    assert caches[0].get_seq_length() == caches[1].get_seq_length() == 300 + 2 + 1 + 7
+    last = fast.forward(prompt[:1], caches[0], last_only=True).logits
+    assert last.shape == (1, fast.vocab_size)
+
+
+def test_packed_products_agree_with_plain_ones(tiny_root: Path) -> None:
+    target = load_target(tiny_root, fast=True)
+    prompt, step = ids(40, target.vocab_size, 1), ids(5, target.vocab_size, 2)
+    cache = target.new_cache()
+    target.forward(prompt, cache)
+    plain = target.forward(step, cache).logits
+    target.rollback(cache, len(prompt))
+    target.expect_rows(len(step))
+    if not torch.backends.mkl.is_available():
+        pytest.skip("this torch build has no MKL: float32 products are never packed")
+    assert target.fast.kernels == "mkl-packed"
+    packed = target.forward(step, cache).logits
+    torch.testing.assert_close(packed, plain, rtol=1e-4, atol=1e-4)
+    assert target.fast.forward(torch.tensor(step[:3]), cache, [], False)[0].shape[0] == 3  # other counts: unpacked
+
+
+def test_decoding_through_transformers_stays_lossless(tiny_root: Path) -> None:
+    """The fallback path (any model the fast forward does not take): speculative equals plain, and equals the fast
+    path's output."""
+    fast, slow = load_target(tiny_root, fast=True), load_target(tiny_root, fast=False)
+    drafter, _ = load_drafter(tiny_root / "eagle3.1")
+    aux = slow.attach(drafter)
+    prompt = ids(20, slow.vocab_size, 3)
+    cfg = GenerationConfig(max_new_tokens=40, k=4)
+    plain = [t for e in plain_generate(slow, prompt, cfg) for t in e.emitted]
+    spec = [t for e in speculative_generate(slow, drafter, aux, prompt, cfg) for t in e.emitted]
+    assert spec == plain
+    assert [t for e in plain_generate(fast, prompt, cfg) for t in e.emitted] == plain
+
+
+def test_models_it_does_not_know_take_transformers_path(tiny_root: Path) -> None:
+    config = MistralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           num_key_value_heads=1, vocab_size=64, sliding_window=16)
+    target = Target(MistralForCausalLM(config).eval(), AutoTokenizer.from_pretrained(tiny_root / "target"))
+    assert target.forward_path == "transformers" and "mistral" in target.fast_problem
+    out = target.forward([1, 2, 3], target.new_cache(), aux_layers=[1])
+    assert out.logits.shape == (3, 64) and out.aux.shape == (3, 32)
+
+
+@pytest.mark.skipif(not native_bfloat16(), reason="this CPU has no bfloat16 instructions (AVX-512 BF16 or AMX)")
+def test_bfloat16_uses_packed_kernels_and_stays_close(tiny_root: Path) -> None:
+    fast, slow = load_target(tiny_root, True, torch.bfloat16), load_target(tiny_root, False, torch.bfloat16)
+    assert fast.fast.kernels == "onednn-packed" and fast.dtype == torch.bfloat16
+    prompt = ids(60, fast.vocab_size, 4)
+    a, b = (t.forward(prompt, t.new_cache(), [1]) for t in (fast, slow))
+    assert a.aux.dtype == torch.bfloat16
+    # bfloat16 keeps 8 bits of mantissa; the two paths round in different places
+    assert (a.logits.argmax(-1) == b.logits.argmax(-1)).float().mean() > 0.9
+
+
+@pytest.mark.skipif(not native_bfloat16(), reason="this CPU has no bfloat16 instructions (AVX-512 BF16 or AMX)")
+@pytest.mark.parametrize("name", ["eagle3", "eagle3.1"])
+def test_bfloat16_speculation_is_token_identical_to_bfloat16_plain(tiny, tiny_root: Path, name: str) -> None:
+    """Row-exact verification: each verified row is computed bit for bit as a one-token step computes it, so even
+    bfloat16's coarse logits give the same greedy tokens (no near-tie tolerance here, unlike float32's test)."""
+    target = load_target(tiny_root, True, torch.bfloat16)
+    assert target.fast.row_exact
+    drafter, _ = load_drafter(tiny_root / name)  # float32, as the local backend keeps drafters on the CPU
+    aux = target.attach(drafter)
+    prompts = [ids(n, target.vocab_size, 10 + n) for n in (3, 40, 150)] + tiny.training_prompts[:3]
+    accepted = 0
+    for prompt in prompts:
+        plain = [t for e in plain_generate(target, prompt, GenerationConfig(max_new_tokens=40)) for t in e.emitted]
+        for k in range(1, 9):
+            events = list(speculative_generate(target, drafter, aux, prompt, GenerationConfig(max_new_tokens=40, k=k)))
+            assert [t for e in events for t in e.emitted] == plain, f"{name} k={k}, {len(prompt)}-token prompt"
+            accepted += sum(e.accepted for e in events[1:])
+    assert accepted > 0, "no draft accepted: the test would not have verified a single chain"
