@@ -184,3 +184,24 @@ def test_the_plan_is_made_without_a_model(tmp_path: Path) -> None:
     assert all("fits the target's context (20 tokens)" in why for why in tight.cells[1].unavailable.values())
     with pytest.raises(ValueError, match="no prompt fits"):
         make_plan(config, encode, max_positions=12, unavailable=lambda m: None)
+
+
+def test_engine_bench_rows_on_our_engine(tiny_pair: Path) -> None:
+    """`bench-engines` on our engine alone: every method at each C, plus an instrumented row per EAGLE method at the
+    lowest C whose cost is its own tokens/s against the uninstrumented row's; greedy rows equal plain decoding's."""
+    from playground.bench.engines import EngineBenchConfig, run_engine_bench, table
+
+    config = EngineBenchConfig(prompt_set="mt-bench", prompts=2, max_new_tokens=12, concurrency=(1, 2),
+                               engines=("local",))
+    result = run_engine_bench(config, log=lambda line: None)
+    rows = result["rows"]
+    assert {(r["drafter"], r["concurrency"], r["instrumented"]) for r in rows} == {
+        (d, c, False) for d in ("none", "eagle3", "eagle3.1") for c in (1, 2)} | {
+        ("eagle3", 1, True), ("eagle3.1", 1, True)}
+    assert all(r["identical_to_plain"] for r in rows) and result["machine"]["engines"]["local"]["forward"] == "fast"
+    for row in (r for r in rows if r["instrumented"]):
+        uninstrumented = next(r for r in rows if (r["drafter"], r["concurrency"], r["instrumented"]) ==
+                         (row["drafter"], 1, False))
+        assert row["instrumentation_cost"] == pytest.approx(
+            1 - row["per_user_tokens_per_second"] / uninstrumented["per_user_tokens_per_second"])
+    assert table(result).count(", instrumented (") == 2

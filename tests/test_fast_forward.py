@@ -8,16 +8,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, MistralConfig, MistralForCausalLM
+from transformers import AutoTokenizer, MistralConfig, MistralForCausalLM
 
 from playground.engine import GenerationConfig, Target, load_drafter, plain_generate, speculative_generate
 from playground.engine.llama import FIRST_CAPACITY, KVCache, native_bfloat16
 
 
 def load_target(root: Path, fast: bool, dtype: torch.dtype = torch.float32) -> Target:
-    folder = str(root / "target")
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa")
-    return Target(model, AutoTokenizer.from_pretrained(folder), fast=fast)
+    return Target.load(str(root / "target"), dtype=dtype, fast=fast)
 
 
 def ids(n: int, vocab: int, seed: int) -> list[int]:

@@ -9,7 +9,10 @@ requests in flight at a time (a new one starts when one ends). Metric definition
 - speedup = per-user tokens/s / the same engine's plain decoding at the same C, in the same run;
 - acceptance length and per-position acceptance from the streamed steps (vLLM's definitions, `engine.trace`);
 - `identical_to_plain`: greedy token ids equal to the same engine's plain decoding on every prompt;
-  `identical_to_local`: equal to the local engine's, same method.
+  `identical_to_local`: equal to the local engine's, same method;
+- instrumented rows (our engine, each EAGLE method, at the lowest C): the same requests with attention, hidden-state
+  RMS and draft probabilities recorded, as the app records them; `instrumentation_cost` = 1 - their per-user
+  tokens/s / the uninstrumented row's.
 
 The local engine serves concurrent requests from threads, each a batch of one, sharing the CPU's cores; vLLM
 batches them. Each engine runs alone: the local engine first, then each vLLM engine, shut down before the next
@@ -76,6 +79,8 @@ class EngineRow:
     per_position_acceptance: list[float] | None = None
     identical_to_plain: bool | None = None
     identical_to_local: bool | None = None
+    instrumented: bool = False  # drift, RMS and draft probabilities recorded (our engine only)
+    instrumentation_cost: float | None = None  # 1 - tokens/s instrumented / uninstrumented, same C
     token_ids: list[list[int]] = field(default_factory=list, repr=False)  # per prompt; not written out
 
 
@@ -98,21 +103,22 @@ def request_runner(backend, drafter: str, cfg: GenerationConfig) -> Callable[[li
     return run
 
 
-def make_row(engine: str, drafter: str, k: int, requests: list[Request], seconds: float, concurrency: int) -> EngineRow:
+def make_row(engine: str, drafter: str, k: int, requests: list[Request], seconds: float, concurrency: int,
+             instrumented: bool = False) -> EngineRow:
     rates = [len(r.token_ids) / r.seconds for r in requests]
     counters = sum((r.counters for r in requests), SpecCounters())
     tokens = sum(len(r.token_ids) for r in requests)
-    return EngineRow(engine, drafter, DRAFTER_LABELS.get(drafter, drafter) if drafter != "none" else "plain decoding",
-                     None if drafter == "none" else k, concurrency, len(requests), tokens, statistics.median(rates),
-                     (min(rates), max(rates)), tokens / seconds, seconds,
+    label = DRAFTER_LABELS.get(drafter, drafter) if drafter != "none" else "plain decoding"
+    return EngineRow(engine, drafter, label, None if drafter == "none" else k, concurrency, len(requests), tokens,
+                     statistics.median(rates), (min(rates), max(rates)), tokens / seconds, seconds,
                      mean_acceptance_length=counters.mean_acceptance_length,
-                     per_position_acceptance=counters.per_position_acceptance,
+                     per_position_acceptance=counters.per_position_acceptance, instrumented=instrumented,
                      token_ids=[r.token_ids for r in requests])
 
 
 def compare_rows(rows: list[EngineRow]) -> None:
-    """Fill speedups and token identity from the plain and local rows of the same run."""
-    by = {(r.engine, r.drafter, r.concurrency): r for r in rows}
+    """Fill speedups, token identity and instrumentation costs from the other rows of the same run."""
+    by = {(r.engine, r.drafter, r.concurrency): r for r in rows if not r.instrumented}
     for row in rows:
         plain = by.get((row.engine, "none", row.concurrency))
         if plain is not None:
@@ -121,6 +127,8 @@ def compare_rows(rows: list[EngineRow]) -> None:
         local = by.get(("local", row.drafter, row.concurrency))
         if local is not None and row.engine != "local":
             row.identical_to_local = row.token_ids == local.token_ids
+        if row.instrumented and local is not None:
+            row.instrumentation_cost = 1 - row.per_user_tokens_per_second / local.per_user_tokens_per_second
 
 
 def run_engine_bench(config: EngineBenchConfig, log: Callable[[str], None] = print) -> dict:
@@ -137,11 +145,16 @@ def run_engine_bench(config: EngineBenchConfig, log: Callable[[str], None] = pri
         for drafter in config.methods:
             run = request_runner(backend, drafter, cfg)
             run(prompts[0])  # start (vLLM: an engine of its own) and warm up this path, untimed
-            for concurrency in config.concurrency:
-                requests, seconds = run_level(run, prompts, concurrency)
-                rows.append(make_row(engine, drafter, config.k, requests, seconds, concurrency))
-                log(f"{engine:5} {drafter:8} C={concurrency:<2} {rows[-1].per_user_tokens_per_second:6.1f} tok/s "
-                    f"per user, {rows[-1].throughput_tokens_per_second:6.1f} in all ({seconds:.0f} s)")
+            levels = [(c, False) for c in config.concurrency]
+            if engine == "local" and drafter != "none":  # what the app's drift views cost, one request at a time
+                levels.insert(1, (min(config.concurrency), True))
+            for concurrency, instrumented in levels:
+                level_run = request_runner(backend, drafter, replace(cfg, instrument=True)) if instrumented else run
+                requests, seconds = run_level(level_run, prompts, concurrency)
+                rows.append(make_row(engine, drafter, config.k, requests, seconds, concurrency, instrumented))
+                log(f"{engine:5} {drafter:8} C={concurrency:<2}{' instrumented' if instrumented else ''} "
+                    f"{rows[-1].per_user_tokens_per_second:6.1f} tok/s per user, "
+                    f"{rows[-1].throughput_tokens_per_second:6.1f} in all ({seconds:.0f} s)")
             if hasattr(backend, "shutdown"):
                 backend.shutdown()  # an idle engine-core process would share the cores with the next measurement
         engines_info[engine] = engine_info(engine, backend)
@@ -174,12 +187,34 @@ def table(result: dict) -> str:
                                                                                  "identical_to_local"))
         al = f"{r['mean_acceptance_length']:.2f}" if r["mean_acceptance_length"] else "—"
         label = r["label"] + (f" k={r['k']}" if r["k"] else "")
+        if r.get("instrumented"):
+            label += f", instrumented ({instrumentation_label(r['instrumentation_cost'])})"
         lines.append(f"| {r['engine']} | {label} | {r['concurrency']} | {r['per_user_tokens_per_second']:.1f} | "
                      f"{r['speedup']:.2f}× | {r['throughput_tokens_per_second']:.1f} | {al} | {same} |")
     return "\n".join(lines)
 
 
+def instrumentation_label(cost: float) -> str:
+    """A measured instrumentation cost as the app shows it: "−6 %" (or "+2 %" where noise made it faster)."""
+    return f"{'−' if cost >= 0 else '+'}{abs(cost):.0%}".replace("%", " %")
+
+
 COMMITTED = REPO_ROOT / "assets" / "bench" / "engines-cpu" / "results.json"
+
+
+def committed_result() -> dict | None:
+    return json.loads(COMMITTED.read_text()) if COMMITTED.is_file() else None
+
+
+def instrumentation_note() -> str:
+    """What recording drift, RMS and draft probabilities costs our engine, from the committed result ("" without)."""
+    result = committed_result()
+    rows = [r for r in (result or {}).get("rows", []) if r.get("instrumented")]
+    if not rows:
+        return ""
+    costs = ", ".join(f"{r['label']} {instrumentation_label(r['instrumentation_cost'])}" for r in rows)
+    return (f"Recording drift, hidden-state RMS and draft probabilities costs our engine {costs} tokens/s "
+            f"(k = {rows[0]['k']}, one request at a time; `bench-engines`, {result['machine']['cpu']}).")
 
 
 def machine_line(result: dict) -> str:
@@ -192,12 +227,13 @@ def machine_line(result: dict) -> str:
 
 def committed_section() -> str:
     """The committed two-engine result as Markdown (the About tab), or "" where it is absent."""
-    if not COMMITTED.is_file():
+    result = committed_result()
+    if result is None:
         return ""
-    result = json.loads(COMMITTED.read_text())
     c = result["config"]
     return (f"{c['prompts']} {c['prompt_set']} prompts, {c['max_new_tokens']} new tokens, greedy, k = {c['k']}, "
-            f"C requests in flight at a time; {machine_line(result)}.\n\n{table(result)}\n")
+            f"{c.get('dtype', 'float32')}, C requests in flight at a time; {machine_line(result)}.\n\n"
+            f"{table(result)}\n")
 
 
 def main(args: argparse.Namespace) -> None:

@@ -73,7 +73,7 @@ class Target:
 
     @classmethod
     def load(cls, path_or_id: str, device: str = "cpu", dtype: torch.dtype = torch.float32,
-             trust_remote_code: bool = False) -> "Target":
+             trust_remote_code: bool = False, fast: bool = True) -> "Target":
         hf_logging.disable_progress_bar()
         try:
             tokenizer = AutoTokenizer.from_pretrained(path_or_id, trust_remote_code=trust_remote_code)
@@ -83,7 +83,7 @@ class Target:
         except (OSError, ValueError) as err:
             first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise TargetError(f"cannot load target {path_or_id!r}: {first_line}") from None
-        return cls(model, tokenizer, device, name=str(path_or_id))
+        return cls(model, tokenizer, device, name=str(path_or_id), fast=fast)
 
     @staticmethod
     def _find_layers(model):

@@ -6,6 +6,7 @@ import html
 
 import gradio as gr
 
+from playground.bench.engines import instrumentation_note
 from playground.playback import Conversation, Run, chat_turn, regenerate_turn
 from playground.presets import Preset
 from playground.viz import (
@@ -140,6 +141,7 @@ def build_chat_tab(preset: Preset) -> None:
         position_plot = gr.Plot(_hint("position"), elem_id="position-plot", show_label=False)
         drift_plot = gr.Plot(_hint("drift"), elem_id="drift-plot", show_label=False)
         rms_plot = gr.Plot(_hint("rms"), elem_id="rms-plot", show_label=False)
+    gr.Markdown(instrumentation_note(), elem_id="instrumentation-cost")
     with gr.Accordion("Live run data (JSON)", open=False):
         run_json = gr.JSON(elem_id="chat-run-json", show_label=False)
 
