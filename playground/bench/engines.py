@@ -195,8 +195,9 @@ def table(result: dict) -> str:
 
 
 def instrumentation_label(cost: float) -> str:
-    """A measured instrumentation cost as the app shows it: "−6 %" (or "+2 %" where noise made it faster)."""
-    return f"{'−' if cost >= 0 else '+'}{abs(cost):.0%}".replace("%", " %")
+    """A measured instrumentation cost as the app shows it: "−6 %" ("+2 %" where noise made it faster, "±0 %")."""
+    percent = round(100 * cost)
+    return f"{'±' if percent == 0 else '−' if percent > 0 else '+'}{abs(percent)} %"
 
 
 COMMITTED = REPO_ROOT / "assets" / "bench" / "engines-cpu" / "results.json"

@@ -44,13 +44,13 @@ speed runs (`assets/models/smollm2-135m/evaluation.json` and `speed.json`):
   On short familiar prompts there is no clear winner: on the study's held-out prompts EAGLE-3 is slightly ahead
   (k = 4: EAGLE-3 2.92, EAGLE-3.1 2.76; k = 1: 1.78 and 1.76), while the 8-prompt evaluation finds EAGLE-3.1 ahead
   (k = 4: EAGLE-3.1 2.66, EAGLE-3 2.40; k = 8: 2.99 and 2.55) and the two nearly equal at k = 1 (1.69 and 1.65).
-- On a 2-core CPU the speedup is modest on long answers: at k = 4, 1.27× for EAGLE-3.1 and 1.25× for EAGLE-3
-  (MT-Bench, HumanEval and held-out prompts, 128 tokens, two threads; per-run range 0.89–2.18×). There the
+- On a 2-core CPU the speedup is modest on long answers: at k = 4, 1.27× for EAGLE-3.1 and 1.14× for EAGLE-3
+  (MT-Bench, HumanEval and held-out prompts, 128 tokens, two threads; per-run range 0.82–2.20×). There the
   acceptance length is only ~1.9–2.0, and verifying k + 1 tokens costs about 1.3 plain steps. **Adaptive drafting**
   (end the chain after a draft the drafter gave less than 0.3) skips verifying drafts that would mostly be
-  rejected: EAGLE-3.1 1.42× (pooled over all tokens 1.38×, against 1.27× at fixed k), EAGLE-3 1.37×, with the
-  slowest runs above 1.0×. On the drift study's short held-out answers EAGLE-3 reached 1.79× and EAGLE-3.1 1.73× at
-  k = 4 (one pass: indicative only).
+  rejected: EAGLE-3.1 1.35× (pooled over all tokens 1.35×, against 1.27× at fixed k), EAGLE-3 1.25×; the slowest
+  EAGLE-3.1 run was still below plain decoding. On the drift study's short held-out answers (measured before our
+  engine's fast path) EAGLE-3 reached 1.79× and EAGLE-3.1 1.73× at k = 4 (one pass: indicative only).
 - **EAGLE can be slower than plain decoding.** At ~4k prompt tokens (Python source before a question) both drafters
   were, at k = 8: 0.83× for EAGLE-3 and 0.88× for EAGLE-3.1; under the unfamiliar `llama3` template EAGLE-3 ran at
   0.86×. On prompts unlike the drafters' training data, such as long essays or prompts in other languages, EAGLE can
@@ -61,10 +61,16 @@ speed runs (`assets/models/smollm2-135m/evaluation.json` and `speed.json`):
 The same pair runs on two engines here: **ours** (the microscope: only it shows drift, RMS and draft probabilities)
 and **vLLM**, the engine EAGLE-3.1 ships in, through its CPU build (preset `smollm2-135m-vllm`; in Compare, each
 side's *engine*). Both give the same greedy tokens. vLLM starts an engine per drafter and k on first use (about a
-minute on 2 cores, then it is kept) and on a 2-core machine binds its worker to one core. Measured by
+minute on 2 cores, then it is kept) and on a 2-core machine binds its worker to one core. Our engine decodes Llama
+targets on the CPU through its own fast path (the same weights and, in float32, the same logits as transformers;
+a preallocated cache; weights packed for the verification's k + 1 rows). Measured by
 `python -m playground bench-engines` (`assets/bench/engines-cpu/`): per-user tok/s is a request's tokens / its
 wall time (the median over requests), with C requests in flight at a time; speedup is over the same engine's plain
-decoding at the same C.
+decoding at the same C; the instrumented rows record drift, RMS and draft probabilities, as the Chat tab does.
+
+**Precision.** The default is float32. The preset `smollm2-135m-bf16` runs the target in bfloat16: on a CPU with
+bf16 instructions (AVX-512 BF16 or AMX) our engine verifies drafts row-exactly there, so greedy speculation stays
+token-identical to plain bf16 decoding; elsewhere the run's status says it is not. Every run says its precision.
 
 {committed_section()}
 ### Metric definitions (vLLM's)
