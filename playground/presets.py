@@ -120,7 +120,7 @@ def _smollm2_bf16() -> Preset:
         description="The default pair with the target in bfloat16. On a CPU with bf16 instructions (AVX-512 BF16 or "
         "AMX) our engine multiplies packed bf16 weights and verifies drafts row-exactly, so greedy speculation stays "
         "token-identical to plain bf16 decoding; the answers differ from float32's, which stays the default.",
-        notes="Without bf16 instructions bf16 is emulated: slower than float32, and the run says its speculative "
+        notes="Without bf16 instructions bf16 runs through emulated kernels, and the run says its speculative "
               "tokens are not token-identical to plain decoding.",
     )
 
