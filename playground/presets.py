@@ -14,7 +14,7 @@ Environment:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from playground.smollm2 import HUB_ID  # resolved to a local copy when loaded
@@ -95,12 +95,10 @@ def _smollm2() -> Preset:
 
 
 def _smollm2_vllm() -> Preset:
-    local = _smollm2()
-    return Preset(
+    return replace(
+        _smollm2(),
         name=f"{DEFAULT}-vllm",
         title="SmolLM2-135M-Instruct and our drafters through vLLM",
-        target=local.target,
-        drafters=dict(local.drafters),
         backend="vllm",
         description="The default pair served by vLLM, the engine EAGLE-3.1 ships in: per-step acceptance, "
         "acceptance by position and tokens/s, no attention or hidden-state charts. float32, as the local engine, so "
@@ -110,12 +108,10 @@ def _smollm2_vllm() -> Preset:
 
 
 def _smollm2_bf16() -> Preset:
-    local = _smollm2()
-    return Preset(
+    return replace(
+        _smollm2(),
         name=f"{DEFAULT}-bf16",
         title="SmolLM2-135M-Instruct and our drafters in bfloat16 (CPU with bf16 instructions)",
-        target=local.target,
-        drafters=dict(local.drafters),
         dtype="bfloat16",
         description="The default pair with the target in bfloat16. On a CPU with bf16 instructions (AVX-512 BF16 or "
         "AMX) our engine multiplies packed bf16 weights and verifies drafts row-exactly, so greedy speculation stays "
