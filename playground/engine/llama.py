@@ -224,7 +224,6 @@ class FastLlama:
         self.n_heads, self.n_kv = int(cfg.num_attention_heads), int(cfg.num_key_value_heads)
         self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
         self.scale = self.head_dim**-0.5
-        self.kernels = "plain"  # "mkl-packed" once a float32 pack is made, "onednn-packed" for bfloat16
         self.row_exact = False  # a verification's rows computed bit for bit as one-token steps compute them
         self._pack_lock = threading.Lock()
         self._packed_rows: int | None = None
@@ -233,14 +232,18 @@ class FastLlama:
         if dtype == torch.bfloat16 and self.embed.device.type == "cpu" and native_bfloat16():
             for projection in self.projections():
                 projection.pack_onednn()
-            self.kernels = "onednn-packed"
             self.row_exact = True
+
+    @property
+    def kernels(self) -> str:
+        """Which products run: "onednn-packed" (bfloat16), "mkl-packed" (float32, once packed) or "plain"."""
+        return "onednn-packed" if self.lm_head.onednn is not None else "mkl-packed" if self._packed_rows else "plain"
 
     def expect_rows(self, rows: int) -> None:
         """Pack the float32 weights for `rows`-row products (a verification's k + 1), within `PACK_SHARE` of the
         available memory; a new row count replaces the pack before it."""
-        if (self.kernels == "onednn-packed" or self.embed.dtype != torch.float32 or self.embed.device.type != "cpu"
-                or not torch.backends.mkl.is_available() or rows < 2):
+        if (self.embed.dtype != torch.float32 or self.embed.device.type != "cpu" or not torch.backends.mkl.is_available()
+                or rows < 2):
             return
         with self._pack_lock:
             if rows == self._packed_rows:
@@ -257,9 +260,9 @@ class FastLlama:
                 if used > budget:
                     for undo in projections:
                         undo.mkl = None
-                    self._no_room_for, self._packed_rows, self.kernels = used, None, "plain"
+                    self._no_room_for, self._packed_rows = used, None
                     return
-            self._packed_rows, self.kernels = rows, "mkl-packed"
+            self._packed_rows = rows
 
     def projections(self) -> list[Projection]:
         return [p for layer in self.layers for p in layer.projections()] + [self.lm_head]
@@ -276,9 +279,10 @@ class FastLlama:
         cache.reserve(end)
         x = F.embedding(ids, self.embed)  # [t, H]: one sequence, so no batch dimension
         cos, signed_sin = self.rope.span(start, end, x)  # [1, t, head_dim]
-        # new queries see every cached key and the new keys up to their own position
-        mask = None if t == 1 else torch.ones(t, end, dtype=torch.bool, device=ids.device).tril(start)
         one_query_at_a_time = self.row_exact and 1 < t <= MAX_EXACT_ROWS
+        # new queries see every cached key and the new keys up to their own position
+        mask = (None if t == 1 or one_query_at_a_time
+                else torch.ones(t, end, dtype=torch.bool, device=ids.device).tril(start))
         heads, kv_heads, head_dim = self.n_heads, self.n_kv, self.head_dim
         captured: dict[int, torch.Tensor] = {}
         wanted = set(aux_layers)
