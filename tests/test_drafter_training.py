@@ -3,6 +3,8 @@ recorded), then EAGLE-3 and EAGLE-3.1 train in lockstep on those records, resume
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -148,3 +150,54 @@ def test_speed_table_times_every_drafter_and_k_against_plain(pair_models, tiny) 
             assert set(by_set) == {"one", "two"} and min(by_set.values()) <= m["mean_acceptance_length"] <= max(by_set.values())
             assert m["speedup_per_acceptance_length"] == pytest.approx(m["median_speedup"] / m["mean_acceptance_length"])
             assert m["median_draft_ms_per_step"] > 0 and m["median_verify_ms_per_step"] > 0
+
+
+def test_long_context_items_are_deterministic_and_from_training_modules(tiny_root: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from playground.train.corpus import split_of as module_split
+    from playground.train.long_context import LongDataConfig, build_items
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_root / "target")
+    cfg = LongDataConfig(n_source=3, n_docs=2, n_chat=2, n_validation=1)
+    items = build_items(tokenizer, cfg)
+    assert items == build_items(tokenizer, cfg)
+    assert [i.kind for i in items] == ["source"] * 3 + ["docs"] * 2 + ["chat"] * 2 + ["source"]
+    assert all(len(i.turns) >= 4 for i in items if i.kind == "chat")
+    for item in items:
+        files = [line.split("# file: ")[1].removesuffix(".py").replace("/", ".")
+                 for line in item.turns[0].splitlines() if line.startswith("# file: ")]
+        assert all(module_split(name) == item.split for name in files)  # no held-out module in a training item
+    assert "numpy" not in json.dumps([asdict(i) for i in items])  # the long evaluation's library
+
+
+def test_long_context_records_train_one_sequence_per_block(tiny_root: Path, tmp_path: Path) -> None:
+    from playground.train.drafter import DistilledData
+    from playground.train.long_context import LongDataConfig, LongItem, answer_items, read_answers, write_features
+
+    folder = str(tiny_root / "target")
+    items = [LongItem(f"source-train-{i}", "source", "train", [f"def add{i}(a, b):\n    return a + b\n" * (i + 2)
+                                                                + "Explain it."]) for i in range(8)]
+    items += [LongItem("chat-train-0", "chat", "train", ["Write add", "Why?", "Shorter?"], "Be brief."),
+              LongItem("source-validation-0", "source", "validation", ["def sub(a, b): return a - b\nExplain."])]
+    cfg = LongDataConfig(engine="local", threads=1)
+    answer_items(items, folder, tmp_path, cfg)
+    answer_items(items, folder, tmp_path, cfg)  # a rerun answers nothing again
+    answers = read_answers(tmp_path / "answers.jsonl")
+    assert [len(answers[i.id]) for i in items] == [len(i.turns) for i in items]
+    assert sum(1 for _ in (tmp_path / "answers.jsonl").open()) == sum(len(i.turns) for i in items)
+    chat = answers["chat-train-0"]  # the third turn's prompt holds the first two answers
+    assert all(t["text"] in Target.load(folder).decode(chat[2]["prompt_ids"]) for t in chat[:2] if t["text"].strip())
+    write_features(items, folder, tmp_path, threads=1)
+    assert sorted(p.name for p in (tmp_path / "train").iterdir()) == ["long-00000.safetensors", "long-00001.safetensors"]
+    data = DistilledData(tmp_path / "train", seq_len=512, pack=False)
+    assert len(data) == 9 and data.sequences == 9
+    first = answers["source-train-0"][-1]
+    tokens = first["prompt_ids"] + first["answer_ids"]
+    assert int(data.lengths[0]) == len(tokens) and data.tokens[0, : len(tokens)].tolist() == tokens
+    assert not data.signal[0, len(tokens) - 1 :].any() and data.signal[0, : len(tokens) - 1].all()
+    assert not data.aux[0, len(tokens) :].any()  # padding past the sequence
+    log = train_drafters(folder, tmp_path, tmp_path / "out", tmp_path / "run",
+                         DrafterTrainConfig(steps=2, seq_len=512, batch_size=2, draft_vocab_size=200, eval_every=2,
+                                            eval_blocks=1, warmup_steps=1, pack=False))
+    assert log["steps"] == 2 and 0 < log["tokens_seen"] <= 4 * 512

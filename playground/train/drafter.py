@@ -93,25 +93,37 @@ class TargetHead:
 
 
 class DistilledData:
-    """Shards from `distill.py`, concatenated and cut into [n, seq_len] blocks (sequences packed back to back), kept
-    on `device` (features stay bf16 there: a GPU holds millions of recorded tokens)."""
+    """Shards from `distill.py` (or `long_context.py`) cut into [n, seq_len] blocks, kept on `device` (features stay
+    bf16 there: a GPU holds millions of recorded tokens).
 
-    def __init__(self, folder: Path, seq_len: int, device: str = "cpu") -> None:
+    `pack`: sequences back to back, cut every seq_len tokens (short answers fill a block). Otherwise each sequence
+    is a block of its own from position 0, cut at seq_len, so the drafter sees the positions the target saw; a
+    batch is as wide as its longest block."""
+
+    def __init__(self, folder: Path, seq_len: int, device: str = "cpu", pack: bool = True) -> None:
         shards = sorted(folder.glob("*.safetensors"))
         if not shards:
             raise FileNotFoundError(f"no distilled shards in {folder}: run `python -m playground train distill` first")
         parts = [load_file(path) for path in shards]
         tokens = torch.cat([p["tokens"].long() for p in parts])
         answer = torch.cat([p["loss_mask"].bool() for p in parts])
-        lasts = torch.cat([p["offsets"][1:] - 1 + sum(len(q["tokens"]) for q in parts[:i]) for i, p in enumerate(parts)])
+        aux, final = torch.cat([p["aux"] for p in parts]), torch.cat([p["final"] for p in parts])
+        ends = torch.cat([p["offsets"][1:] + sum(len(q["tokens"]) for q in parts[:i]) for i, p in enumerate(parts)])
         signal = answer.clone()
-        signal[lasts] = False  # the last token of a sequence was never fed: no recorded distribution after it
-        n = len(tokens) // seq_len * seq_len
-        self.sequences, self.shards = sum(len(p["offsets"]) - 1 for p in parts), len(shards)
-        self.tokens = tokens[:n].view(-1, seq_len).to(device)
-        self.signal = signal[:n].view(-1, seq_len).to(device)
-        self.aux = torch.cat([p["aux"] for p in parts])[:n].view(-1, seq_len, parts[0]["aux"].shape[-1]).to(device)
-        self.final = torch.cat([p["final"] for p in parts])[:n].view(-1, seq_len, parts[0]["final"].shape[-1]).to(device)
+        signal[ends - 1] = False  # the last token of a sequence was never fed: no recorded distribution after it
+        self.sequences, self.shards = len(ends), len(shards)
+        if pack:
+            n = len(tokens) // seq_len * seq_len
+            self.lengths = torch.full((n // seq_len,), seq_len)
+            blocks = lambda x: x[:n].view(n // seq_len, seq_len, *x.shape[1:])  # noqa: E731
+        else:
+            begins = torch.cat([p["offsets"][:-1] + sum(len(q["tokens"]) for q in parts[:i]) for i, p in enumerate(parts)])
+            self.lengths = (ends - begins).clamp_max(seq_len)
+            inside = torch.arange(seq_len)[None] < self.lengths[:, None]
+            index = torch.where(inside, begins[:, None] + torch.arange(seq_len), len(tokens))  # past the end: padding
+            blocks = lambda x: torch.cat([x, torch.zeros_like(x[:1])])[index]  # noqa: E731
+        self.tokens, self.signal = blocks(tokens).to(device), blocks(signal).to(device)
+        self.aux, self.final = blocks(aux).to(device), blocks(final).to(device)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -121,11 +133,12 @@ class DistilledData:
 
     def batch(self, rows: torch.Tensor, head: TargetHead, t2d: torch.Tensor) -> TeacherBatch:
         rows = rows.to(self.tokens.device)
-        tokens, signal = self.tokens[rows], self.signal[rows]
+        width = int(self.lengths[rows.cpu()].max())
+        tokens, signal = self.tokens[rows, :width], self.signal[rows, :width]
         valid = torch.zeros(signal.shape[0], signal.shape[1] - 1, dtype=torch.bool, device=signal.device)
-        valid[:, :-1] = signal[:, 1:-1] & t2d[tokens[:, 2:]]  # greedy answers: the next token is the argmax
-        return TeacherBatch(aux=self.aux[rows, :-1].float(), input_ids=tokens[:, 1:], valid=valid,
-                            target_p=head.probabilities(self.final[rows, 1:][valid]))
+        valid[:, :-1] = signal[:, 1:-1] & t2d[tokens[:, 2:]]  # answers: the target's argmax; documents: theirs
+        return TeacherBatch(aux=self.aux[rows, : width - 1].float(), input_ids=tokens[:, 1:], valid=valid,
+                            target_p=head.probabilities(self.final[rows, 1:width][valid]))
 
 
 def _shift(x: torch.Tensor, j: int, fill) -> torch.Tensor:
@@ -188,6 +201,7 @@ class DrafterTrainConfig:
     threads: int = 1
     device: str = "cpu"  # "cuda": the recorded features, target head and drafters all live on the GPU
     init_from: str | None = None  # a folder with <variant>/ drafters to continue from (weights and draft vocabulary)
+    pack: bool = True  # short sequences back to back in every block; False: one sequence per block (long context)
 
     def __post_init__(self) -> None:
         if (self.minutes is None) == (self.steps is None):
@@ -239,6 +253,12 @@ def evaluate_ttt(drafter: Eagle3Drafter, data: DistilledData, head: TargetHead, 
     return sum(losses) / len(losses), [sum(a[j] for a in accs) / len(accs) for j in range(depth)]
 
 
+def _previous_training(folder: Path) -> dict | None:
+    """The training log of the drafter a run started from (itself chained to its own start, if any)."""
+    path = folder / "training_log.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Path, cfg: DrafterTrainConfig,
                    resume: bool = False) -> dict:
     """Train each variant in `cfg.variants` on DATA_DIR/train (validated on DATA_DIR/validation); save to
@@ -252,8 +272,8 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
     target = Target.load(target_path, device=cfg.device)
     for p in target.model.parameters():
         p.requires_grad_(False)
-    train = DistilledData(data_dir / "train", cfg.seq_len, cfg.device)
-    val = DistilledData(data_dir / "validation", cfg.seq_len, cfg.device)
+    train = DistilledData(data_dir / "train", cfg.seq_len, cfg.device, cfg.pack)
+    val = DistilledData(data_dir / "validation", cfg.seq_len, cfg.device, cfg.pack)
     if len(train) < cfg.batch_size or len(val) == 0:
         raise ValueError("not enough distilled data for one training batch and one validation block")
     counts = train.answer_token_counts()
@@ -273,7 +293,7 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
         target.attach(drafter)
     trainable = {v: [p for n, p in d.named_parameters() if not n.startswith("embed_tokens")] for v, d in drafters.items()}
     opts = {v: torch.optim.AdamW(trainable[v], lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0) for v in drafters}
-    state = {"step": 0, "elapsed_s": 0.0, "history": []}
+    state = {"step": 0, "elapsed_s": 0.0, "tokens_seen": 0, "history": []}
     ckpt_path = run_dir / CHECKPOINT_NAME
     if resume and ckpt_path.exists():
         ckpt = torch.load(ckpt_path, weights_only=True, map_location=cfg.device)
@@ -283,7 +303,7 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
         state = ckpt["state"]
         print(f"resumed from {ckpt_path} at step {state['step']}", flush=True)
     print(f"drafters {list(drafters)}: {len(train)} train blocks of {cfg.seq_len} from {train.sequences} answers, "
-          f"{int(train.signal.sum())} answer tokens; draft vocab {len(vocab.used)} covers {coverage:.1%}",
+          f"{int(train.signal.sum())} loss tokens; draft vocab {len(vocab.used)} covers {coverage:.1%}",
           flush=True)
 
     def save_checkpoint() -> None:
@@ -304,6 +324,7 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
         order = torch.randperm(len(train), generator=torch.Generator().manual_seed(cfg.seed * 1000 + epoch))
         rows = order[(torch.arange(cfg.batch_size) + offset) % len(train)]
         batch = train.batch(rows, head, t2d)
+        state["tokens_seen"] = state.get("tokens_seen", 0) + int(train.lengths[rows].sum())
         lr = cfg.lr * lr_factor(step, progress(), cfg)
         for v, drafter in drafters.items():
             loss, _ = ttt_loss(drafter, batch, cfg.ttt_depth)
@@ -337,15 +358,17 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
     bar.close()
     save_checkpoint()
     log = {"steps": state["step"], "wall_clock_seconds": round(state["elapsed_s"], 1),
-           "tokens_seen": state["step"] * cfg.batch_size * cfg.seq_len, "train_blocks": len(train),
+           "tokens_seen": state.get("tokens_seen", 0), "train_blocks": len(train),
            "train_answers": train.sequences, "train_answer_tokens": int(train.signal.sum()),
            "draft_vocab_coverage": coverage,
            "config": {k: (list(x) if isinstance(x, tuple) else x) for k, x in asdict(cfg).items()},
-           "history": state["history"], "final": {}}
+           "data": str(data_dir), "history": state["history"], "final": {}}
     for v, drafter in drafters.items():
         val_loss, val_acc = evaluate_ttt(drafter, val, head, t2d, cfg.ttt_depth, cfg.eval_blocks, cfg.batch_size)
         log["final"][v] = {"val_loss": val_loss, "val_top1_by_step": val_acc}
+        previous = _previous_training(Path(cfg.init_from) / v) if cfg.init_from else None
         save_drafter(drafter.eval(), out_root / v, dtype=torch.float16, t2d=vocab.t2d)
-        (out_root / v / "training_log.json").write_text(json.dumps({**log, "variant": v}, indent=2))
+        (out_root / v / "training_log.json").write_text(json.dumps({**log, "variant": v, "continued_from": previous},
+                                                                   indent=2))
     print(json.dumps(log["final"]), flush=True)
     return log
