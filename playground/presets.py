@@ -237,6 +237,13 @@ def default_preset_name() -> str:
     return DEFAULT if DEFAULT in offered else next(iter(offered))
 
 
+def with_drafters(preset: Preset, folder: Path | None) -> Preset:
+    """The preset with FOLDER/<name> for each of its drafters (a candidate pair, before it ships); None: as it is."""
+    if folder is None:
+        return preset
+    return replace(preset, drafters={name: str(Path(folder) / name) for name in preset.drafters})
+
+
 def get_preset(name: str) -> Preset:
     table = all_presets()
     if name not in table:

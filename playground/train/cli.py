@@ -81,7 +81,8 @@ def _evaluate(args: argparse.Namespace) -> None:
     from playground.train.evaluate import main
 
     main(args.out, preset_name=args.preset, n_prompts=args.prompts, ks=list(parse_ks(args.k)),
-         max_new_tokens=args.max_new_tokens, template_k=args.template_k, threads=args.threads)
+         max_new_tokens=args.max_new_tokens, template_k=args.template_k, threads=args.threads,
+         drafters_dir=args.drafters)
 
 
 def _evaluate_long(args: argparse.Namespace) -> None:
@@ -189,6 +190,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            prompts=(12, "number of held-out prompts for the acceptance table"), max_new_tokens=64,
                            threads=(1, "torch threads (timing is not measured here)"))
     p.add_argument("--template-k", type=int, default=4, help="k of the unfamiliar-template comparison")
+    p.add_argument("--drafters", type=Path, help="evaluate DIR/eagle3 and DIR/eagle3.1 instead of the preset's")
     p.set_defaults(func=_evaluate)
 
     from playground.train.evaluate_long import LONG_K, LONG_SETS

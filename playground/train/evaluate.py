@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from playground.backends.local import LocalBackend
 from playground.engine import GenerationConfig, StepEvent, summarize
-from playground.presets import get_preset
+from playground.presets import get_preset, with_drafters
 from playground.bench.prompts import load_prompt_set
 from playground.bench.rows import machine_info
 
@@ -61,9 +61,9 @@ def first_turns(prompt_set: str) -> list[list[dict]]:
 
 
 def evaluate(preset_name: str, n_prompts: int, ks: list[int], max_new_tokens: int, template_k: int, threads: int,
-             unfamiliar_template: str = "llama3") -> dict:
+             unfamiliar_template: str = "llama3", drafters_dir: Path | None = None) -> dict:
     torch.set_num_threads(threads)
-    preset = get_preset(preset_name)
+    preset = with_drafters(get_preset(preset_name), drafters_dir)
     backend = LocalBackend(preset)
     drafters = list(preset.drafters)
     held_out = first_turns("held-out")[:n_prompts]

@@ -16,7 +16,6 @@ earlier evaluation of the same prompts (checked by the prompts' token ids) inste
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import statistics
@@ -30,7 +29,7 @@ from playground.backends.local import LocalBackend
 from playground.bench.prompts import load_prompt_set
 from playground.bench.rows import machine_info
 from playground.engine import GenerationConfig, summarize
-from playground.presets import get_preset
+from playground.presets import get_preset, with_drafters
 
 LONG_SETS = ("long-1k", "long-2k", "long-4k", "long-8k")
 LONG_K = 8
@@ -43,9 +42,7 @@ def prompt_key(ids: list[int]) -> str:
 def evaluate_long(preset_name: str, drafters_dir: Path | None, sets: tuple[str, ...], k: int, max_new_tokens: int,
                   limit: int | None, threads: int, reuse_plain: Path | None = None) -> dict:
     torch.set_num_threads(threads)
-    preset = get_preset(preset_name)
-    if drafters_dir is not None:
-        preset = dataclasses.replace(preset, drafters={d: str(drafters_dir / d) for d in preset.drafters})
+    preset = with_drafters(get_preset(preset_name), drafters_dir)
     backend = LocalBackend(preset)
     drafters = list(preset.drafters)
     earlier = {}
