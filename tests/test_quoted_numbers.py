@@ -175,11 +175,33 @@ def test_model_card_says_where_the_drafters_were_trained(tmp_path: Path) -> None
         (tmp_path / variant).mkdir()
         (tmp_path / variant / "config.json").write_text((MODELS / variant / "config.json").read_text())
         log = _load(MODELS / variant / "training_log.json")
-        log["config"]["device"] = "cuda"
+        first = log
+        while first.get("continued_from"):  # the stage the pair started with
+            first = first["continued_from"]
+        first["config"]["device"] = "cuda"
         (tmp_path / variant / "training_log.json").write_text(json.dumps(log))
     card = render(tmp_path)
     assert "for both variants together, in one process on one CUDA GPU" in card and "one thread each" not in card
     assert "one thread each" in render(MODELS)
+
+
+def test_model_card_lists_every_training_stage(tmp_path: Path) -> None:
+    """A pair continued with --init-from (the long-context stage) keeps its first stage's story and adds its own."""
+    for name in ("evaluation.json", "speed.json"):
+        (tmp_path / name).write_text((MODELS / name).read_text())
+    for variant in ("eagle3", "eagle3.1"):
+        (tmp_path / variant).mkdir()
+        (tmp_path / variant / "config.json").write_text((MODELS / variant / "config.json").read_text())
+        earlier = _load(MODELS / variant / "training_log.json")
+        later = {**earlier, "steps": 7, "data": "runs/elsewhere", "continued_from": earlier,
+                 "config": {**earlier["config"], "pack": False, "seq_len": 4096}}
+        (tmp_path / variant / "training_log.json").write_text(json.dumps(later))
+    card = render(tmp_path)
+    first = earlier
+    while first.get("continued_from"):
+        first = first["continued_from"]
+    assert f"same {first['steps']} steps" in card
+    assert "Then 7 more steps on `runs/elsewhere`" in card and "one conversation per block" in card
 
 
 def test_the_two_engine_table_is_the_committed_result() -> None:
