@@ -201,3 +201,14 @@ def test_long_context_records_train_one_sequence_per_block(tiny_root: Path, tmp_
                          DrafterTrainConfig(steps=2, seq_len=512, batch_size=2, draft_vocab_size=200, eval_every=2,
                                             eval_blocks=1, warmup_steps=1, pack=False))
     assert log["steps"] == 2 and 0 < log["tokens_seen"] <= 4 * 512
+
+
+def test_long_evaluations_merge_set_by_set_only_for_the_same_pair() -> None:
+    from playground.train.evaluate_long import merge
+
+    run = {"preset": "p", "drafter_sha256": {"eagle3": "a"}, "k": 8, "max_new_tokens": 64}
+    earlier = {**run, "sets": {"long-8k": {"n": 8}, "long-1k": {"n": 1}}}
+    merged = merge(earlier, {**run, "sets": {"long-2k": {"n": 2}, "long-1k": {"n": 11}}})
+    assert list(merged["sets"]) == ["long-1k", "long-2k", "long-8k"] and merged["sets"]["long-1k"] == {"n": 11}
+    with pytest.raises(SystemExit, match="drafter_sha256"):
+        merge(earlier, {**run, "drafter_sha256": {"eagle3": "b"}, "sets": {}})

@@ -89,7 +89,8 @@ def _evaluate_long(args: argparse.Namespace) -> None:
     from playground.train.evaluate_long import main
 
     main(args.out, preset_name=args.preset, drafters_dir=args.drafters, sets=tuple(args.sets.split(",")), k=args.k,
-         max_new_tokens=args.max_new_tokens, limit=args.prompts, threads=args.threads, reuse_plain=args.reuse_plain)
+         max_new_tokens=args.max_new_tokens, limit=args.prompts, threads=args.threads, reuse_plain=args.reuse_plain,
+         update=args.update)
 
 
 def _speed(args: argparse.Namespace) -> None:
@@ -206,6 +207,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=1, help="torch threads (timing is not measured here)")
     p.add_argument("--reuse-plain", type=Path, help="an earlier evaluate-long JSON: take its plain answers")
+    p.add_argument("--update", action="store_true", help="add these sets to OUT (same pair and settings) instead of "
+                   "replacing it")
     p.set_defaults(func=_evaluate_long)
 
     p = _measurement_stage(stages, "speed", "plain vs speculative tokens/s of a preset's drafters (run it alone)",

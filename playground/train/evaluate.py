@@ -19,6 +19,7 @@ from tqdm import tqdm
 from playground.backends.local import LocalBackend
 from playground.engine import GenerationConfig, StepEvent, summarize
 from playground.presets import get_preset, with_drafters
+from playground.train.evaluate_long import drafter_digests
 from playground.bench.prompts import load_prompt_set
 from playground.bench.rows import machine_info
 
@@ -71,6 +72,7 @@ def evaluate(preset_name: str, n_prompts: int, ks: list[int], max_new_tokens: in
     unfamiliar = [backend.encode(m, chat_template=unfamiliar_template) for m in held_out]
     return {
         "preset": preset.name,
+        "drafter_sha256": drafter_digests(preset.drafters),
         "prompts": {"source": "assets/prompts/held-out.jsonl (first turns; never trained on)",
                     "count": len(prompts), "mean_prompt_tokens": statistics.mean(map(len, prompts))},
         "machine": machine_info(preset.device),

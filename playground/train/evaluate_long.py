@@ -10,7 +10,8 @@ drafter's mean acceptance length per prompt (and its median, minimum and maximum
 EAGLE-3 ratio (of the medians, and the median of the per-prompt ratios), and, pooled over the prompts' steps,
 acceptance by position, attention on the context and hidden-state RMS by depth.
 
-Plain decoding does not depend on the drafters, so `--reuse-plain EARLIER.json` takes the plain answers from an
+`--update` adds the sets it ran to an existing file of the same pair and settings (a long evaluation can run set by
+set, in several processes). Plain decoding does not depend on the drafters, so `--reuse-plain EARLIER.json` takes the plain answers from an
 earlier evaluation of the same prompts (checked by the prompts' token ids) instead of decoding them again.
 """
 
@@ -35,6 +36,12 @@ LONG_SETS = ("long-1k", "long-2k", "long-4k", "long-8k")
 LONG_K = 8
 
 
+def drafter_digests(drafters: dict[str, str]) -> dict[str, str]:
+    """SHA-256 of each drafter's weights: ties a measurement to the files it measured, wherever they lie."""
+    return {name: hashlib.sha256((Path(folder) / "model.safetensors").read_bytes()).hexdigest()
+            for name, folder in drafters.items() if (Path(folder) / "model.safetensors").exists()}
+
+
 def prompt_key(ids: list[int]) -> str:
     return hashlib.sha1(json.dumps(ids).encode()).hexdigest()
 
@@ -49,7 +56,8 @@ def evaluate_long(preset_name: str, drafters_dir: Path | None, sets: tuple[str, 
     if reuse_plain is not None:
         old = json.loads(reuse_plain.read_text())
         earlier = {p["prompt_key"]: p["plain_ids"] for cell in old["sets"].values() for p in cell["prompts"]}
-    result: dict = {"preset": preset.name, "drafters": preset.drafters, "k": k, "max_new_tokens": max_new_tokens,
+    result: dict = {"preset": preset.name, "drafters": preset.drafters,
+                    "drafter_sha256": drafter_digests(preset.drafters), "k": k, "max_new_tokens": max_new_tokens,
                     "machine": machine_info(preset.device), "sets": {}}
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, k=k)
     for name in sets:
@@ -96,8 +104,23 @@ def evaluate_long(preset_name: str, drafters_dir: Path | None, sets: tuple[str, 
     return result
 
 
-def main(out: Path, **kwargs) -> None:
+SAME_RUN = ("preset", "drafter_sha256", "k", "max_new_tokens")
+
+
+def merge(earlier: dict, result: dict) -> dict:
+    """`result`'s sets over an earlier evaluation's of the same pair and settings (`--update`), in LONG_SETS order."""
+    differ = [key for key in SAME_RUN if earlier[key] != result[key]]
+    if differ:
+        raise SystemExit(f"--update: the earlier evaluation differs in {', '.join(differ)}; write a new file instead")
+    sets = {**earlier["sets"], **result["sets"]}
+    order = [name for name in LONG_SETS if name in sets] + [name for name in sets if name not in LONG_SETS]
+    return {**result, "sets": {name: sets[name] for name in order}}
+
+
+def main(out: Path, update: bool = False, **kwargs) -> None:
     result = evaluate_long(**kwargs)
+    if update and out.exists():
+        result = merge(json.loads(out.read_text()), result)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     for name, cell in result["sets"].items():
