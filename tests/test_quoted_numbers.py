@@ -221,3 +221,27 @@ def test_the_two_engine_table_is_the_committed_result() -> None:
                                                                                     ("local", "eagle3.1", 1)}
     assert instrumentation_note() and all(instrumentation_label(r["instrumentation_cost"]) in instrumentation_note()
                                           for r in instrumented)
+
+
+def test_the_evaluations_measured_the_shipped_files() -> None:
+    """evaluation.json and long-context.json name the SHA-256 of the drafters they measured: the shipped ones."""
+    from playground.train.evaluate_long import drafter_digests
+
+    shipped = drafter_digests({name: str(MODELS / name) for name in ("eagle3", "eagle3.1")})
+    for name in ("evaluation.json", "long-context.json"):
+        assert _load(MODELS / name)["drafter_sha256"] == shipped, f"{name} measured other drafters: re-run it"
+
+
+@pytest.mark.parametrize("where, text", [("README.md", README), ("the About tab", ABOUT)])
+def test_long_context_quotes_are_the_committed_evaluation(where: str, text: str) -> None:
+    """The held-out long-context medians (EAGLE-3 vs EAGLE-3.1, every length) as `train evaluate-long` wrote them, and
+    the claim made of them: EAGLE-3.1 ahead at every length, by less than 1.2×."""
+    sets = _load(MODELS / "long-context.json")["sets"]
+    medians = {name: [c["drafters"][d]["median_acceptance_length"] for d in ("eagle3", "eagle3.1")]
+               for name, c in sets.items()}
+    missing = [f"{a:.2f} vs {b:.2f}" for a, b in medians.values() if f"{a:.2f} vs {b:.2f}" not in _flat(text)]
+    assert not missing, f"{where} does not quote {missing} from long-context.json"
+    ratios = [b / a for a, b in medians.values()]
+    assert 1 < min(ratios) and max(ratios) < 1.2, "the 'ahead at every length, not 1.2×' claim no longer holds"
+    assert f"by {100 * (min(ratios) - 1):.0f}–{100 * (max(ratios) - 1):.0f} %" in _flat(text)
+    assert all(c["drafters"][d]["lossless"] for c in sets.values() for d in ("eagle3", "eagle3.1"))

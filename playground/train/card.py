@@ -100,7 +100,7 @@ def _long_context_section(root: Path) -> list[str]:
         "",
         f"Command: `python -m playground train evaluate-long` (torch threads: {long['machine']['torch_threads']}, "
         f"{long['machine']['cpu']}). k = {long['k']}, greedy, {long['max_new_tokens']} new tokens, instrumented. "
-        "Prompts: numpy's source before a question about it (`assets/prompts/long-*.jsonl`), a library no training "
+        "Prompts: numpy's source before a question about it (`assets/prompts/numpy-*.jsonl`), a library no training "
         "stage reads; every prompt also decoded plainly, for losslessness.",
         "",
         *_long_context_rows(long),

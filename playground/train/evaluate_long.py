@@ -3,7 +3,7 @@
     python -m playground train evaluate-long                                  # the shipped pair
     python -m playground train evaluate-long --drafters runs/smollm2/long-drafters --out runs/candidate.json
 
-The prompts (`assets/prompts/long-{1k,2k,4k,8k}.jsonl`) are numpy source before a question about it: a library no
+The prompts (`assets/prompts/numpy-{1k,2k,4k,8k}.jsonl`) are numpy source before a question about it: a library no
 training stage reads, chosen by rule in scripts/build_prompt_sets.py. Every prompt runs greedily with each drafter,
 instrumented, and once without speculation, so losslessness is checked on every prompt. Reported per length: each
 drafter's mean acceptance length per prompt (and its median, minimum and maximum over the prompts), the EAGLE-3.1 /
@@ -32,7 +32,7 @@ from playground.bench.rows import machine_info
 from playground.engine import GenerationConfig, summarize
 from playground.presets import get_preset, with_drafters
 
-LONG_SETS = ("long-1k", "long-2k", "long-4k", "long-8k")
+LONG_SETS = ("numpy-1k", "numpy-2k", "numpy-4k", "numpy-8k")
 LONG_K = 8
 
 
