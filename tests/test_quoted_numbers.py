@@ -167,40 +167,42 @@ def test_model_card_is_rendered_from_the_committed_files() -> None:
     assert (ROOT / "assets" / "models" / "README.md").read_text() == render(MODELS), "run: python -m playground train card"
 
 
+def _first_stage(log: dict) -> dict:
+    while log.get("continued_from"):  # the stage the pair started with
+        log = log["continued_from"]
+    return log
+
+
+def _card_with_logs(root: Path, edit) -> str:
+    """The card of the shipped pair with each variant's training log passed through `edit` first."""
+    for name in ("evaluation.json", "speed.json"):
+        (root / name).write_text((MODELS / name).read_text())
+    for variant in ("eagle3", "eagle3.1"):
+        (root / variant).mkdir()
+        (root / variant / "config.json").write_text((MODELS / variant / "config.json").read_text())
+        (root / variant / "training_log.json").write_text(json.dumps(edit(_load(MODELS / variant / "training_log.json"))))
+    return render(root)
+
+
 def test_model_card_says_where_the_drafters_were_trained(tmp_path: Path) -> None:
     """A pair trained on a GPU (scripts/train_on_gpu.sh) gets a card that says so, not "one thread each"."""
-    for name in ("evaluation.json", "speed.json"):
-        (tmp_path / name).write_text((MODELS / name).read_text())
-    for variant in ("eagle3", "eagle3.1"):
-        (tmp_path / variant).mkdir()
-        (tmp_path / variant / "config.json").write_text((MODELS / variant / "config.json").read_text())
-        log = _load(MODELS / variant / "training_log.json")
-        first = log
-        while first.get("continued_from"):  # the stage the pair started with
-            first = first["continued_from"]
-        first["config"]["device"] = "cuda"
-        (tmp_path / variant / "training_log.json").write_text(json.dumps(log))
-    card = render(tmp_path)
+    def on_a_gpu(log: dict) -> dict:
+        _first_stage(log)["config"]["device"] = "cuda"
+        return log
+
+    card = _card_with_logs(tmp_path, on_a_gpu)
     assert "for both variants together, in one process on one CUDA GPU" in card and "one thread each" not in card
     assert "one thread each" in render(MODELS)
 
 
 def test_model_card_lists_every_training_stage(tmp_path: Path) -> None:
     """A pair continued with --init-from (the long-context stage) keeps its first stage's story and adds its own."""
-    for name in ("evaluation.json", "speed.json"):
-        (tmp_path / name).write_text((MODELS / name).read_text())
-    for variant in ("eagle3", "eagle3.1"):
-        (tmp_path / variant).mkdir()
-        (tmp_path / variant / "config.json").write_text((MODELS / variant / "config.json").read_text())
-        earlier = _load(MODELS / variant / "training_log.json")
-        later = {**earlier, "steps": 7, "data": "runs/elsewhere", "continued_from": earlier,
-                 "config": {**earlier["config"], "pack": False, "seq_len": 4096}}
-        (tmp_path / variant / "training_log.json").write_text(json.dumps(later))
-    card = render(tmp_path)
-    first = earlier
-    while first.get("continued_from"):
-        first = first["continued_from"]
-    assert f"same {first['steps']} steps" in card
+    def continued(log: dict) -> dict:
+        return {**log, "steps": 7, "data": "runs/elsewhere", "continued_from": log,
+                "config": {**log["config"], "pack": False, "seq_len": 4096}}
+
+    card = _card_with_logs(tmp_path, continued)
+    assert f"same {_first_stage(_load(MODELS / 'eagle3' / 'training_log.json'))['steps']} steps" in card
     assert "Then 7 more steps on `runs/elsewhere`" in card and "one conversation per block" in card
 
 
