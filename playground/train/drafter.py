@@ -108,7 +108,9 @@ class DistilledData:
         tokens = torch.cat([p["tokens"].long() for p in parts])
         answer = torch.cat([p["loss_mask"].bool() for p in parts])
         aux, final = torch.cat([p["aux"] for p in parts]), torch.cat([p["final"] for p in parts])
-        ends = torch.cat([p["offsets"][1:] + sum(len(q["tokens"]) for q in parts[:i]) for i, p in enumerate(parts)])
+        shard_start = torch.tensor([0] + [len(p["tokens"]) for p in parts]).cumsum(0)
+        begins = torch.cat([p["offsets"][:-1] + shard_start[i] for i, p in enumerate(parts)])
+        ends = torch.cat([p["offsets"][1:] + shard_start[i] for i, p in enumerate(parts)])
         signal = answer.clone()
         signal[ends - 1] = False  # the last token of a sequence was never fed: no recorded distribution after it
         self.sequences, self.shards = len(ends), len(shards)
@@ -117,7 +119,6 @@ class DistilledData:
             self.lengths = torch.full((n // seq_len,), seq_len)
             blocks = lambda x: x[:n].view(n // seq_len, seq_len, *x.shape[1:])  # noqa: E731
         else:
-            begins = torch.cat([p["offsets"][:-1] + sum(len(q["tokens"]) for q in parts[:i]) for i, p in enumerate(parts)])
             self.lengths = (ends - begins).clamp_max(seq_len)
             inside = torch.arange(seq_len)[None] < self.lengths[:, None]
             index = torch.where(inside, begins[:, None] + torch.arange(seq_len), len(tokens))  # past the end: padding
@@ -301,6 +302,7 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
             drafters[v].load_state_dict(ckpt["drafters"][v], strict=False)
             opts[v].load_state_dict(ckpt["optimizers"][v])
         state = ckpt["state"]
+        state.setdefault("tokens_seen", state["step"] * cfg.batch_size * cfg.seq_len)  # older checkpoints: packed
         print(f"resumed from {ckpt_path} at step {state['step']}", flush=True)
     print(f"drafters {list(drafters)}: {len(train)} train blocks of {cfg.seq_len} from {train.sequences} answers, "
           f"{int(train.signal.sum())} loss tokens; draft vocab {len(vocab.used)} covers {coverage:.1%}",
@@ -324,7 +326,7 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
         order = torch.randperm(len(train), generator=torch.Generator().manual_seed(cfg.seed * 1000 + epoch))
         rows = order[(torch.arange(cfg.batch_size) + offset) % len(train)]
         batch = train.batch(rows, head, t2d)
-        state["tokens_seen"] = state.get("tokens_seen", 0) + int(train.lengths[rows].sum())
+        state["tokens_seen"] += int(train.lengths[rows].sum())
         lr = cfg.lr * lr_factor(step, progress(), cfg)
         for v, drafter in drafters.items():
             loss, _ = ttt_loss(drafter, batch, cfg.ttt_depth)
@@ -358,7 +360,7 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
     bar.close()
     save_checkpoint()
     log = {"steps": state["step"], "wall_clock_seconds": round(state["elapsed_s"], 1),
-           "tokens_seen": state.get("tokens_seen", 0), "train_blocks": len(train),
+           "tokens_seen": state["tokens_seen"], "train_blocks": len(train),
            "train_answers": train.sequences, "train_answer_tokens": int(train.signal.sum()),
            "draft_vocab_coverage": coverage,
            "config": {k: (list(x) if isinstance(x, tuple) else x) for k, x in asdict(cfg).items()},
