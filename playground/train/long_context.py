@@ -31,6 +31,7 @@ import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable, Iterable
 
 import torch
 
@@ -86,14 +87,23 @@ class LongDataConfig:
     seed: int = SEED
 
 
-def _fit_lines(lines: list[str], line_tokens: list[int], budget: int) -> str:
+def _fill(blocks: Iterable[list[str]], budget: int, count: Callable[[str], int]) -> tuple[str, int]:
+    """Lines of the blocks in order, cut at a line to at most `budget` tokens; and how many blocks were opened."""
+    lines, tokens, opened = [], [], 0
+    for block in blocks:
+        opened += 1
+        for line in block:
+            lines.append(line)
+            tokens.append(count(line))
+        if sum(tokens) > budget:
+            break
     total, kept = 0, []
-    for line, n in zip(lines, line_tokens):
+    for line, n in zip(lines, tokens):
         if total + n > budget:
             break
         kept.append(line)
         total += n
-    return "".join(kept)
+    return "".join(kept), opened
 
 
 def _public_names(text: str) -> list[str]:
@@ -113,23 +123,23 @@ def build_items(tokenizer, cfg: LongDataConfig) -> list[LongItem]:
     modules = {split: [(m, p) for m, p in stdlib_files() if split_of(m) == split] for split in ("train", "validation")}
     items: list[LongItem] = []
 
+    texts: dict[Path, str] = {}
+
+    def read(path: Path) -> str:  # a module is read once, however many items open it
+        if path not in texts:
+            texts[path] = path.read_text(encoding="utf-8", errors="replace")
+        return texts[path]
+
     def source_items(split: Split, n: int) -> None:
         pool = modules[split]
         for i in range(n):
             budget = rng.randint(MIN_CONTEXT_TOKENS, MAX_CONTEXT_TOKENS)
             start = rng.randrange(len(pool))
-            lines, tokens, names, first = [], [], [], None
-            for module, path in pool[start:] + pool[:start]:  # the drawn module, then the ones after it
-                text = path.read_text(encoding="utf-8", errors="replace")
-                names += [f"{module}.{name}" for name in _public_names(text)]
-                first = first or module
-                header = f"# file: {module.replace('.', '/')}.py\n"
-                for line in [header, *text.splitlines(keepends=True), "\n"]:
-                    lines.append(line)
-                    tokens.append(count(line))
-                if sum(tokens) > budget:
-                    break
-            context = _fit_lines(lines, tokens, budget)
+            order = pool[start:] + pool[:start]  # the drawn module, then the ones after it
+            context, opened = _fill(([f"# file: {module.replace('.', '/')}.py\n", *read(path).splitlines(keepends=True),
+                                      "\n"] for module, path in order), budget, count)
+            names = [f"{module}.{name}" for module, path in order[:opened] for name in _public_names(read(path))]
+            first = order[0][0]
             shown = [name for name in names if f"def {name.rsplit('.', 1)[1]}" in context
                      or f"class {name.rsplit('.', 1)[1]}" in context] or [first]
             question = rng.choice(SOURCE_QUESTIONS).format(name=rng.choice(shown[:8]))
@@ -144,15 +154,10 @@ def build_items(tokenizer, cfg: LongDataConfig) -> list[LongItem]:
         for i in range(n):
             budget = rng.randint(MIN_CONTEXT_TOKENS, MAX_CONTEXT_TOKENS)
             start = rng.randrange(len(names))
-            chosen, lines, tokens = [], [], []
-            for name in names[start:] + names[:start]:
-                chosen.append(name)
-                for line in [f"## {name}\n\n", *topics[name].strip().splitlines(keepends=True), "\n\n"]:
-                    lines.append(line)
-                    tokens.append(count(line))
-                if sum(tokens) > budget:
-                    break
-            context = _fit_lines(lines, tokens, budget)
+            order = names[start:] + names[:start]
+            context, opened = _fill(([f"## {name}\n\n", *topics[name].strip().splitlines(keepends=True), "\n\n"]
+                                     for name in order), budget, count)
+            chosen = order[:opened]
             topic = rng.choice([c for c in chosen if f"## {c}\n" in context] or chosen[:1]).replace("-", " ")
             items.append(LongItem(f"docs-train-{i:04d}", "docs", "train",
                                   [f"{context}\n{rng.choice(DOC_QUESTIONS).format(topic=topic)}"]))
