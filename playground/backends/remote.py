@@ -6,13 +6,9 @@ streamed chunk (one engine step) into a StepEvent. Per-position acceptance comes
 `/metrics` spec-decode counters around the request (server-wide: exact for a single user); the exact per-request
 numbers ride the final usage chunk where the server offers them (`--per-request-spec-decode-metrics detailed`).
 
-Start a matching vLLM server (not verified on GPU here; Kimi K2.6 on 4 GPUs):
+Start a matching vLLM server (not verified on GPU here; Kimi K2.6 on 4 GPUs), then point the app at it:
 
-    python -m playground vllm-command --preset kimi-k2.6 --drafter eagle3.1 --k 3   # checks the fit, prints:
-    vllm serve nvidia/Kimi-K2.6-NVFP4 --tensor-parallel-size 4 --trust-remote-code --max-model-len 32768 \\
-        --speculative-config '{"method": "eagle3", "model": "lightseekorg/kimi-k2.6-eagle3.1-mla", \\
-        "num_speculative_tokens": 3}' --per-request-spec-decode-metrics detailed --enable-force-include-usage \\
-        --host 0.0.0.0 --port 8000
+    python -m playground vllm-command --preset kimi-k2.6 --drafter eagle3.1 --k 3   # checks the fit, prints `vllm serve …`
     PLAYGROUND_REMOTE_URL=http://HOST:8000 PLAYGROUND_REMOTE_K=3 python app.py
 """
 

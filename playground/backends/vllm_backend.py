@@ -60,11 +60,12 @@ class VllmError(RuntimeError):
 # --- pure functions (unit-tested on the CPU) --------------------------------------------------------------------
 
 
-def speculative_config(drafter: str, k: int) -> dict:
-    """vLLM's speculative_config for an EAGLE-3 or EAGLE-3.1 drafter (the drafter's config flags select 3.1)."""
+def speculative_config(drafter: str, k: int, options: dict | None = None) -> dict:
+    """vLLM's speculative_config for an EAGLE-3 or EAGLE-3.1 drafter (the drafter's config flags select 3.1), with a
+    preset's `draft_options` (e.g. the drafter's attention backend)."""
     if k < 1:
         raise ValueError(f"num_speculative_tokens must be at least 1, got {k}")
-    return {"method": "eagle3", "model": drafter, "num_speculative_tokens": k}
+    return {"model": drafter, "method": "eagle3", "num_speculative_tokens": k, **(options or {})}
 
 
 def engine_kwargs(preset: Preset, drafter: str | None, k: int, supported: Container[str] | None = None,
@@ -81,7 +82,7 @@ def engine_kwargs(preset: Preset, drafter: str | None, k: int, supported: Contai
         **preset.engine_options,
     }
     if drafter is not None:
-        kwargs["speculative_config"] = speculative_config(drafter, k)
+        kwargs["speculative_config"] = speculative_config(drafter, k, preset.draft_options)
         for key, value in OPTIONAL_ENGINE_ARGS.items():
             if supported is None or key in supported:
                 kwargs[key] = value
@@ -95,7 +96,7 @@ def serve_command(preset: Preset, drafter: str | None, k: int, host: str = "0.0.
     command = ["vllm", "serve", kwargs.pop("model")]
     kwargs.pop("disable_log_stats")  # the server logs stats by default
     spec = kwargs.pop("speculative_config", None)
-    for key, value in kwargs.items():
+    for key, value in {**kwargs, **preset.server_options}.items():
         flag = "--" + key.replace("_", "-")
         if value is True:
             command.append(flag)

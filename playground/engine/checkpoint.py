@@ -5,6 +5,8 @@
 | official    | architectures ["LlamaForCausalLMEagle3"]      | fc, midlayer.*, norm, lm_head   |
 | vllm        | same config                                   | fc, layers.0.*, norm, lm_head   |
 | speculators | speculators_model_type "eagle3" + transformer_layer_config | fc, layers.0.*, ... |
+| MLA         | architectures ["Eagle3DeepseekV2ForCausalLM"] + DeepSeek's MLA fields (kv_lora_rank, ...) | as official
+  or vllm, with `self_attn.{q_a_proj, q_a_layernorm, q_b_proj, kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj}` |
 
 All: `embed_tokens.weight` optional (the target's is shared), `d2t` offsets optional (absent = full vocabulary),
 `t2d` ignored, `fc_norm.{i}.weight` present exactly when `fc_norm` is true.
@@ -26,7 +28,12 @@ class CheckpointError(ValueError):
     """A drafter checkpoint that cannot be used; the message names the problem."""
 
 
-EAGLE3_ARCHITECTURES = {"LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Speculator"}
+MLA_ARCHITECTURES = {"Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM"}  # vLLM's deepseek_eagle3
+EAGLE3_ARCHITECTURES = {"LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Speculator", *MLA_ARCHITECTURES}
+# What an MLA drafter's config.json says it is: Kimi K2's name for the DeepSeek-V3 architecture, as the published Kimi
+# drafters' configs (TorchSpec's kimi_k25_eagle3_mla.json) write it. vLLM reads it as a DeepseekV3Config; it would
+# rewrite "deepseek_v3" into its multi-token-prediction model instead of loading an EAGLE-3 drafter.
+MLA_MODEL_TYPE = "kimi_k2"
 _IGNORED_KEYS = {"t2d"}
 
 
@@ -52,9 +59,28 @@ def _rope_scaling(layer: dict) -> dict | None:
     return scaling
 
 
+def _mla_fields(layer: dict, archs: set[str]) -> dict:
+    """DrafterConfig's MLA fields of an `Eagle3DeepseekV2ForCausalLM` config ({} for a Llama drafter)."""
+    if not archs & MLA_ARCHITECTURES:
+        if layer.get("kv_lora_rank"):
+            raise CheckpointError(f"drafter config has MLA fields (kv_lora_rank) but architectures {sorted(archs)}; an "
+                                  f"MLA drafter is one of {sorted(MLA_ARCHITECTURES)}")
+        return {}
+    for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        if not layer.get(key):
+            raise CheckpointError(f"MLA drafter config lacks {key!r} (DeepSeek-V3's attention fields)")
+    if layer.get("hidden_act", "silu") != "silu":
+        raise CheckpointError(f"MLA drafter's hidden_act is {layer['hidden_act']!r}; only silu is supported")
+    return {"kv_lora_rank": int(layer["kv_lora_rank"]),
+            "q_lora_rank": int(layer["q_lora_rank"]) if layer.get("q_lora_rank") else None,
+            "qk_nope_head_dim": int(layer["qk_nope_head_dim"]), "qk_rope_head_dim": int(layer["qk_rope_head_dim"]),
+            "v_head_dim": int(layer["v_head_dim"])}
+
+
 def config_from_dict(raw: dict) -> DrafterConfig:
     """Parse a drafter config.json (any of the three layouts) into a DrafterConfig."""
     speculators = raw.get("speculators_model_type") is not None
+    archs = set(raw.get("architectures") or [])
     if speculators:
         if raw["speculators_model_type"] != "eagle3":
             raise CheckpointError(f"unsupported speculators_model_type {raw['speculators_model_type']!r} (want 'eagle3')")
@@ -62,7 +88,6 @@ def config_from_dict(raw: dict) -> DrafterConfig:
         if not isinstance(layer, dict):
             raise CheckpointError("speculators config has no transformer_layer_config")
     else:
-        archs = set(raw.get("architectures") or [])
         if not archs & EAGLE3_ARCHITECTURES:
             raise CheckpointError(
                 f"unknown drafter layout: architectures {sorted(archs) or 'missing'}; expected one of "
@@ -81,12 +106,14 @@ def config_from_dict(raw: dict) -> DrafterConfig:
                 f"num_aux_hidden_states is {num_aux} but eagle_aux_hidden_state_layer_ids has {len(aux_ids)} entries"
             )
         vocab = int(layer["vocab_size"])
+        mla = _mla_fields(layer, set() if speculators else archs)
         return DrafterConfig(
             hidden_size=hidden,
             intermediate_size=int(layer["intermediate_size"]),
             num_attention_heads=int(layer["num_attention_heads"]),
-            num_key_value_heads=int(layer.get("num_key_value_heads") or layer["num_attention_heads"]),
-            head_dim=layer.get("head_dim"),
+            num_key_value_heads=int(layer["num_attention_heads"] if mla else
+                                    layer.get("num_key_value_heads") or layer["num_attention_heads"]),
+            head_dim=None if mla else layer.get("head_dim"),
             num_hidden_layers=int(layer.get("num_hidden_layers", 1)),
             vocab_size=vocab,
             draft_vocab_size=int(raw.get("draft_vocab_size") or layer.get("draft_vocab_size") or vocab),
@@ -105,6 +132,7 @@ def config_from_dict(raw: dict) -> DrafterConfig:
             norm_before_residual=bool(raw.get("norm_before_residual", speculators)),
             fc_bias=bool(raw.get("bias", False)),
             attention_bias=bool(layer.get("attention_bias", False)),
+            **mla,
             extra=raw,
         )
     except KeyError as missing:
@@ -235,7 +263,8 @@ def load_drafter(path_or_id: str | os.PathLike, dtype: torch.dtype = torch.float
 
 def save_drafter(drafter: Eagle3Drafter, folder: str | os.PathLike, dtype: torch.dtype = torch.float16,
                  t2d: torch.Tensor | None = None, include_embeddings: bool = False) -> None:
-    """Write the official layout (`LlamaForCausalLMEagle3`, `midlayer.*`), as SafeAILab/TorchSpec do."""
+    """Write the official layout (`LlamaForCausalLMEagle3`, `midlayer.*`), as SafeAILab/TorchSpec do; an MLA
+    drafter as vLLM's `deepseek_eagle3` reads it (`Eagle3DeepseekV2ForCausalLM`, the same `midlayer.*` keys)."""
     cfg = drafter.config
     if cfg.num_hidden_layers != 1:
         raise ValueError("the official layout holds exactly one layer (midlayer)")
@@ -252,8 +281,8 @@ def save_drafter(drafter: Eagle3Drafter, folder: str | os.PathLike, dtype: torch
         tensors["t2d"] = t2d.bool().cpu().contiguous()
     save_file(tensors, str(folder / "model.safetensors"))
     config = {
-        "architectures": ["LlamaForCausalLMEagle3"],
-        "model_type": "llama",
+        "architectures": ["Eagle3DeepseekV2ForCausalLM" if cfg.mla else "LlamaForCausalLMEagle3"],
+        "model_type": MLA_MODEL_TYPE if cfg.mla else "llama",
         "hidden_size": cfg.hidden_size,
         "intermediate_size": cfg.intermediate_size,
         "num_attention_heads": cfg.num_attention_heads,
@@ -272,6 +301,12 @@ def save_drafter(drafter: Eagle3Drafter, folder: str | os.PathLike, dtype: torch
         "fc_norm": cfg.fc_norm,
         "norm_output": cfg.norm_output,
     }
+    if cfg.mla:
+        config.update({"num_key_value_heads": cfg.num_attention_heads, "hidden_act": "silu",
+                       "q_lora_rank": cfg.q_lora_rank, "kv_lora_rank": cfg.kv_lora_rank,
+                       "qk_nope_head_dim": cfg.qk_nope_head_dim, "qk_rope_head_dim": cfg.qk_rope_head_dim,
+                       "v_head_dim": cfg.v_head_dim, "rope_interleave": True})
+        del config["head_dim"]
     if cfg.rope_scaling:
         config["rope_scaling"] = cfg.rope_scaling
     if cfg.aux_layer_ids:

@@ -6,10 +6,15 @@ EAGLE-3.1 : u = fc(cat(rms_1(f_low), rms_2(f_mid), ...));  feedback = norm(outpu
 One draft step (first layer):  x = cat(input_layernorm(embed(token)), hidden_norm(h))   (2H wide)
                                h = h + attn(x);  h = h + mlp(post_attention_layernorm(h))
                                logits = lm_head(norm(h))  over the draft vocabulary; target id = d + d2t[d]
+
+`attn` is Llama's grouped-query attention, or DeepSeek's multi-head latent attention (MLA) for drafters of
+DeepSeek-V3 / Kimi K2 targets (vLLM's `deepseek_eagle3`: the same layer with MLA whose down-projections read the
+2H-wide input; a dense MLP, never MoE).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -44,6 +49,12 @@ class DrafterConfig:
     norm_before_residual: bool = False
     fc_bias: bool = False
     attention_bias: bool = False
+    # MLA (DeepSeek-V3 / Kimi K2 drafters): set kv_lora_rank; q_lora_rank None = a full-rank query projection
+    kv_lora_rank: int | None = None
+    q_lora_rank: int | None = None
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
     extra: dict = field(default_factory=dict)  # the rest of config.json, kept for saving
 
     def __post_init__(self) -> None:
@@ -56,12 +67,28 @@ class DrafterConfig:
     def variant(self) -> str:
         return "EAGLE-3.1" if (self.fc_norm or self.norm_output) else "EAGLE-3"
 
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def attention_scale(self) -> float:
+        """Softmax scale: 1/sqrt(query width); MLA with YaRN also multiplies by mscale^2 (DeepSeek's rule)."""
+        if not self.mla:
+            return self.head_dim**-0.5
+        scale = (self.qk_nope_head_dim + self.qk_rope_head_dim) ** -0.5
+        scaling = self.rope_scaling or {}
+        factor, mscale_all_dim = float(scaling.get("factor", 1.0)), float(scaling.get("mscale_all_dim", 0) or 0)
+        if scaling.get("rope_type", scaling.get("type")) == "yarn" and mscale_all_dim and factor > 1:
+            scale *= (0.1 * mscale_all_dim * math.log(factor) + 1.0) ** 2
+        return scale
+
     def rope_config(self) -> LlamaConfig:
         """A LlamaConfig carrying just the RoPE settings, so HF's rotary embedding handles every rope type."""
         return LlamaConfig(
             hidden_size=self.hidden_size,
             num_attention_heads=self.num_attention_heads,
-            head_dim=self.head_dim,
+            head_dim=self.qk_rope_head_dim if self.mla else self.head_dim,
             max_position_embeddings=self.max_position_embeddings,
             rope_theta=self.rope_theta,
             rope_scaling=self.rope_scaling,
@@ -94,18 +121,81 @@ class Attention(nn.Module):
         q, k = rotate(q, cos, signed_sin), rotate(k, cos, signed_sin)
         if cache is not None:
             k, v = cache.extend(k, v)
-        if mask is None and t > 1:  # causal over the new queries, full view of the cache
-            mask = torch.ones(t, k.shape[2], dtype=torch.bool, device=x.device).tril(k.shape[2] - t)
+        if mask is None and t > 1:
+            mask = _causal_mask(t, k.shape[2], x.device)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_kv != self.n_heads)
-        probs = None
-        if want_last_row_probs:  # attention of the last query only: what drift is measured on
-            kk = k.repeat_interleave(self.n_heads // self.n_kv, dim=1)
-            scores = (q[:, :, -1:] @ kk.transpose(-1, -2)) * self.head_dim**-0.5
-            if mask is not None:
-                scores = scores.masked_fill(~mask[..., -1:, :], float("-inf")) if mask.dtype == torch.bool else scores + mask[..., -1:, :]
-            probs = scores.softmax(-1)[:, :, 0]  # [b, heads, keys]
+        probs = last_row_probs(q, k.repeat_interleave(self.n_heads // self.n_kv, dim=1), mask, self.head_dim**-0.5) \
+            if want_last_row_probs else None
         out = out.transpose(1, 2).reshape(b, t, -1)
         return self.o_proj(out), probs
+
+
+def _causal_mask(t: int, keys: int, device: torch.device) -> torch.Tensor:
+    """Causal over the new queries, a full view of the cache before them."""
+    return torch.ones(t, keys, dtype=torch.bool, device=device).tril(keys - t)
+
+
+def last_row_probs(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
+    """Attention of the last query only, [b, heads, keys]: what drift is measured on. Recomputed explicitly (one
+    small product) so that the attention itself keeps the fused kernel."""
+    scores = (q[:, :, -1:] @ k.transpose(-1, -2)) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask[..., -1:, :], float("-inf")) if mask.dtype == torch.bool else scores + mask[..., -1:, :]
+    return scores.softmax(-1)[:, :, 0]
+
+
+def deinterleave(x: torch.Tensor) -> torch.Tensor:
+    """DeepSeek's RoPE rotates interleaved pairs (x0, x1), (x2, x3), ...; gathering the evens then the odds turns
+    that into the half-split layout `rotate` applies, as transformers' DeepSeek-V3 does. Queries and keys are
+    gathered alike, so their products are unchanged."""
+    return torch.cat([x[..., 0::2], x[..., 1::2]], dim=-1)
+
+
+class MLAttention(nn.Module):
+    """DeepSeek's multi-head latent attention, as transformers' DeepseekV3Attention and vLLM's MLA compute it:
+
+    q            = q_b_proj(q_a_layernorm(q_a_proj(x)))      (or q_proj(x) without q_lora_rank) -> [nope | rope]
+    [c | k_rope] = kv_a_proj_with_mqa(x);   [k_nope | v] = kv_b_proj(kv_a_layernorm(c))  per head
+    k_rope is one rotary key shared by every head; interleaved RoPE on q_rope and k_rope.
+
+    The cache holds the expanded per-head keys and values rather than the latent c: at drafter sizes re-expanding
+    the whole context through kv_b_proj on every draft step would cost more than the memory it saves."""
+
+    def __init__(self, cfg: DrafterConfig, in_features: int) -> None:
+        super().__init__()
+        self.n_heads, self.scale = cfg.num_attention_heads, cfg.attention_scale
+        self.nope, self.rope_dim, self.v_dim, self.rank = (cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim,
+                                                           cfg.kv_lora_rank)
+        query = self.n_heads * (self.nope + self.rope_dim)
+        if cfg.q_lora_rank is None:
+            self.q_proj = nn.Linear(in_features, query, bias=False)
+        else:
+            self.q_a_proj = nn.Linear(in_features, cfg.q_lora_rank, bias=cfg.attention_bias)
+            self.q_a_layernorm = nn.RMSNorm(cfg.q_lora_rank, eps=cfg.rms_norm_eps)
+            self.q_b_proj = nn.Linear(cfg.q_lora_rank, query, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(in_features, self.rank + self.rope_dim, bias=cfg.attention_bias)
+        self.kv_a_layernorm = nn.RMSNorm(self.rank, eps=cfg.rms_norm_eps)
+        self.kv_b_proj = nn.Linear(self.rank, self.n_heads * (self.nope + self.v_dim), bias=False)
+        self.o_proj = nn.Linear(self.n_heads * self.v_dim, cfg.hidden_size, bias=cfg.attention_bias)
+
+    def forward(self, x, rope, cache, mask, want_last_row_probs):
+        b, t, _ = x.shape
+        q = self.q_proj(x) if hasattr(self, "q_proj") else self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
+        q = q.view(b, t, self.n_heads, self.nope + self.rope_dim).transpose(1, 2)
+        latent, k_rope = self.kv_a_proj_with_mqa(x).split([self.rank, self.rope_dim], dim=-1)
+        kv = self.kv_b_proj(self.kv_a_layernorm(latent)).view(b, t, self.n_heads, self.nope + self.v_dim).transpose(1, 2)
+        k_nope, v = kv.split([self.nope, self.v_dim], dim=-1)
+        cos, signed_sin = rope[0][:, None], rope[1][:, None]
+        q_rope = rotate(deinterleave(q[..., self.nope :]), cos, signed_sin)
+        k_rope = rotate(deinterleave(k_rope[:, None]), cos, signed_sin).expand(b, self.n_heads, t, self.rope_dim)
+        q, k = torch.cat([q[..., : self.nope], q_rope], dim=-1), torch.cat([k_nope, k_rope], dim=-1)
+        if cache is not None:
+            k, v = cache.extend(k, v)
+        if mask is None and t > 1:
+            mask = _causal_mask(t, k.shape[2], x.device)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
+        probs = last_row_probs(q, k, mask, self.scale) if want_last_row_probs else None
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1)), probs
 
 
 class MLP(nn.Module):
@@ -126,7 +216,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.first, self.norm_before_residual = first, cfg.norm_before_residual
         h, eps = cfg.hidden_size, cfg.rms_norm_eps
-        self.self_attn = Attention(cfg, 2 * h if first else h)
+        self.self_attn = (MLAttention if cfg.mla else Attention)(cfg, 2 * h if first else h)
         self.mlp = MLP(cfg)
         self.input_layernorm = nn.RMSNorm(h, eps=eps)
         self.post_attention_layernorm = nn.RMSNorm(h, eps=eps)
@@ -155,7 +245,7 @@ class DraftOutput:
 
 
 class LayerCache:
-    """One layer's keys and values [b, kv_heads, length, head_dim].
+    """One layer's keys and values [b, kv_heads, length, head_dim] (MLA: keys and values differ in width).
 
     At inference they live in a buffer that grows by doubling: appending writes in place and cropping only moves
     the end, so a draft step copies nothing. Under autograd (training), earlier keys must stay unmodified for the

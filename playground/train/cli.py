@@ -9,6 +9,7 @@ from pathlib import Path
 from playground.cli import parse_ks
 from playground.engine import GenerationConfig
 from playground.smollm2 import HUB_ID, local_folder
+from playground.train.mla_target import MlaTargetConfig
 from playground.train.prompts import COLLECTIONS
 
 
@@ -63,6 +64,13 @@ def _long_data(args: argparse.Namespace) -> None:
     cfg = LongDataConfig(n_source=args.source, n_docs=args.docs, n_chat=args.chats, n_validation=args.validation,
                          engine=args.engine, batch_size=args.batch_size, threads=args.threads)
     build(args.out, local_folder(args.target), cfg)
+
+
+def _mla_target(args: argparse.Namespace) -> None:
+    from playground.train.mla_target import MlaTargetConfig, build
+
+    build(args.out, local_folder(HUB_ID), MlaTargetConfig(minutes=args.minutes, threads=args.threads, seed=args.seed,
+                                                          lr=args.lr), init_from=args.init_from)
 
 
 def parse_draws(text: str) -> list[int]:
@@ -185,6 +193,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=32, help="requests given to vLLM at once")
     p.add_argument("--threads", type=int, default=2, help="cores for vLLM and torch threads for the features")
     p.set_defaults(func=_long_data)
+
+    p = stages.add_parser("mla-target", help="build and briefly train the tiny Kimi-K2-architecture target "
+                          "(DeepSeek-V3: MLA, MoE with a shared expert) on the stdlib corpus")
+    p.add_argument("--out", type=Path, default=Path("assets/models/kimi-tiny/target"))
+    p.add_argument("--minutes", type=float, default=18.0, help="wall-clock training budget")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=MlaTargetConfig.lr, help="peak learning rate (cosine decay)")
+    p.add_argument("--init-from", type=Path, help="continue training a target this command wrote")
+    p.set_defaults(func=_mla_target)
 
     p = _measurement_stage(stages, "evaluate", "held-out acceptance, drift and losslessness of a preset's drafters",
                            out="evaluation.json", ks="1,2,3,4,5,6,7,8",

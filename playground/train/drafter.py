@@ -32,6 +32,7 @@ from playground.engine.target import Target
 STEP_DECAY = 0.8
 VARIANTS = {"eagle3": {"fc_norm": False, "norm_output": False}, "eagle3.1": {"fc_norm": True, "norm_output": True}}
 CHECKPOINT_NAME = "checkpoint.pt"
+MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
 @dataclass
@@ -219,8 +220,10 @@ def lr_factor(step: int, progress: float, cfg: DrafterTrainConfig) -> float:
 
 
 def new_drafter(target: Target, variant: str, cfg: DrafterTrainConfig, vocab: DraftVocab) -> Eagle3Drafter:
-    """A drafter shaped like one target layer; same seed for every variant, so only the flags differ."""
+    """A drafter shaped like one target layer (its attention: MLA for a DeepSeek-V3 / Kimi K2 target, with a dense
+    MLP as wide as the target's dense layers); same seed for every variant, so only the flags differ."""
     tc = target.config
+    mla = {key: getattr(tc, key) for key in MLA_FIELDS} if getattr(tc, "kv_lora_rank", None) else {}
     dc = DrafterConfig(
         hidden_size=target.hidden_size,
         intermediate_size=int(tc.intermediate_size),
@@ -234,6 +237,7 @@ def new_drafter(target: Target, variant: str, cfg: DrafterTrainConfig, vocab: Dr
         rms_norm_eps=float(tc.rms_norm_eps),
         rope_theta=float((getattr(tc, "rope_parameters", None) or {}).get("rope_theta", 10000.0)),
         max_position_embeddings=target.max_positions,
+        **mla,
         **VARIANTS[variant],
     )
     torch.manual_seed(cfg.seed)
