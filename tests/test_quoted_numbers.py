@@ -247,3 +247,53 @@ def test_long_context_quotes_are_the_committed_evaluation(where: str, text: str)
     assert 1 < min(ratios) and max(ratios) < 1.2, "the 'ahead at every length, not 1.2×' claim no longer holds"
     assert f"by {100 * (min(ratios) - 1):.0f}–{100 * (max(ratios) - 1):.0f} %" in _flat(text)
     assert all(c["drafters"][d]["lossless"] for c in sets.values() for d in ("eagle3", "eagle3.1"))
+
+
+KIMI_TINY = ROOT / "assets" / "models" / "kimi-tiny"
+
+
+def test_the_kimi_tiny_card_is_rendered_from_its_files() -> None:
+    from playground.train.card import render_mla_pair
+
+    assert (KIMI_TINY / "README.md").read_text() == render_mla_pair(KIMI_TINY), \
+        "run: python -m playground train card --root assets/models/kimi-tiny --out assets/models/kimi-tiny/README.md"
+
+
+def test_the_kimi_tiny_measurements_are_of_the_shipped_files_and_quoted() -> None:
+    """evaluation.json measured the shipped MLA drafters; the README and About tab quote its k = 3 acceptance and the
+    engines' agreement from engines.json: the same tokens on both engines, acceptance above 1.5 at k = 3."""
+    from playground.train.evaluate_long import drafter_digests
+
+    evaluation = _load(KIMI_TINY / "evaluation.json")
+    assert evaluation["drafter_sha256"] == drafter_digests({v: str(KIMI_TINY / v) for v in ("eagle3", "eagle3.1")})
+    by_drafter = {v: evaluation["acceptance"][v]["3"] for v in ("eagle3", "eagle3.1")}
+    assert all(m["lossless"] for m in by_drafter.values())
+    engines = _load(KIMI_TINY / "engines.json")
+    assert engines["k"] == 3 and all(r["same_ids"] == r["prompts"] for r in engines["rows"])
+    vllm = {r["method"]: r["acceptance"]["vllm"]["mean_acceptance_length"] for r in engines["rows"] if r["method"] != "none"}
+    ours = {r["method"]: r["acceptance"]["ours"]["mean_acceptance_length"] for r in engines["rows"] if r["method"] != "none"}
+    assert min(vllm["eagle3.1"], ours["eagle3.1"], by_drafter["eagle3.1"]["mean_acceptance_length"]) > 1.5
+    for where, text in (("README.md", README), ("the About tab", ABOUT)):
+        quotes = [_al(by_drafter[v]["mean_acceptance_length"]) for v in by_drafter]
+        quotes += [f"{ours[v]:.3f} / {vllm[v]:.3f}" for v in ("eagle3", "eagle3.1")]
+        missing = [q for q in quotes if q not in _flat(text)]
+        assert not missing, f"{where} does not quote {missing} from kimi-tiny's evaluation.json / engines.json"
+
+
+def test_the_kimi_tiny_drift_quotes_are_its_drift_study() -> None:
+    rows = _load(ROOT / "assets" / "bench" / "drift-kimi-tiny" / "results.json")["rows"]
+    rms3, rms31 = (_cell(rows, d)["hidden_rms_by_depth"] for d in ("eagle3", "eagle3.1"))
+    assert max(rms31[1:]) - min(rms31[1:]) < 0.1 and rms3[-1] > 1.5 * rms3[0]  # "stays near 1.0", "grows"
+
+    def ratio(**cell) -> str:
+        return _times(_cell(rows, "eagle3.1", **cell)["mean_acceptance_length"] /
+                      _cell(rows, "eagle3", **cell)["mean_acceptance_length"])
+
+    about = [f"RMS {rms3[0]:.1f} → {rms3[-1]:.1f}", f"({ratio(template='llama3')} EAGLE-3's at k = 8)"]
+    readme = [f"RMS grows from {rms3[0]:.2f} to {rms3[-1]:.2f} over depths 1–8 for EAGLE-3",
+              f"({rms31[0]:.2f} → {rms31[-1]:.2f})", f"{ratio()} EAGLE-3's on held-out prompts",
+              f"{ratio(prompt_set='unfamiliar-system')} with unfamiliar system prompts",
+              f"{ratio(template='llama3')} under the unfamiliar `llama3` template"]
+    for where, text, quotes in (("the About tab", ABOUT, about), ("README.md", README, readme)):
+        missing = [q for q in quotes if _flat(q) not in _flat(text)]
+        assert not missing, f"{where} does not quote {missing} from assets/bench/drift-kimi-tiny/results.json"

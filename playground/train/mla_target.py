@@ -6,7 +6,8 @@ drafter path (our engine's and vLLM's `deepseek_eagle3`) runs end to end on a la
 - MLA with Kimi K2's head geometry where it matters to the kernels: kv_lora_rank 512 + qk_rope_head_dim 64 (vLLM's
   MLA takes 320, 512 or 576 for their sum), a low-rank query (q_lora_rank), interleaved RoPE;
 - MoE layers after `first_k_dense_replace` dense ones: routed experts chosen by sigmoid scores with a correction
-  bias (`topk_method: noaux_tc`, which vLLM reads to create `e_score_correction_bias`), one shared expert;
+  bias (`topk_method: noaux_tc`, `scoring_func: sigmoid`, as DeepSeek-V3's and Kimi K2's configs say: vLLM reads
+  both, and without them builds no correction bias and scores with softmax), one shared expert;
 - SmolLM2's tokenizer and chat template (49,152 tokens), so prompts and drafters' vocabularies match the default pair.
 
 The weights start random except the embeddings: SmolLM2's input embeddings projected onto their top principal
@@ -80,7 +81,9 @@ def deepseek_config(cfg: MlaTargetConfig, tokenizer):
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False, num_nextn_predict_layers=0,
     )
-    config.topk_method = "noaux_tc"  # how DeepSeek-V3's and Kimi K2's configs name the router; vLLM reads it
+    # How DeepSeek-V3's and Kimi K2's configs name their router (transformers' model implies both): vLLM creates the
+    # correction bias only for noaux_tc, and scores experts with softmax unless told sigmoid
+    config.topk_method, config.scoring_func = "noaux_tc", "sigmoid"
     config.architectures = ["DeepseekV3ForCausalLM"]
     return config
 
