@@ -197,7 +197,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = stages.add_parser("mla-target", help="build and briefly train the tiny Kimi-K2-architecture target "
                           "(DeepSeek-V3: MLA, MoE with a shared expert) on the stdlib corpus")
     p.add_argument("--out", type=Path, default=Path("assets/models/kimi-tiny/target"))
-    p.add_argument("--minutes", type=float, default=18.0, help="wall-clock training budget")
+    p.add_argument("--minutes", type=float, default=MlaTargetConfig.minutes, help="wall-clock training budget")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=MlaTargetConfig.lr, help="peak learning rate (cosine decay)")

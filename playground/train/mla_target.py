@@ -54,7 +54,7 @@ class MlaTargetConfig:
     max_position_embeddings: int = 8192  # SmolLM2's context; default RoPE does not depend on it
     rope_theta: float = 50000.0  # Kimi K2's
     # training
-    minutes: float = 20.0
+    minutes: float = 18.0
     seq_len: int = 512
     batch_size: int = 8
     lr: float = 2e-3
