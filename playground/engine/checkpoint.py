@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from .drafter import DrafterConfig, Eagle3Drafter
+from .drafter import MLA_FIELDS, DrafterConfig, Eagle3Drafter
 
 
 class CheckpointError(ValueError):
@@ -66,15 +66,12 @@ def _mla_fields(layer: dict, archs: set[str]) -> dict:
             raise CheckpointError(f"drafter config has MLA fields (kv_lora_rank) but architectures {sorted(archs)}; an "
                                   f"MLA drafter is one of {sorted(MLA_ARCHITECTURES)}")
         return {}
-    for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-        if not layer.get(key):
+    for key in MLA_FIELDS:
+        if key != "q_lora_rank" and not layer.get(key):  # no q_lora_rank: a full-rank query projection
             raise CheckpointError(f"MLA drafter config lacks {key!r} (DeepSeek-V3's attention fields)")
     if layer.get("hidden_act", "silu") != "silu":
         raise CheckpointError(f"MLA drafter's hidden_act is {layer['hidden_act']!r}; only silu is supported")
-    return {"kv_lora_rank": int(layer["kv_lora_rank"]),
-            "q_lora_rank": int(layer["q_lora_rank"]) if layer.get("q_lora_rank") else None,
-            "qk_nope_head_dim": int(layer["qk_nope_head_dim"]), "qk_rope_head_dim": int(layer["qk_rope_head_dim"]),
-            "v_head_dim": int(layer["v_head_dim"])}
+    return {key: int(layer[key]) if layer.get(key) else None for key in MLA_FIELDS}
 
 
 def config_from_dict(raw: dict) -> DrafterConfig:
@@ -302,10 +299,8 @@ def save_drafter(drafter: Eagle3Drafter, folder: str | os.PathLike, dtype: torch
         "norm_output": cfg.norm_output,
     }
     if cfg.mla:
-        config.update({"num_key_value_heads": cfg.num_attention_heads, "hidden_act": "silu",
-                       "q_lora_rank": cfg.q_lora_rank, "kv_lora_rank": cfg.kv_lora_rank,
-                       "qk_nope_head_dim": cfg.qk_nope_head_dim, "qk_rope_head_dim": cfg.qk_rope_head_dim,
-                       "v_head_dim": cfg.v_head_dim, "rope_interleave": True})
+        config.update({"num_key_value_heads": cfg.num_attention_heads, "hidden_act": "silu", "rope_interleave": True,
+                       **{key: getattr(cfg, key) for key in MLA_FIELDS}})
         del config["head_dim"]
     if cfg.rope_scaling:
         config["rope_scaling"] = cfg.rope_scaling

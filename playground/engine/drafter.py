@@ -26,6 +26,9 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 from .llama import RotaryTable, rotate
 
 
+MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")  # DeepSeek's names
+
+
 @dataclass
 class DrafterConfig:
     hidden_size: int
@@ -99,6 +102,7 @@ class Attention(nn.Module):
     def __init__(self, cfg: DrafterConfig, in_features: int) -> None:
         super().__init__()
         self.n_heads, self.n_kv, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.scale = cfg.attention_scale
         bias = cfg.attention_bias
         self.q_proj = nn.Linear(in_features, self.n_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(in_features, self.n_kv * self.head_dim, bias=bias)
@@ -124,7 +128,7 @@ class Attention(nn.Module):
         if mask is None and t > 1:
             mask = _causal_mask(t, k.shape[2], x.device)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_kv != self.n_heads)
-        probs = last_row_probs(q, k.repeat_interleave(self.n_heads // self.n_kv, dim=1), mask, self.head_dim**-0.5) \
+        probs = last_row_probs(q, k.repeat_interleave(self.n_heads // self.n_kv, dim=1), mask, self.scale) \
             if want_last_row_probs else None
         out = out.transpose(1, 2).reshape(b, t, -1)
         return self.o_proj(out), probs

@@ -113,8 +113,8 @@ def _long_context_section(root: Path) -> list[str]:
     ]
 
 
-def _training_stages(log: dict) -> list[dict]:
-    """The runs a shipped drafter went through, oldest first (`continued_from` chains them)."""
+def training_stages(log: dict) -> list[dict]:
+    """The runs a shipped model went through, oldest first (`continued_from` chains them)."""
     stages = []
     while log:
         stages.insert(0, log)
@@ -136,7 +136,7 @@ def render(root: Path) -> str:
     drafters = {v: json.loads((root / v / "training_log.json").read_text()) for v in ("eagle3", "eagle3.1")}
     evaluation = json.loads((root / "evaluation.json").read_text())
     measured_speed = json.loads((root / "speed.json").read_text())
-    stages = _training_stages(drafters["eagle3"])
+    stages = training_stages(drafters["eagle3"])
     d = stages[0]
     aux_layers = json.loads((root / "eagle3" / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
     lines = [
@@ -282,7 +282,7 @@ def render_mla_pair(root: Path) -> str:
         + "; then ".join(f"{g['steps']} steps of {g['config']['batch_size']} × {g['config']['seq_len']} tokens at peak "
                          f"lr {g['config']['lr']:g} ({g['tokens_seen']:,} tokens, {g['wall_clock_seconds'] / 60:.0f} "
                          f"minutes on {g['machine']['cpu']}; validation loss {g['final_val_loss']:.2f})"
-                         for g in _training_stages(grown))
+                         for g in training_stages(grown))
         + " (validation: held-out modules).",
         "",
         "## Drafters (`eagle3/`, `eagle3.1/`)",

@@ -26,13 +26,12 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from playground.engine.checkpoint import load_drafter, save_drafter
-from playground.engine.drafter import DrafterConfig, Eagle3Drafter
+from playground.engine.drafter import MLA_FIELDS, DrafterConfig, Eagle3Drafter
 from playground.engine.target import Target
 
 STEP_DECAY = 0.8
 VARIANTS = {"eagle3": {"fc_norm": False, "norm_output": False}, "eagle3.1": {"fc_norm": True, "norm_output": True}}
 CHECKPOINT_NAME = "checkpoint.pt"
-MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
 @dataclass

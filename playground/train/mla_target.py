@@ -129,6 +129,7 @@ def build(out: Path, smollm2_folder: str, cfg: MlaTargetConfig, init_from: Path 
     from transformers import AutoModelForCausalLM, AutoTokenizer, DeepseekV3ForCausalLM
 
     from playground.bench.rows import machine_info
+    from playground.train.card import training_stages
 
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -151,7 +152,7 @@ def build(out: Path, smollm2_folder: str, cfg: MlaTargetConfig, init_from: Path 
     print(f"tiny MLA target: {params / 1e6:.1f} M parameters; {len(train)} train blocks of {cfg.seq_len} tokens",
           flush=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    stage = 0 if previous is None else 1 + len(_stages(previous))
+    stage = 0 if previous is None else len(training_stages(previous))
     order = torch.randperm(len(train), generator=torch.Generator().manual_seed(cfg.seed * 100 + stage))
     history, step, elapsed, budget = [], 0, 0.0, cfg.minutes * 60
     model.train()
@@ -188,12 +189,3 @@ def build(out: Path, smollm2_folder: str, cfg: MlaTargetConfig, init_from: Path 
     (out / "training_log.json").write_text(json.dumps(log, indent=2) + "\n")
     print(json.dumps({k: log[k] for k in ("steps", "tokens_seen", "final_val_loss")}), flush=True)
     return log
-
-
-def _stages(log: dict) -> list[dict]:
-    """The training runs before `log` (its `continued_from` chain), oldest first."""
-    chain = []
-    while log.get("continued_from"):
-        log = log["continued_from"]
-        chain.insert(0, log)
-    return chain
