@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import io
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -69,26 +68,22 @@ def run_vllm(args: argparse.Namespace) -> list[dict]:
 
     from transformers import AutoTokenizer
 
-    from playground.backends.vllm_backend import CPU_ENVIRONMENT, counters_from_snapshot, engine_kwargs
+    from playground.backends.vllm_backend import counters_from_snapshot, offline_llm
     from playground.engine import SpecCounters
     from playground.engine.templates import encode_chat
     from playground.presets import engine_presets, get_preset
     from playground.smollm2 import local_folder
 
-    for key, value in CPU_ENVIRONMENT.items():
-        os.environ.setdefault(key, value)
-    from vllm import LLM, SamplingParams
-    from vllm.engine.arg_utils import EngineArgs
-    from vllm.v1.metrics.reader import get_metrics_snapshot
-
     twin = engine_presets(get_preset(args.preset)).get("vllm")
     if twin is None:
         raise SystemExit(f"preset {args.preset} has no vLLM twin (a vllm preset with the same target and drafters)")
     preset = dataclasses.replace(get_preset(twin), dtype=args.dtype)
-    supported = {f.name for f in dataclasses.fields(EngineArgs)}
     drafter = None if args.method == "none" else preset.drafters[args.method]
     folder = str(local_folder(preset.target))
-    llm = LLM(**engine_kwargs(preset, drafter, args.k, supported, model=folder))
+    llm = offline_llm(preset, drafter, args.k, model=folder)
+    from vllm import SamplingParams  # after offline_llm, which sets vLLM's CPU environment
+    from vllm.v1.metrics.reader import get_metrics_snapshot
+
     tokenizer = AutoTokenizer.from_pretrained(folder)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_new_tokens)
     encoded = [encode_chat(tokenizer, [{"role": "user", "content": t}]) for t in prompts(args)]  # as `generate`

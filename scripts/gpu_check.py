@@ -97,14 +97,14 @@ def measure_path(label: str, prompts: list[list[int]], repeats: int, k: int, pla
                  run_once) -> Row:
     """Median speed over prompts × repeats of one path (`run_once(ids)` → events), and whether its greedy answers
     equal plain decoding's (the first path measured, whose answers fill `plain_ids`)."""
-    from playground.engine import summarize
+    from playground.engine import emitted_ids, summarize
 
     speeds, events_all, same = [], [], 0
     for i, ids in enumerate(prompts):
         for _ in range(repeats):
             events = run_once(ids)
             speeds.append(summarize(events, k).tokens_per_second or 0.0)
-        out = [t for e in events for t in e.emitted]
+        out = emitted_ids(events)
         plain_ids.setdefault(i, out)
         same += out == plain_ids[i]
         events_all += events

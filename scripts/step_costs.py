@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from playground.bench.prompts import load_prompt_set  # noqa: E402
 from playground.bench.rows import machine_info  # noqa: E402
-from playground.engine import GenerationConfig, Target, load_drafter, plain_generate, speculative_generate  # noqa: E402
+from playground.engine import (GenerationConfig, Target, emitted_ids, load_drafter, plain_generate,  # noqa: E402
+                               speculative_generate)
 from playground.engine.llama import native_bfloat16  # noqa: E402
 from playground.presets import get_preset  # noqa: E402
 from playground.smollm2 import local_folder  # noqa: E402
@@ -84,7 +85,7 @@ def main() -> None:
                 s["plain_tps"].append(rates[0])
                 s["spec_tps"].append(rates[1])
                 s["ratios"].append(rates[1] / rates[0])
-                s["identical"] &= [t for e in plain for t in e.emitted] == [t for e in spec for t in e.emitted]
+                s["identical"] &= emitted_ids(plain) == emitted_ids(spec)
                 s["accepted"] += sum(e.accepted for e in spec[1:])
                 s["steps"] += sum(1 for e in spec[1:] if e.drafted)
     rows = {}

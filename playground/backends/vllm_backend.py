@@ -89,6 +89,19 @@ def engine_kwargs(preset: Preset, drafter: str | None, k: int, supported: Contai
     return kwargs
 
 
+def offline_llm(preset: Preset, drafter: str | None, k: int, model: str | None = None) -> Any:
+    """vLLM's offline `LLM` for this preset (batch jobs and scripts; the app streams through AsyncLLM), built from
+    engine_kwargs. On a CPU preset, CPU_ENVIRONMENT fills what the environment does not set."""
+    if preset.device == "cpu":
+        for key, value in CPU_ENVIRONMENT.items():
+            os.environ.setdefault(key, value)
+    from vllm import LLM
+    from vllm.engine.arg_utils import EngineArgs
+
+    supported = {f.name for f in dataclasses.fields(EngineArgs)}
+    return LLM(**engine_kwargs(preset, drafter, k, supported, model=model))
+
+
 def serve_command(preset: Preset, drafter: str | None, k: int, host: str = "0.0.0.0", port: int = 8000,
                   model: str | None = None) -> list[str]:
     """The `vllm serve` command line equivalent to this preset (for a remote server); `model` as in engine_kwargs."""

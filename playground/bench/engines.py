@@ -33,7 +33,7 @@ from typing import Callable
 
 from playground.bench.prompts import load_prompt_set
 from playground.bench.rows import machine_info
-from playground.engine import GenerationConfig, SpecCounters
+from playground.engine import GenerationConfig, SpecCounters, emitted_ids
 from playground.presets import DEFAULT, DRAFTER_LABELS, REPO_ROOT, get_preset
 
 ENGINES = ("local", "vllm")
@@ -98,7 +98,7 @@ def request_runner(backend, drafter: str, cfg: GenerationConfig) -> Callable[[li
         started = time.perf_counter()
         events = list(backend.stream(prompt_ids, drafter, cfg))
         seconds = time.perf_counter() - started
-        return Request([t for e in events for t in e.emitted], seconds,
+        return Request(emitted_ids(events), seconds,
                        SpecCounters.from_events(events, 0 if drafter == "none" else cfg.k))
     return run
 

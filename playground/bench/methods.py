@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM
 from transformers import GenerationConfig as HFGenerationConfig
 
 from playground.backends.local import LocalBackend
-from playground.engine import GenerationConfig, StepEvent
+from playground.engine import GenerationConfig, StepEvent, emitted_ids
 from playground.presets import DRAFTER_LABELS
 
 PEERS = {
@@ -114,7 +114,7 @@ class Runner:
         start = self.target.clock()
         events = list(self.backend.stream(prompt_ids, method.name, cfg, self.should_stop))
         seconds = self.target.clock() - start
-        return Answer([t for e in events for t in e.emitted], seconds, events)
+        return Answer(emitted_ids(events), seconds, events)
 
     def _assistant_model(self):
         if self._assistant is None:

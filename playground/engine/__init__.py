@@ -5,10 +5,10 @@ from .decode import MAX_K, GenerationConfig, PlainProbe, plain_generate, specula
 from .drafter import DrafterConfig, Eagle3Drafter
 from .record import RunRecord
 from .target import Target, TargetError
-from .trace import AttentionMass, Baseline, RunMetrics, SpecCounters, StepEvent, summarize
+from .trace import AttentionMass, Baseline, RunMetrics, SpecCounters, StepEvent, emitted_ids, summarize
 
 __all__ = [
     "MAX_K", "AttentionMass", "Baseline", "CheckpointError", "DrafterConfig", "Eagle3Drafter", "GenerationConfig",
     "PlainProbe", "RunMetrics", "RunRecord", "SpecCounters", "StepEvent", "Target", "TargetError", "load_drafter",
-    "plain_generate", "save_drafter", "speculative_generate", "summarize",
+    "plain_generate", "save_drafter", "speculative_generate", "summarize", "emitted_ids",
 ]

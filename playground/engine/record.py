@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from .decode import GenerationConfig
-from .trace import AttentionMass, RunMetrics, StepEvent, summarize
+from .trace import AttentionMass, RunMetrics, StepEvent, emitted_ids, summarize
 
 
 @dataclass
@@ -27,7 +27,7 @@ class RunRecord:
     def of(cls, events: list[StepEvent], text: str, prompt_tokens: int, drafter: str, config: GenerationConfig,
            k: int | None = None) -> "RunRecord":
         """The record of `events` (metrics summarised at `k`: the engine's own where it differs from the config)."""
-        return cls(text=text, token_ids=[t for e in events for t in e.emitted], prompt_tokens=prompt_tokens,
+        return cls(text=text, token_ids=emitted_ids(events), prompt_tokens=prompt_tokens,
                    finish_reason=events[-1].finish_reason if events else None, drafter=drafter, config=config,
                    metrics=summarize(events, k or config.k), steps=list(events))
 

@@ -172,6 +172,11 @@ class SpecCounters:
         return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
 
 
+def emitted_ids(events: Iterable[StepEvent]) -> list[int]:
+    """A run's output token ids, in order: every step's emitted tokens."""
+    return [t for e in events for t in e.emitted]
+
+
 def decode_seconds(events: list[StepEvent]) -> float:
     """A run's decode-loop time after its first step (which holds the prefill)."""
     return (events[-1].elapsed_ms - events[0].elapsed_ms) / 1000 if events else 0.0

@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Iterator
 
 from playground.backends import Backend
 from playground.backends.availability import on_zerogpu
-from playground.engine import Baseline, RunRecord, StepEvent
+from playground.engine import Baseline, RunRecord, StepEvent, emitted_ids
 from playground.viz import ProvenanceBuilder, RunView, TokenPiece
 
 from .baseline import BaselineSampler
@@ -55,7 +55,7 @@ class Run:
 
     @property
     def token_ids(self) -> list[int]:
-        return [t for e in self.events for t in e.emitted]
+        return emitted_ids(self.events)
 
     @property
     def finished(self) -> bool:

@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from playground.backends.specstats import request_metrics
-from playground.engine import StepEvent
+from playground.engine import StepEvent, emitted_ids
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "cancelled": "abort"}
 
@@ -91,6 +91,6 @@ class Reply:
 
     def response(self) -> dict:
         """The whole (non-streamed) response."""
-        ids = [t for e in self.events for t in e.emitted]
+        ids = emitted_ids(self.events)
         return {**self._head(False), "choices": [self._choice(self.text, ids, self.events[-1], chunk=False)],
                 **self.usage()}

@@ -17,7 +17,7 @@ import torch
 from tqdm import tqdm
 
 from playground.backends.local import LocalBackend
-from playground.engine import GenerationConfig, StepEvent, summarize
+from playground.engine import GenerationConfig, StepEvent, emitted_ids, summarize
 from playground.presets import get_preset, with_drafters
 from playground.train.evaluate_long import drafter_digests
 from playground.bench.prompts import load_prompt_set
@@ -28,14 +28,10 @@ def run_events(backend: LocalBackend, prompt: list[int], drafter: str, cfg: Gene
     return list(backend.stream(prompt, drafter, cfg))
 
 
-def _ids(events: list[StepEvent]) -> list[int]:
-    return [t for e in events for t in e.emitted]
-
-
 def acceptance_table(backend: LocalBackend, prompts: list[list[int]], drafters: list[str], ks: list[int],
                      max_new_tokens: int) -> dict:
     """Per drafter and k: metrics pooled over every step of every prompt, and whether output matched plain."""
-    plain = [_ids(run_events(backend, p, "none", GenerationConfig(max_new_tokens=max_new_tokens))) for p in prompts]
+    plain = [emitted_ids(run_events(backend, p, "none", GenerationConfig(max_new_tokens=max_new_tokens))) for p in prompts]
     table: dict = {}
     jobs = [(d, k) for d in drafters for k in ks]
     for drafter, k in tqdm(jobs, desc="acceptance", unit="config"):
@@ -43,7 +39,7 @@ def acceptance_table(backend: LocalBackend, prompts: list[list[int]], drafters: 
         pooled, lossless = [], True
         for prompt, reference in zip(prompts, plain):
             events = run_events(backend, prompt, drafter, cfg)
-            lossless &= _ids(events) == reference
+            lossless &= emitted_ids(events) == reference
             pooled += events
         m = summarize(pooled, k)
         table.setdefault(drafter, {})[str(k)] = {

@@ -29,7 +29,7 @@ from tqdm import tqdm
 from playground.backends.local import LocalBackend
 from playground.bench.prompts import load_prompt_set
 from playground.bench.rows import machine_info
-from playground.engine import GenerationConfig, summarize
+from playground.engine import GenerationConfig, emitted_ids, summarize
 from playground.presets import get_preset, with_drafters
 
 LONG_SETS = ("numpy-1k", "numpy-2k", "numpy-4k", "numpy-8k")
@@ -69,8 +69,7 @@ def evaluate_long(preset_name: str, drafters_dir: Path | None, sets: tuple[str, 
             key = prompt_key(ids)
             plain = earlier.get(key)
             if plain is None:
-                plain = [t for e in backend.stream(ids, "none", GenerationConfig(max_new_tokens=max_new_tokens))
-                         for t in e.emitted]
+                plain = emitted_ids(backend.stream(ids, "none", GenerationConfig(max_new_tokens=max_new_tokens)))
             row = {"question_id": record.question_id, "src_id": record.src_id, "prompt_tokens": len(ids),
                    "prompt_key": key, "plain_ids": plain}
             for drafter in drafters:
@@ -78,7 +77,7 @@ def evaluate_long(preset_name: str, drafters_dir: Path | None, sets: tuple[str, 
                 pooled[drafter] += events
                 m = summarize(events, k)
                 row[drafter] = {"mean_acceptance_length": m.mean_acceptance_length,
-                                "lossless": [t for e in events for t in e.emitted] == plain}
+                                "lossless": emitted_ids(events) == plain}
             cell["prompts"].append(row)
         cell["median_prompt_tokens"] = statistics.median(p["prompt_tokens"] for p in cell["prompts"])
         for drafter in drafters:

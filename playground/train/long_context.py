@@ -35,6 +35,7 @@ from typing import Callable, Iterable
 
 import torch
 
+from playground.engine import GenerationConfig, Target, emitted_ids, plain_generate
 from playground.train.corpus import Split, split_of, stdlib_files
 from playground.train.distill import FEATURE_DTYPE, Sequence, save_shard
 from playground.train.prompts import prompts_for
@@ -208,22 +209,17 @@ def read_answers(path: Path) -> dict[str, list[dict]]:
 
 class _VllmAnswerer:
     def __init__(self, folder: str, threads: int) -> None:
-        import dataclasses
         import os
 
-        from playground.backends.vllm_backend import CPU_ENVIRONMENT, engine_kwargs
+        from playground.backends.vllm_backend import offline_llm
         from playground.presets import DEFAULT, get_preset
 
-        for key, value in {**CPU_ENVIRONMENT, "VLLM_CPU_KVCACHE_SPACE": "4"}.items():  # room for a batch of long ones
-            os.environ.setdefault(key, value)
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")  # room for a batch of long ones
         cores = sorted(os.sched_getaffinity(0))[:threads]  # vLLM's own binding keeps a core back on small machines
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cores)))
-        from vllm import LLM, SamplingParams
-        from vllm.engine.arg_utils import EngineArgs
+        from vllm import SamplingParams
 
-        preset = get_preset(f"{DEFAULT}-vllm")
-        supported = {f.name for f in dataclasses.fields(EngineArgs)}
-        self.llm = LLM(**engine_kwargs(preset, None, 1, supported, model=folder))
+        self.llm = offline_llm(get_preset(f"{DEFAULT}-vllm"), None, 1, model=folder)
         self.params = SamplingParams(temperature=0.0, max_tokens=MAX_ANSWER_TOKENS)
 
     def answer(self, prompts: list[list[int]]) -> list[list[int]]:
@@ -236,14 +232,12 @@ class _VllmAnswerer:
 
 class _LocalAnswerer:
     def __init__(self, folder: str, threads: int) -> None:
-        from playground.engine import GenerationConfig, Target, plain_generate
-
         torch.set_num_threads(threads)
-        self.target, self.generate = Target.load(folder), plain_generate
+        self.target = Target.load(folder)
         self.cfg = GenerationConfig(max_new_tokens=MAX_ANSWER_TOKENS)
 
     def answer(self, prompts: list[list[int]]) -> list[list[int]]:
-        return [[t for event in self.generate(self.target, p, self.cfg) for t in event.emitted] for p in prompts]
+        return [emitted_ids(plain_generate(self.target, p, self.cfg)) for p in prompts]
 
     def close(self) -> None:
         pass
@@ -297,8 +291,6 @@ def conversation_features(target, tokens: list[int], aux_layers: list[int]) -> S
 
 
 def write_features(items: list[LongItem], folder: str, out: Path, threads: int) -> None:
-    from playground.engine import Target
-
     torch.set_num_threads(threads)
     done = read_answers(out / "answers.jsonl")
     complete = [item for item in items if len(done.get(item.id, [])) == len(item.turns)]
