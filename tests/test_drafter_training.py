@@ -15,6 +15,7 @@ from playground.bench.prompts import load_prompt_set
 from playground.engine import Target, load_drafter
 from playground.train.distill import DistillConfig, distill
 from playground.train.drafter import DrafterTrainConfig, train_drafters
+from playground.train.merge import merge
 from playground.train.prompts import PromptItem, build_collection, build_draw, build_prompts, prompts_for, split_of
 
 # The GPU recipe (scripts/train_on_gpu.sh) runs these stages on CUDA; where a GPU is visible they are tested there too.
@@ -122,6 +123,25 @@ def test_train_drafters_runs_resumes_and_saves_both_variants(tiny_root: Path, tm
                            DrafterTrainConfig(steps=1, init_from=str(tmp_path / "out"), **settings))
     assert again["steps"] == 1
     assert torch.equal(load_file(tmp_path / "again" / "eagle3.1" / "model.safetensors")["d2t"], shipped["d2t"])
+
+    # WiSE-FT: the average of a pair and the pair trained from it, tensor by tensor
+    merge(tmp_path / "out", tmp_path / "again", 0.25, tmp_path / "merged")
+    for variant in ("eagle3", "eagle3.1"):
+        base, tuned, merged = (load_file(tmp_path / d / variant / "model.safetensors") for d in ("out", "again", "merged"))
+        expected = (0.75 * base["fc.weight"].float() + 0.25 * tuned["fc.weight"].float()).half()
+        assert torch.equal(merged["fc.weight"], expected) and not torch.equal(merged["fc.weight"], base["fc.weight"])
+        assert torch.equal(merged["t2d"], base["t2d"])
+        log = json.loads((tmp_path / "merged" / variant / "training_log.json").read_text())
+        assert log["merge"]["alpha"] == 0.25 and log["continued_from"]["steps"] == 1
+        drafter, _ = load_drafter(tmp_path / "merged" / variant)
+        target.attach(drafter)
+    merge(tmp_path / "out", tmp_path / "again", 0.0, tmp_path / "zero")
+    zero = load_file(tmp_path / "zero" / "eagle3.1" / "model.safetensors")
+    assert zero.keys() == shipped.keys() and all(torch.equal(x, shipped[k]) for k, x in zero.items())
+    with pytest.raises(ValueError, match="was not trained from"):  # the other way round is not one fine-tuning path
+        merge(tmp_path / "again", tmp_path / "out", 0.5, tmp_path / "wrong")
+    with pytest.raises(ValueError, match="alpha"):
+        merge(tmp_path / "out", tmp_path / "again", 1.5, tmp_path / "wrong")
 
 
 def test_speed_table_times_every_drafter_and_k_against_plain(pair_models, tiny) -> None:

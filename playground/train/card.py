@@ -123,6 +123,12 @@ def training_stages(log: dict) -> list[dict]:
 
 
 def _later_stage(log: dict) -> str:
+    if "merge" in log:
+        alpha = log["merge"]["alpha"]
+        return (f"Then the weights were averaged with those the stage above started from (`train merge --alpha "
+                f"{alpha}`, WiSE-FT): every tensor is {1 - alpha:g} × the weights before that stage + {alpha:g} × "
+                "the weights after it. No training and no new data: what the average keeps of each stage is "
+                "measured below, on the averaged weights.")
     c = log["config"]
     blocks = "one conversation per block" if not c.get("pack", True) else "conversations packed back to back"
     return (f"Then {log['steps']} more steps on `{log.get('data', '?')}`: {log['train_answers']} conversations "
@@ -175,14 +181,15 @@ def render(root: Path) -> str:
         "",
         *[line for stage in stages[1:] for line in ("", _later_stage(stage))],
         "",
-        "Final validation (the latest stage's validation blocks):",
+        "Final validation (the latest training stage's validation blocks"
+        + ("; measured on its weights, before the average)" if "merge" in drafters["eagle3"] else ")") + ":",
         "",
         "| drafter | fc_norm | norm_output | validation TTT loss | top-1 agreement with the target by TTT step |",
         "|---|---|---|---|---|",
     ]
     for v, log in drafters.items():
         flags = v == "eagle3.1"
-        final = log["final"][v]  # the latest stage's
+        final = next(stage for stage in reversed(training_stages(log)) if "final" in stage)["final"][v]
         lines.append(f"| {v} | {flags} | {flags} | {_fmt(final['val_loss'], 3)} | "
                      f"{' / '.join(_fmt(a) for a in final['val_top1_by_step'])} |")
     speed, unfamiliar = measured_speed["speed"], evaluation["unfamiliar_template"]

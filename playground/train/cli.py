@@ -1,4 +1,4 @@
-"""``python -m playground train ...`` subcommands (corpus, tokenizer, distill, drafter, evaluate, speed, card)."""
+"""``python -m playground train ...`` subcommands (corpus, tokenizer, distill, long-data, drafter, merge, evaluate, evaluate-long, speed, card, mla-target)."""
 
 from __future__ import annotations
 
@@ -119,6 +119,12 @@ def _probabilities(text: str) -> tuple[float, ...]:
     return values
 
 
+def _merge(args: argparse.Namespace) -> None:
+    from playground.train.merge import merge
+
+    merge(args.base, args.tuned, args.alpha, args.out)
+
+
 def _card(args: argparse.Namespace) -> None:
     from playground.train.card import main
 
@@ -203,6 +209,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=float, default=MlaTargetConfig.lr, help="peak learning rate (cosine decay)")
     p.add_argument("--init-from", type=Path, help="continue training a target this command wrote")
     p.set_defaults(func=_mla_target)
+
+    p = stages.add_parser("merge", help="average a drafter pair with the pair a later stage trained from it "
+                          "(WiSE-FT): (1 - alpha) * base + alpha * tuned")
+    p.add_argument("--base", type=Path, required=True, help="the pair the later stage started from (DIR/eagle3, ...)")
+    p.add_argument("--tuned", type=Path, required=True, help="the pair `drafter --init-from BASE` wrote")
+    p.add_argument("--alpha", type=float, default=0.5, help="weight of the tuned pair")
+    p.add_argument("--out", type=Path, required=True)
+    p.set_defaults(func=_merge)
 
     p = _measurement_stage(stages, "evaluate", "held-out acceptance, drift and losslessness of a preset's drafters",
                            out="evaluation.json", ks="1,2,3,4,5,6,7,8",
