@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from playground.train.evaluate import evaluate_command
+
 
 def _fmt(x, digits: int = 2) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
@@ -197,7 +199,7 @@ def render(root: Path) -> str:
         "",
         "## Measured (`assets/models/smollm2-135m/evaluation.json`)",
         "",
-        f"Command: `python -m playground train evaluate` (torch threads: {evaluation['machine']['torch_threads']}, "
+        f"Command: `{evaluate_command(evaluation)}` (torch threads: {evaluation['machine']['torch_threads']}, "
         f"{evaluation['machine']['cpu']}, torch {evaluation['machine']['torch']}). Greedy.",
         "",
         f"Acceptance on {evaluation['prompts']['count']} held-out prompts (first turns, mean "
@@ -319,7 +321,7 @@ def render_mla_pair(root: Path) -> str:
         "",
         f"## Measured on our engine (`{shown}/evaluation.json`)",
         "",
-        f"Command: `python -m playground train evaluate --preset kimi-tiny --out {shown}/evaluation.json` (torch "
+        f"Command: `{evaluate_command(evaluation, f' --preset kimi-tiny --out {shown}/evaluation.json')}` (torch "
         f"threads: {evaluation['machine']['torch_threads']}, {evaluation['machine']['cpu']}). Greedy, "
         f"{evaluation['prompts']['count']} held-out prompts (first turns, never trained on), default template:",
         "",

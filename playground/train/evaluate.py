@@ -24,6 +24,16 @@ from playground.bench.prompts import load_prompt_set
 from playground.bench.rows import machine_info
 
 
+HELD_OUT_PROMPTS = 12  # `train evaluate`'s default number of held-out prompts
+
+
+def evaluate_command(evaluation: dict, extra: str = "") -> str:
+    """The `train evaluate` command line that wrote `evaluation` (its prompt count when not the default)."""
+    count = evaluation["prompts"]["count"]
+    return ("python -m playground train evaluate" + (f" --prompts {count}" if count != HELD_OUT_PROMPTS else "")
+            + extra)
+
+
 def run_events(backend: LocalBackend, prompt: list[int], drafter: str, cfg: GenerationConfig) -> list[StepEvent]:
     return list(backend.stream(prompt, drafter, cfg))
 
