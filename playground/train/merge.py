@@ -55,13 +55,14 @@ def merge(base_root: Path, tuned_root: Path, alpha: float, out_root: Path) -> No
             raise ValueError(f"{tuned} was not trained from {base} (its training log does not continue that one's)")
         if json.loads((tuned / "config.json").read_text()) != json.loads((base / "config.json").read_text()):
             raise ValueError(f"{tuned}/config.json and {base}/config.json differ")
-        weights = interpolate(load_file(base / "model.safetensors"), load_file(tuned / "model.safetensors"), alpha)
-        out.mkdir(parents=True, exist_ok=True)
-        save_file(weights, out / "model.safetensors", metadata={"format": "pt"})
-        shutil.copy(base / "config.json", out / "config.json")
         log = {"merge": {"alpha": alpha, "method": "(1 - alpha) * base + alpha * tuned, per tensor, in float32",
                          "base_sha256": _sha256(base / "model.safetensors"),
                          "tuned_sha256": _sha256(tuned / "model.safetensors")},
                "variant": variant, "continued_from": tuned_log}
+        weights = interpolate(load_file(base / "model.safetensors"), load_file(tuned / "model.safetensors"), alpha)
+        out.mkdir(parents=True, exist_ok=True)
+        save_file(weights, out / "model.safetensors", metadata={"format": "pt"})  # OUT may be BASE: written last
+        if not (out / "config.json").exists() or not (out / "config.json").samefile(base / "config.json"):
+            shutil.copy(base / "config.json", out / "config.json")
         (out / "training_log.json").write_text(json.dumps(log, indent=2))
         print(f"{out}: {alpha} of {tuned} + {1 - alpha} of {base}")
