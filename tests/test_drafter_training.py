@@ -4,6 +4,7 @@ recorded), then EAGLE-3 and EAGLE-3.1 train in lockstep on those records, resume
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 
@@ -136,6 +137,10 @@ def test_train_drafters_runs_resumes_and_saves_both_variants(tiny_root: Path, tm
         drafter, _ = load_drafter(tmp_path / "merged" / variant)
         target.attach(drafter)
     merge(tmp_path / "out", tmp_path / "again", 0.0, tmp_path / "zero")
+    shutil.copytree(tmp_path / "out", tmp_path / "in-place")  # the README's recipe writes over the base folder
+    merge(tmp_path / "in-place", tmp_path / "again", 0.25, tmp_path / "in-place")
+    assert all((tmp_path / "in-place" / v / f).read_bytes() == (tmp_path / "merged" / v / f).read_bytes()
+               for v in ("eagle3", "eagle3.1") for f in ("model.safetensors", "training_log.json"))
     zero = load_file(tmp_path / "zero" / "eagle3.1" / "model.safetensors")
     assert zero.keys() == shipped.keys() and all(torch.equal(x, shipped[k]) for k, x in zero.items())
     with pytest.raises(ValueError, match="was not trained from"):  # the other way round is not one fine-tuning path
