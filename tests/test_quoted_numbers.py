@@ -132,13 +132,12 @@ def _about_speed_quotes() -> list[str]:
     adaptive = [by_drafter[f"{name} adaptive 0.3"] for name in ("eagle3", "eagle3.1")]
     low, high = min(d["speedup_range"][0] for d in fixed), max(d["speedup_range"][1] for d in fixed)
     lengths = sorted(f"{d['mean_acceptance_length']:.1f}" for d in fixed)
-    verify = {f"{d['median_verify_ms_per_step'] / plain['median_ms_per_token']:.1f}" for d in fixed}
-    assert len(verify) == 1, f"the two drafters' verification costs no longer round alike: {verify}"
+    verify = sorted({f"{d['median_verify_ms_per_step'] / plain['median_ms_per_token']:.1f}" for d in fixed})
     slowest_above_one = min(d["speedup_range"][0] for d in adaptive) > 1.0  # the claim the About tab makes of it
     assert ("slowest runs above 1.0×" in _flat(ABOUT)) == slowest_above_one
     assert ("run was still below plain decoding" in _flat(ABOUT)) == (not slowest_above_one)
     assert speed["machine"]["torch_threads"] == 2 and speed["machine"]["cores"] == 2
-    verify_cost = verify.pop()
+    verify_cost = "–".join(verify)  # "1.3", or "1.3–1.4" where the two drafters' costs round apart
     (threshold,) = {d["min_draft_prob"] for d in adaptive}
     return [f"On a {speed['machine']['cores']}-core CPU the speedup is modest on long answers: at k = 4, "
             f"{_times(fixed[1]['median_speedup'])} for EAGLE-3.1 and {_times(fixed[0]['median_speedup'])} for EAGLE-3",
@@ -197,13 +196,19 @@ def test_model_card_says_where_the_drafters_were_trained(tmp_path: Path) -> None
 
 def test_model_card_lists_every_training_stage(tmp_path: Path) -> None:
     """A pair continued with --init-from (the long-context stage) keeps its first stage's story and adds its own."""
+    from playground.train.card import training_stages
+
     def continued(log: dict) -> dict:
-        return {**log, "steps": 7, "data": "runs/elsewhere", "continued_from": log,
-                "config": {**log["config"], "pack": False, "seq_len": 4096}}
+        trained = next(stage for stage in reversed(training_stages(log)) if "config" in stage)  # not a merge
+        return {**trained, "steps": 7, "data": "runs/elsewhere", "continued_from": log,
+                "config": {**trained["config"], "pack": False, "seq_len": 4096}}
 
     card = _card_with_logs(tmp_path, continued)
     assert f"same {_first_stage(_load(MODELS / 'eagle3' / 'training_log.json'))['steps']} steps" in card
     assert "Then 7 more steps on `runs/elsewhere`" in card and "one conversation per block" in card
+    shipped = _load(MODELS / "eagle3" / "training_log.json")
+    if "merge" in shipped:  # the shipped pair is an average of two stages (train merge): the card says so
+        assert f"`train merge --alpha {shipped['merge']['alpha']}`" in render(MODELS)
 
 
 def test_the_two_engine_table_is_the_committed_result() -> None:
@@ -237,14 +242,19 @@ def test_the_evaluations_measured_the_shipped_files() -> None:
 @pytest.mark.parametrize("where, text", [("README.md", README), ("the About tab", ABOUT)])
 def test_long_context_quotes_are_the_committed_evaluation(where: str, text: str) -> None:
     """The held-out long-context medians (EAGLE-3 vs EAGLE-3.1, every length) as `train evaluate-long` wrote them, and
-    the claim made of them: EAGLE-3.1 ahead at every length, by less than 1.2×."""
+    the claims made of them: EAGLE-3.1 ahead at every length, and 1.2× ahead only at ~1k, not from ~2k on (the
+    long-context issue's bar)."""
     sets = _load(MODELS / "long-context.json")["sets"]
     medians = {name: [c["drafters"][d]["median_acceptance_length"] for d in ("eagle3", "eagle3.1")]
                for name, c in sets.items()}
     missing = [f"{a:.2f} vs {b:.2f}" for a, b in medians.values() if f"{a:.2f} vs {b:.2f}" not in _flat(text)]
     assert not missing, f"{where} does not quote {missing} from long-context.json"
-    ratios = [b / a for a, b in medians.values()]
-    assert 1 < min(ratios) and max(ratios) < 1.2, "the 'ahead at every length, not 1.2×' claim no longer holds"
+    ratios = {name: b / a for name, (a, b) in medians.items()}
+    assert min(ratios.values()) > 1, "the 'ahead at every length' claim no longer holds"
+    assert ratios["numpy-1k"] >= 1.2 and all(r < 1.2 for name, r in ratios.items() if name != "numpy-1k"), \
+        "the '1.2× only at ~1k' claim no longer holds"
+    assert "reaches the 1.2× the EAGLE-3.1 work reports only at ~1k" in _flat(text)
+    ratios = list(ratios.values())
     assert f"by {100 * (min(ratios) - 1):.0f}–{100 * (max(ratios) - 1):.0f} %" in _flat(text)
     assert all(c["drafters"][d]["lossless"] for c in sets.values() for d in ("eagle3", "eagle3.1"))
 
