@@ -9,6 +9,6 @@ from .trace import AttentionMass, Baseline, RunMetrics, SpecCounters, StepEvent,
 
 __all__ = [
     "MAX_K", "AttentionMass", "Baseline", "CheckpointError", "DrafterConfig", "Eagle3Drafter", "GenerationConfig",
-    "PlainProbe", "RunMetrics", "RunRecord", "SpecCounters", "StepEvent", "Target", "TargetError", "load_drafter",
-    "plain_generate", "save_drafter", "speculative_generate", "summarize", "emitted_ids",
+    "PlainProbe", "RunMetrics", "RunRecord", "SpecCounters", "StepEvent", "Target", "TargetError", "emitted_ids",
+    "load_drafter", "plain_generate", "save_drafter", "speculative_generate", "summarize",
 ]

@@ -1,4 +1,5 @@
-"""``python -m playground train ...`` subcommands (corpus, tokenizer, distill, long-data, drafter, merge, evaluate, evaluate-long, speed, card, mla-target)."""
+"""``python -m playground train ...`` subcommands (corpus, tokenizer, distill, long-data, drafter, merge, evaluate,
+evaluate-long, speed, card, mla-target)."""
 
 from __future__ import annotations
 
@@ -222,7 +223,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = _measurement_stage(stages, "evaluate", "held-out acceptance, drift and losslessness of a preset's drafters",
                            out="evaluation.json", ks="1,2,3,4,5,6,7,8",
-                           prompts=(HELD_OUT_PROMPTS, "number of held-out prompts for the acceptance table"), max_new_tokens=64,
+                           prompts=(HELD_OUT_PROMPTS, "number of held-out prompts for the acceptance table"),
+                           max_new_tokens=64,
                            threads=(1, "torch threads (timing is not measured here)"))
     p.add_argument("--template-k", type=int, default=4, help="k of the unfamiliar-template comparison")
     p.add_argument("--drafters", type=Path, help="evaluate DIR/eagle3 and DIR/eagle3.1 instead of the preset's")

@@ -41,7 +41,8 @@ def run_events(backend: LocalBackend, prompt: list[int], drafter: str, cfg: Gene
 def acceptance_table(backend: LocalBackend, prompts: list[list[int]], drafters: list[str], ks: list[int],
                      max_new_tokens: int) -> dict:
     """Per drafter and k: metrics pooled over every step of every prompt, and whether output matched plain."""
-    plain = [emitted_ids(run_events(backend, p, "none", GenerationConfig(max_new_tokens=max_new_tokens))) for p in prompts]
+    plain_cfg = GenerationConfig(max_new_tokens=max_new_tokens)
+    plain = [emitted_ids(run_events(backend, p, "none", plain_cfg)) for p in prompts]
     table: dict = {}
     jobs = [(d, k) for d in drafters for k in ks]
     for drafter, k in tqdm(jobs, desc="acceptance", unit="config"):

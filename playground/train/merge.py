@@ -13,7 +13,6 @@ fine-tuning path and both variants stay identical except `fc_norm` / `norm_outpu
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -21,11 +20,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-VARIANTS = ("eagle3", "eagle3.1")
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+from playground.train.drafter import VARIANTS
+from playground.train.evaluate_long import drafter_digests
 
 
 def interpolate(base: dict[str, torch.Tensor], tuned: dict[str, torch.Tensor], alpha: float) -> dict[str, torch.Tensor]:
@@ -55,10 +51,9 @@ def merge(base_root: Path, tuned_root: Path, alpha: float, out_root: Path) -> No
             raise ValueError(f"{tuned} was not trained from {base} (its training log does not continue that one's)")
         if json.loads((tuned / "config.json").read_text()) != json.loads((base / "config.json").read_text()):
             raise ValueError(f"{tuned}/config.json and {base}/config.json differ")
+        digests = drafter_digests({"base_sha256": str(base), "tuned_sha256": str(tuned)})
         log = {"merge": {"alpha": alpha, "method": "(1 - alpha) * base + alpha * tuned, per tensor, in float32",
-                         "base_sha256": _sha256(base / "model.safetensors"),
-                         "tuned_sha256": _sha256(tuned / "model.safetensors")},
-               "variant": variant, "continued_from": tuned_log}
+                         **digests}, "variant": variant, "continued_from": tuned_log}
         weights = interpolate(load_file(base / "model.safetensors"), load_file(tuned / "model.safetensors"), alpha)
         out.mkdir(parents=True, exist_ok=True)
         save_file(weights, out / "model.safetensors", metadata={"format": "pt"})  # OUT may be BASE: written last
