@@ -56,9 +56,9 @@ def _answers(url: str) -> bool:
 
 
 @contextmanager
-def running_app(models: Path | None, log_path: Path, timeout_s: float = 180.0) -> Iterator[str]:
+def running_app(models: Path | None, log_path: Path, timeout_s: float = 180.0, stop_s: float = 15.0) -> Iterator[str]:
     """Run app.py (niced, one torch thread) against `models` (None: the real default pair); yields its URL once it
-    answers HTTP."""
+    answers HTTP. At the end it gets SIGTERM and `stop_s` to stop its vLLM engines, if it started any."""
     port = free_port()
     env = {
         **{k: v for k, v in os.environ.items() if k != "PLAYGROUND_MODELS_DIR"},
@@ -70,7 +70,7 @@ def running_app(models: Path | None, log_path: Path, timeout_s: float = 180.0) -
     }
     url = f"http://127.0.0.1:{port}/"
     with running_process(["nice", "-n", "19", sys.executable, "app.py"], env, log_path, url, "the app",
-                         timeout_s, stop_s=15):
+                         timeout_s, stop_s):
         yield url
 
 

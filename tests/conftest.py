@@ -7,7 +7,9 @@
 Threads: these tests usually share the machine's cores with a training run, so torch uses one thread unless
 PLAYGROUND_THREADS says otherwise. vLLM: tests/test_vllm_cpu.py, skipped where it is not installed, required in CI.
 Network: never; the Hub is switched to offline mode for this process and the
-subprocesses it starts.
+subprocesses it starts. vLLM logs warnings and errors only, here and in the apps and servers the tests start: a
+failed engine start then shows its cause (a worker's traceback, or its exit code) instead of burying it in pages of
+start-up INFO lines.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Iterator
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -1,8 +1,8 @@
 """The remote backend against a real HTTP server: `python -m playground serve` over the tiny models, in a subprocess.
 
 The server speaks vLLM's dialect (token ids per streamed chunk, spec-decode counters on /metrics, per-request
-metrics in the usage chunk), so this checks the client end to end; that a real `vllm serve` answers the same way is
-not verified here (no GPU)."""
+metrics in the usage chunk), so this checks the client end to end; tests/test_vllm_serve.py runs it against a real
+`vllm serve` (vLLM's CPU build)."""
 
 from __future__ import annotations
 
