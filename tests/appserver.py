@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+import psutil
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -78,7 +80,8 @@ def running_app(models: Path | None, log_path: Path, timeout_s: float = 180.0, s
 def running_process(command: list[str], env: dict, log_path: Path, url: str, what: str, timeout_s: float,
                     stop_s: float) -> Iterator[subprocess.Popen]:
     """Run `command` (output to `log_path`) until `url` answers 200, yield it, and stop it at the end (SIGTERM, then
-    SIGKILL after `stop_s`)."""
+    SIGKILL after `stop_s`). Every process it started must end with it (an app's or a server's vLLM engines hold
+    ~3-4 GB each): any left behind are killed and reported as an error."""
     with log_path.open("w") as log:
         process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
@@ -89,12 +92,29 @@ def running_process(command: list[str], env: dict, log_path: Path, url: str, wha
                 time.sleep(0.5)
             yield process
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=stop_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            left_behind = _stop(process, stop_s)
+    if left_behind:
+        raise RuntimeError(f"{what} left processes running after it stopped (killed now): {left_behind}")
+
+
+def _stop(process: subprocess.Popen, stop_s: float) -> list[str]:
+    """SIGTERM, then SIGKILL after `stop_s`; returns the names of the processes it had started that outlived it by
+    10 s, after killing them."""
+    try:
+        started = psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        started = []
+    process.terminate()
+    try:
+        process.wait(timeout=stop_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    _, alive = psutil.wait_procs(started, timeout=10)
+    names = [p.name() for p in alive]
+    for p in alive:
+        p.kill()
+    return names
 
 
 @contextmanager

@@ -25,18 +25,11 @@ pytestmark = pytest.mark.skipif(not vllm_installed(), reason="vLLM is not instal
 @pytest.fixture(scope="module")
 def vllm_app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The app on the real default pair, for this module alone. SIGTERM stops it through atexit, which must stop the
-    vLLM engines its runs started: every process it started is checked to be gone."""
+    vLLM engines its runs started (running_process fails where a process it started outlives it)."""
     if unavailable_reason():
         pytest.skip(unavailable_reason())
-    import psutil
-
-    this = psutil.Process()
-    before = {p.pid for p in this.children(recursive=True)}
     with running_app(None, tmp_path_factory.mktemp("vllm-app") / "app.log", stop_s=60) as url:
         yield url
-        started = [p for p in this.children(recursive=True) if p.pid not in before]
-    _, alive = psutil.wait_procs(started, timeout=10)
-    assert not alive, f"still running after the app stopped: {[p.name() for p in alive]}"
 
 
 CHAT = dict(drafter="eagle3.1", k=K, preset="smollm2-135m-vllm", temperature=0.0, top_p=1.0, max_new_tokens=64,
