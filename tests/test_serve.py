@@ -233,6 +233,27 @@ def test_admission_queues_then_refuses() -> None:
     assert asyncio.run(scenario()) == ["a runs", "c 429", "b runs"]
 
 
+def test_a_developer_message_is_the_system_turn(server) -> None:
+    def answer(role: str) -> tuple[list[int], str]:
+        messages = [{"role": role, "content": "Answer in one word."}, *MESSAGES]
+        ids = httpx.post(server[0] + "/tokenize", json={"messages": messages}, timeout=30).json()["tokens"]
+        response = httpx.post(server[0] + "/v1/chat/completions", timeout=60, json={
+            "messages": messages, "max_tokens": 8, "temperature": 0})
+        assert response.status_code == 200, response.text
+        return ids, response.json()["choices"][0]["message"]["content"]
+
+    without_system = httpx.post(server[0] + "/tokenize", json={"messages": MESSAGES}, timeout=30).json()["tokens"]
+    assert answer("developer") == answer("system") and answer("system")[0] != without_system
+
+
+def test_a_model_is_found_by_its_id(server) -> None:
+    listed = httpx.get(server[0] + "/v1/models", timeout=30).json()["data"]
+    found = httpx.get(server[0] + f"/v1/models/{listed[0]['id']}", timeout=30)
+    assert found.status_code == 200 and found.json() == listed[0]
+    missing = httpx.get(server[0] + "/v1/models/gpt-5", timeout=30)
+    assert missing.status_code == 404 and missing.json()["error"]["param"] == "model"
+
+
 def test_request_models_keep_types_strict() -> None:
     assert CompletionRequest.model_validate_json('{"prompt": [[1, 2]], "stop": "x"}').prompt == [1, 2]
     assert CompletionRequest.model_validate_json('{"prompt": "x", "temperature": 0}').temperature == 0.0

@@ -276,11 +276,19 @@ def build_app(engine: ServedEngine, limits: Limits = Limits()) -> FastAPI:
     async def health() -> dict:
         return {}
 
+    def model_card() -> dict:
+        return {"id": engine.model_name, "object": "model", "created": started, "owned_by": "playground",
+                "root": engine.backend.preset.target, "max_model_len": target.max_positions}
+
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [{
-            "id": engine.model_name, "object": "model", "created": started, "owned_by": "playground",
-            "root": engine.backend.preset.target, "max_model_len": target.max_positions}]}
+        return {"object": "list", "data": [model_card()]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def model(model_id: str) -> dict:
+        if model_id != engine.model_name:
+            raise ApiError(404, f"The model `{model_id}` does not exist.", "model")
+        return model_card()
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:

@@ -45,8 +45,14 @@ class StreamOptions(Strict):
 
 
 class Message(Strict):
-    role: Literal["system", "user", "assistant"]
+    role: Literal["developer", "system", "user", "assistant"]
     content: str | list[dict[str, Any]]
+
+    @field_validator("role")
+    @classmethod
+    def _developer_is_system(cls, role: str) -> str:
+        # OpenAI's `developer` role replaces `system` for newer models; chat templates know only `system`.
+        return "system" if role == "developer" else role
 
     @field_validator("content")
     @classmethod
