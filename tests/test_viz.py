@@ -17,10 +17,11 @@ from playground.engine.trace import window_rates
 from playground.engine.text import IncrementalDecoder
 from playground.presets import get_preset
 from playground.viz import (
-    MEAN_ACCEPTANCE_LENGTH_HELP, SUMMARY_COLUMNS, RunView, accepted_per_step_figure,
-    acceptance_by_position_figure, attention_drift_figure, depth_colour, hidden_rms_figure, legend_html, provenance_css,
-    provenance_html, speedup_figure, stats_html, summary_table, token_pieces,
+    MEAN_ACCEPTANCE_LENGTH_HELP, SUMMARY_COLUMNS, RunView, TokenPiece, accepted_per_step_figure,
+    acceptance_by_position_figure, attention_drift_figure, depth_colour, escape_html, hidden_rms_figure, legend_html,
+    provenance_css, provenance_html, rendered_html, speedup_figure, stats_html, summary_table, token_pieces,
 )
+from playground.viz.provenance import BIDI_CONTROLS
 from playground.viz.summary import STAT_CARDS, STATS_ROW_MIN_PX, stats_css
 from tests.appserver import long_answer_prompt
 
@@ -48,6 +49,15 @@ def test_model_text_is_escaped() -> None:
     assert html.escape("<img src=x onerror=alert(1)>") in page
     assert "&amp; ok" in page and "&quot;q&quot;" in page
     assert "\n" not in page and "<br>" in page  # one line of HTML, so Markdown renderers pass it through
+
+
+def test_bidirectional_controls_are_shown_not_applied() -> None:
+    override = "abc \u202edcba\u202c \u2067x\u2069 \u200f"
+    piece = TokenPiece(0, override, 0, None)
+    for shown in (escape_html(override), rendered_html([piece]), provenance_html([piece])):
+        assert not BIDI_CONTROLS.intersection(shown), shown
+        assert "&lt;U+202E&gt;dcba&lt;U+202C&gt;" in shown and "&lt;U+2067&gt;x&lt;U+2069&gt;" in shown
+    assert escape_html("plain <b>") == html.escape("plain <b>")
 
 
 def test_spans_carry_origin_depth_and_step() -> None:

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import html
-
 import gradio as gr
 
 from playground.bench.engines import instrumentation_note
 from playground.playback import Conversation, Run, chat_turn, regenerate_turn
 from playground.presets import Preset
 from playground.viz import (
-    TITLES, accepted_per_step_figure, acceptance_by_position_figure, attention_drift_figure, hidden_rms_figure,
-    message_figure, speedup_figure, stats_html,
+    TITLES, accepted_per_step_figure, acceptance_by_position_figure, attention_drift_figure, escape_html,
+    hidden_rms_figure, message_figure, speedup_figure, stats_html,
 )
 
 from .common import (
     ENGINE, AnswerView, answer_view_control, depth_legend, drafter_control, export_files,
-    follow_answer_view, follow_preset, generation_controls, in_line, k_control, min_draft_prob_control, report_user_errors,
+    follow_answer_view, follow_drafter, follow_preset, generation_controls, in_line, k_control, min_draft_prob_control, report_user_errors,
     run_settings, status_after_failure, stop_tab, stoppable,
 )
 
@@ -29,7 +27,7 @@ def _chatbot_messages(conversation: Conversation, view: AnswerView) -> list[dict
     plain text."""
     messages = []
     for exchange in conversation.exchanges:
-        messages.append({"role": "user", "content": html.escape(exchange.user)})
+        messages.append({"role": "user", "content": escape_html(exchange.user)})
         messages.append({"role": "assistant", "content": view.html(exchange.run.pieces)})
     return messages
 
@@ -130,6 +128,7 @@ def build_chat_tab(preset: Preset) -> None:
             drafter = drafter_control(preset, preset.default_drafter, elem_id="drafter")
             k = k_control(elem_id="k")
             min_draft_prob = min_draft_prob_control(elem_id="min-draft-prob")
+            follow_drafter(drafter, k, min_draft_prob)
             controls = generation_controls("", preset)
             with gr.Accordion("Export this chat", open=False):
                 export_button = gr.Button("Export JSON + CSV", elem_id="chat-export", size="sm")

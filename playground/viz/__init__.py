@@ -8,7 +8,7 @@ from .figures import (
     message_figure, speedup_figure,
 )
 from .provenance import (
-    ProvenanceBuilder, TokenPiece, depth_colour, legend_html, provenance_css, provenance_html,
+    ProvenanceBuilder, TokenPiece, depth_colour, escape_html, legend_html, provenance_css, provenance_html,
     token_pieces,
 )
 from .rendered import rendered_css, rendered_html
@@ -20,7 +20,7 @@ from .view import RunView
 __all__ = [
     "DRAFT_ACCEPTANCE_RATE_HELP", "MEAN_ACCEPTANCE_LENGTH_HELP", "SUMMARY_COLUMNS", "TITLES", "ProvenanceBuilder",
     "RunView", "TokenPiece", "accepted_per_step_figure", "acceptance_by_position_figure",
-    "attention_drift_figure", "depth_colour", "hidden_rms_figure", "legend_html", "message_figure",
+    "attention_drift_figure", "depth_colour", "escape_html", "hidden_rms_figure", "legend_html", "message_figure",
     "provenance_css", "provenance_html", "rendered_css", "rendered_html", "speedup_figure", "stats_css", "stats_html",
     "summary_table", "token_pieces",
 ]

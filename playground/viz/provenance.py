@@ -6,7 +6,7 @@ so ``emitted[i]`` for ``i < accepted`` is a draft accepted at depth ``i + 1`` an
 
 Text is decoded incrementally from ids (`engine.text.IncrementalDecoder`): a token whose bytes end inside a
 multi-byte character contributes no text, and the character is shown on the token that completes it.
-All model text is HTML-escaped.
+All model text is HTML-escaped, and bidirectional control characters are shown, not applied.
 """
 
 from __future__ import annotations
@@ -95,10 +95,23 @@ def token_pieces(events: Iterable[StepEvent], decode: Callable[[list[int]], str]
     return builder.pieces
 
 
+# Unicode's bidirectional controls (embeddings, overrides, isolates, marks): in shown text they would reorder
+# whatever follows them, so they are shown as their code point instead of being applied.
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def escape_html(text: str) -> str:
+    """User or model text as inert HTML: escaped, with bidirectional controls made visible (e.g. `<U+202E>`)."""
+    text = html.escape(text, quote=True)
+    if BIDI_CONTROLS.isdisjoint(text):
+        return text
+    return "".join(f"&lt;U+{ord(c):04X}&gt;" if c in BIDI_CONTROLS else c for c in text)
+
+
 def escape_text(text: str, newline: str = "<br>") -> str:
-    """Model text as HTML on one line: escaped, and line breaks (\\n, \\r\\n, \\r) as `newline`, so that a Markdown
-    renderer treats the block as raw HTML."""
-    text = html.escape(text, quote=True).replace("\r\n", "\n").replace("\r", "\n")
+    """Model text as HTML on one line: escaped (`escape_html`), and line breaks (\\n, \\r\\n, \\r) as `newline`, so
+    that a Markdown renderer treats the block as raw HTML."""
+    text = escape_html(text).replace("\r\n", "\n").replace("\r", "\n")
     return text.replace("\n", newline)
 
 
