@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from playground.k_range import k_problem
 from playground.smollm2 import HUB_ID  # resolved to a local copy when loaded
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +32,6 @@ DRAFTER_LABELS = {
 BACKENDS = ("local", "vllm", "remote")
 DEVICES = ("cpu", "cuda")
 DTYPES = ("float32", "bfloat16", "float16")
-MAX_K = 16  # the engine's limit (playground.engine.MAX_K), repeated so that presets import no torch
 
 
 @dataclass(frozen=True)
@@ -318,6 +318,6 @@ def validate_preset(preset: Preset) -> list[str]:
     if clash:
         problems.append(f"drafter(s) {sorted(clash)} are listed both as present and as missing")
     k = preset.num_speculative_tokens
-    if k is not None and not 1 <= k <= MAX_K:
-        problems.append(f"num_speculative_tokens must be between 1 and {MAX_K}, got {k}")
+    if k is not None and k_problem(k):
+        problems.append(f"num_speculative_tokens: {k_problem(k)}")
     return problems

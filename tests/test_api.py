@@ -218,8 +218,8 @@ def test_a_seed_repeats_a_sampled_answer(app_url: str) -> None:
 
 @pytest.mark.parametrize("change, message", [
     ({"prompt": "   "}, "prompt is empty"),
-    ({"k": 0}, "k .* must be between 1 and 10, got 0"),
-    ({"k": 11}, "k .* must be between 1 and 10, got 11"),
+    ({"k": 0}, "k .* must be between 1 and 16, got 0"),
+    ({"k": 17}, "k .* must be between 1 and 16, got 17"),
     ({"max_new_tokens": 0}, "max new tokens must be between 1 and"),
     ({"temperature": -1.0}, "temperature must be >= 0"),
     ({"temperature": 1.0, "seed": "-3"}, "seed must be a whole number from 0"),

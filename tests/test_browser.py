@@ -173,7 +173,10 @@ def test_plain_against_plain_reads_one_within_the_shown_range(browser, real_app_
     page renders on the same cores): 1.00× inside the range the speedup card shows, turn after turn. The baseline card
     counts its timed steps, and the rate the user saw stands beside the engine's."""
     page = open_page(browser, real_app_url)
+    from playwright.sync_api import expect
+
     page.locator("#drafter").get_by_text("none (plain decoding)").click()
+    expect(page.locator("#k input[type=number]")).to_be_disabled(timeout=TIMEOUT_MS)  # k means nothing for plain
     page.locator("#max-new-tokens input[type=number]").fill("200")
     page.locator("#max-new-tokens input[type=number]").press("Enter")
     readings = []
@@ -295,7 +298,7 @@ def test_refused_input_is_kept_explained_and_escaped(page) -> None:
     page.locator("#k input[type=number]").press("Tab")
     page.locator("#prompt textarea").fill(PROMPT)
     page.locator("#send").click()
-    expect(page.get_by_text("k (speculative tokens per step) must be between 1 and 10, got 50")).to_have_count(
+    expect(page.get_by_text("k (speculative tokens per step) must be between 1 and 16, got 50")).to_have_count(
         1, timeout=TIMEOUT_MS)
     page.locator("#k input[type=number]").fill("4")
     page.locator("#temperature input[type=number]").fill("1")

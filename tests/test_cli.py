@@ -177,7 +177,7 @@ def test_errors_are_one_line_on_stderr(tiny: TinyModels, broken_drafter: Path, t
     monkeypatch.setenv("PLAYGROUND_MODELS_DIR", str(root))
     by_path = ("--target", str(root / "target"), "--prompt", PROMPT, "--max-new-tokens", "4", "--json")
 
-    assert "k must be between 1 and" in _one_line_error(run_in_process(capsys, "--prompt", PROMPT, "--k", "0"))
+    assert "must be between 1 and 16, got 0" in _one_line_error(run_in_process(capsys, "--prompt", PROMPT, "--k", "0"))
     assert "prompt is empty" in _one_line_error(run_in_process(capsys, "--prompt", "   "))
     missing = tmp_path / "no-such-drafter"
     assert str(missing) in _one_line_error(run_in_process(capsys, *by_path, "--drafter-path", str(missing)))

@@ -156,7 +156,7 @@ def test_paused_time_is_not_counted() -> None:
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"k": 0}, "k .* between 1 and 10"), ({"k": 11}, "k .* between 1 and 10"),
+    ({"k": 0}, "k .* between 1 and 16"), ({"k": 17}, "k .* between 1 and 16"),
     ({"drafter": "medusa"}, "unknown drafter"), ({"chat_template": "chatml"}, "unknown chat template"),
     ({"temperature": -1.0}, "temperature"), ({"max_new_tokens": 0}, "max new tokens"),
     ({"preset": "nope"}, "unknown preset"), ({"min_draft_prob": 1.0}, "minimum draft probability"),

@@ -1,7 +1,9 @@
 """The speculative-decoding engine: target wrapper, EAGLE-3/3.1 drafter, decode loops, step events."""
 
+from playground.k_range import MAX_K
+
 from .checkpoint import CheckpointError, load_drafter, save_drafter
-from .decode import MAX_K, GenerationConfig, PlainProbe, plain_generate, speculative_generate
+from .decode import GenerationConfig, PlainProbe, plain_generate, speculative_generate
 from .drafter import DrafterConfig, Eagle3Drafter
 from .record import RunRecord
 from .target import Target, TargetError

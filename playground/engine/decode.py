@@ -15,12 +15,13 @@ from typing import Callable, Iterator
 
 import torch
 
+from playground.k_range import k_problem
+
 from .drafter import DrafterCache, Eagle3Drafter
 from .sampling import accept_greedy, accept_sampled, probabilities, sample
 from .target import Target
 from .trace import AttentionMass, StepEvent
 
-MAX_K = 16
 SEEDS = 2**63  # seeds are 0 .. SEEDS - 1 (what torch.Generator.manual_seed takes, without negatives)
 
 
@@ -39,8 +40,8 @@ class GenerationConfig:
     min_draft_prob: float = 0.0
 
     def validate(self) -> None:
-        if not 1 <= self.k <= MAX_K:
-            raise ValueError(f"k must be between 1 and {MAX_K}, got {self.k}")
+        if k_problem(self.k):
+            raise ValueError(k_problem(self.k))
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be at least 1, got {self.max_new_tokens}")
         if self.temperature < 0:

@@ -10,11 +10,11 @@ from .exports import CSV_COLUMNS, TIMING_NOTE, export_runs
 from .line import EngineLine
 from .run import FINISH_REASONS, RENDER_INTERVAL_S, Run, RunDriver, play
 from .session import Comparison, Conversation, Exchange, chat_turn, compare, load_preset, regenerate_turn
-from .settings import MAX_NEW_TOKENS, UI_MAX_K, RequestError, RunSettings
+from .settings import MAX_NEW_TOKENS, RequestError, RunSettings
 from .stop import StopSwitches
 
 __all__ = [
-    "CSV_COLUMNS", "FINISH_REASONS", "EngineLine", "MAX_NEW_TOKENS", "RENDER_INTERVAL_S", "TIMING_NOTE", "UI_MAX_K", "Comparison",
+    "CSV_COLUMNS", "FINISH_REASONS", "EngineLine", "MAX_NEW_TOKENS", "RENDER_INTERVAL_S", "TIMING_NOTE", "Comparison",
     "Conversation", "Exchange", "RequestError", "Run", "RunDriver", "RunSettings", "StopSwitches", "chat_turn",
     "compare", "export_runs", "load_preset", "play", "regenerate_turn",
 ]

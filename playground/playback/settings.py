@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from playground.backends import backend_unavailable_reason, require_fixed_k_support
 from playground.engine import GenerationConfig
 from playground.engine.templates import CHAT_TEMPLATES
+from playground.k_range import k_problem
 from playground.presets import DRAFTER_LABELS, ENGINE_LABELS, Preset, default_preset_name, get_preset
 
-UI_MAX_K = 10
 MAX_NEW_TOKENS = 1024
 
 
@@ -70,8 +70,8 @@ class RunSettings:
             raise RequestError(unavailable)
         if self.drafter not in preset.drafter_names:
             raise RequestError(f"unknown drafter {self.drafter!r}; choose one of {', '.join(preset.drafter_names)}")
-        if not isinstance(self.k, int) or not 1 <= self.k <= UI_MAX_K:
-            raise RequestError(f"k (speculative tokens per step) must be between 1 and {UI_MAX_K}, got {self.k}")
+        if k_problem(self.k):
+            raise RequestError(k_problem(self.k))
         if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
             raise RequestError(f"max new tokens must be between 1 and {MAX_NEW_TOKENS}, got {self.max_new_tokens}")
         if self.chat_template not in CHAT_TEMPLATES:

@@ -9,7 +9,8 @@ from typing import Callable, Iterator
 from playground.backends import open_local_backend
 from playground.backends.local import LocalBackend
 from playground.backends.specstats import ServedCounters, ServedSnapshot
-from playground.engine import MAX_K, GenerationConfig, SpecCounters, StepEvent
+from playground.engine import GenerationConfig, SpecCounters, StepEvent
+from playground.k_range import k_problem
 from playground.presets import get_preset
 
 
@@ -74,8 +75,8 @@ def load_engine(preset_name: str, drafter: str, k: int, model_name: str | None,
     preset = get_preset(preset_name)
     backend = open_local_backend(preset, "serve", f"for vLLM run `python -m playground vllm-command --preset "
                                                  f"{preset.name}`")
-    if not 1 <= k <= MAX_K:
-        raise ValueError(f"--k must be between 1 and {MAX_K}, got {k}")
+    if k_problem(k):
+        raise ValueError(f"--k: {k_problem(k)}")
     GenerationConfig(min_draft_prob=min_draft_prob).validate()
     if drafter != "none" and drafter not in preset.drafters:
         raise ValueError(f"drafter {drafter!r} is not in preset {preset.name!r} (choose from {preset.drafter_names})")

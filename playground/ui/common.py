@@ -19,8 +19,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from playground.backends import backend_unavailable_reason
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.playback import (
-    MAX_NEW_TOKENS, UI_MAX_K, EngineLine, RequestError, Run, RunSettings, StopSwitches, export_runs,
+    MAX_NEW_TOKENS, EngineLine, RequestError, Run, RunSettings, StopSwitches, export_runs,
 )
+from playground.k_range import MAX_K
 from playground.presets import DRAFTER_LABELS, Preset, get_preset, presets
 from playground.viz import TokenPiece, legend_html, provenance_html, rendered_html
 
@@ -267,7 +268,7 @@ def follow_preset(controls: GenerationControls, *drafters: tuple[gr.Radio, Calla
 def depth_legend(*sides: tuple[str, float]) -> str:
     """The depth legend for (drafter, k) sides: depths up to the largest k that drafts; none for plain decoding (nor for
     a k the run would refuse)."""
-    ks = [int(k) for drafter, k in sides if drafter != "none" and k is not None and k == int(k) and 1 <= k <= UI_MAX_K]
+    ks = [int(k) for drafter, k in sides if drafter != "none" and k is not None and k == int(k) and 1 <= k <= MAX_K]
     return legend_html(max(ks)) if ks else ""
 
 
@@ -276,7 +277,13 @@ def drafter_control(preset: Preset, value: str, elem_id: str, label: str = "Draf
 
 
 def k_control(elem_id: str, label: str = "k: draft tokens per step") -> gr.Number:
-    return CheckedNumber(4, label=f"{label} (1–{UI_MAX_K})", minimum=1, maximum=UI_MAX_K, step=1, elem_id=elem_id)
+    return CheckedNumber(4, label=f"{label} (1–{MAX_K})", minimum=1, maximum=MAX_K, step=1, elem_id=elem_id)
+
+
+def follow_drafter(drafter: gr.Radio, *drafting: gr.components.Component) -> None:
+    """k and the adaptive stop mean nothing for plain decoding: disabled while it is chosen."""
+    drafter.change(lambda name: [gr.update(interactive=name != "none") for _ in drafting], drafter, list(drafting),
+                   queue=False, api_visibility="private")
 
 
 def min_draft_prob_control(elem_id: str, label: str = "Adaptive: end the chain after a draft below") -> gr.Slider:

@@ -13,8 +13,8 @@ from playground.viz import (
 
 from .common import (
     ENGINE, AnswerView, CheckedRadio, answer_view_control, compare_drafters, depth_legend, drafter_control,
-    export_files, follow_answer_view, follow_preset, generation_controls, in_line, k_control, min_draft_prob_control,
-    report_user_errors, run_settings, status_after_failure, stop_tab, stoppable,
+    export_files, follow_answer_view, follow_drafter, follow_preset, generation_controls, in_line, k_control,
+    min_draft_prob_control, report_user_errors, run_settings, status_after_failure, stop_tab, stoppable,
 )
 
 TAB = "compare"
@@ -106,6 +106,7 @@ def _side(preset: Preset, side: str, drafter: str) -> tuple[gr.Radio, gr.Radio, 
             k = k_control(elem_id=f"compare-{side}-k", label=f"{side.capitalize()} k")
         min_draft_prob = min_draft_prob_control(elem_id=f"compare-{side}-min-draft-prob",
                                                 label=f"{side.capitalize()}: end the chain after a draft below")
+        follow_drafter(choice, k, min_draft_prob)
         answer = gr.HTML(elem_id=f"compare-{side}", elem_classes="side-panel")
         stats = gr.HTML(elem_id=f"compare-{side}-stats")
     return engine, choice, k, min_draft_prob, answer, stats
