@@ -17,6 +17,7 @@ from gradio_client import Client
 from gradio_client.utils import Status
 
 from playground.engine import CheckpointError
+from playground.presets import DRAFTER_LABELS
 from tests.appserver import long_answer_prompt
 
 PROMPT = long_answer_prompt()
@@ -111,13 +112,43 @@ def test_compare_streams_both_sides(client: Client) -> None:
     job.result(timeout=300)
     outputs = job.outputs()
     assert len(outputs) >= 2
-    left, right, left_stats, right_stats, status, table, position, drift, speedup = outputs[-1]
+    left, right, left_stats, right_stats, status, verdict, table, position, drift, speedup = outputs[-1]
     assert "EAGLE-3, k=4" in left and "EAGLE-3.1, k=4" in right
     assert 'class="tok-' in left and 'class="tok-' in right and status.count("finished") == 2
     assert [row[0] for row in table["data"]] == ["EAGLE-3", "EAGLE-3.1"] and "speedup" in table["headers"]
     assert len(json.loads(position["plot"])["data"]) == 2
     files = client.predict(api_name="/export_compare")
-    assert [r["run"] for r in json.loads(Path(files[0]).read_text())["runs"]] == ["left", "right"]
+    exported = json.loads(Path(files[0]).read_text())
+    assert [r["run"] for r in exported["runs"]] == ["left", "right"]
+    assert_one_baseline_and_an_honest_verdict(exported)
+    assert exported["comparison"]["verdict"]["sentence"] in verdict.replace("&gt;", ">")
+
+
+def assert_one_baseline_and_an_honest_verdict(exported: dict) -> None:
+    """A comparison of two drafters on one engine: one baseline, timed alongside both sides, read by both; a verdict
+    that names a faster side only where the speedup ranges do not overlap."""
+    comparison, (left, right) = exported["comparison"], exported["runs"]
+    assert comparison["baseline_shared"] and comparison["baseline"]["timing"] == "alongside the runs"
+    assert left["baseline"] == right["baseline"] == comparison["baseline"]
+    verdict = comparison["verdict"]
+    assert verdict["measured"], verdict
+    (a_low, a_high), (b_low, b_high) = left["speedup_range"], right["speedup_range"]
+    overlap = a_low <= b_high and b_low <= a_high
+    if overlap:
+        assert verdict["faster"] is None and "within noise on this machine" in verdict["sentence"]
+    else:
+        faster = left if left["speedup"] > right["speedup"] else right
+        assert verdict["faster"] == f"{DRAFTER_LABELS[faster['settings']['drafter']]}, k={faster['settings']['k']}"
+
+
+@pytest.mark.parametrize("prompt", ["Write a Python function that checks whether a number is prime.",
+                                    "Explain what a hash table is, in three sentences."])
+def test_compare_on_the_default_pair_shares_one_baseline_and_names_no_winner_inside_the_noise(
+        real_app_url: str, prompt: str) -> None:
+    client = Client(real_app_url, verbose=False)
+    client.predict(prompt, **{**COMPARE_DEFAULTS, "max_new_tokens": 48}, api_name="/compare")
+    assert_one_baseline_and_an_honest_verdict(json.loads(Path(client.predict(api_name="/export_compare")[0])
+                                                         .read_text()))
 
 
 REAL_PROMPT = "Write a long story about a dragon who learns to paint."  # the real pair answers it at length

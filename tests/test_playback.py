@@ -216,31 +216,36 @@ def test_plain_against_its_live_baseline_reads_one_within_the_shown_range(pair_m
         assert run.baseline.groups >= 3 and low <= 1.0 <= high, (run.view().speedup, low, high)
 
 
-def test_baseline_sampler_takes_its_share_one_step_at_a_time_at_the_runs_position() -> None:
-    """The sampler's bookkeeping with a scripted probe: at most one timed step between two of the run's steps, at the
-    run's current context (prompt + its tokens), its spend near its share, finishing tops up to a spread, and a
-    stopped run is not topped up."""
+class ScriptedProbe:
+    """A probe that records the contexts it was asked to time and spends 30 ms of untimed work per 20 ms step."""
+
+    def __init__(self) -> None:
+        self.contexts = []
+
+    def time_step(self, context: list[int]) -> float:
+        self.contexts.append(list(context))
+        time.sleep(0.03)  # the catch-up forward: spent, not timed
+        return 0.02
+
+
+def scripted_step(i: int, elapsed_ms: float) -> StepEvent:
+    return StepEvent(step=i, drafted=[], accepted=0, emitted=[10 + i], elapsed_ms=elapsed_ms)
+
+
+def test_a_baseline_alongside_takes_its_share_one_step_at_a_time_at_the_runs_position() -> None:
+    """Alongside the runs (a comparison): at most one timed step between two rounds of steps, at the first run's
+    current context (prompt + its tokens), its spend near its share, both runs reading the one baseline, finishing
+    tops up to a spread, and a stopped run is not topped up."""
     from playground.playback.baseline import GROUP_SECONDS, GROUP_STEPS, MIN_SPEEDUP_GROUPS, SHARE, BaselineSampler
 
-    class ScriptedProbe:
-        def __init__(self) -> None:
-            self.contexts = []
-
-        def time_step(self, context: list[int]) -> float:
-            self.contexts.append(list(context))
-            time.sleep(0.03)  # the catch-up forward: spent, not timed
-            return 0.02
-
-    def step(i: int, elapsed_ms: float) -> StepEvent:
-        return StepEvent(step=i, drafted=[], accepted=0, emitted=[10 + i], elapsed_ms=elapsed_ms)
-
-    run = SimpleNamespace(events=[step(0, 0.0)], token_ids=[10], baseline=None)
+    run = SimpleNamespace(events=[scripted_step(0, 0.0)], token_ids=[10], baseline=None)
+    other = SimpleNamespace(events=[scripted_step(0, 0.0)], token_ids=[10], baseline=None)
     probe = ScriptedProbe()
-    sampler = BaselineSampler(probe, [1, 2, 3], run, NEVER)
+    sampler = BaselineSampler(probe, [([1, 2, 3], run), ([4, 5], other)], NEVER, during_run=True)
     sampler.keep_up()
     assert probe.contexts == [] and run.baseline is None  # no decode time yet: nothing owed
     for i in range(1, 41):  # 40 run steps of 100 ms
-        run.events.append(step(i, i * 100.0))
+        run.events.append(scripted_step(i, i * 100.0))
         run.token_ids = [10 + j for j in range(i + 1)]
         calls = len(probe.contexts)
         sampler.keep_up()
@@ -250,15 +255,49 @@ def test_baseline_sampler_takes_its_share_one_step_at_a_time_at_the_runs_positio
     assert SHARE * 4.0 <= sampler.spent_s <= SHARE * 4.0 + 0.1  # 4 s of decoding
     assert run.baseline.tokens == len(probe.contexts) and run.baseline.tokens_per_second == pytest.approx(50.0)
     assert run.baseline.groups == len(probe.contexts) // max(GROUP_STEPS, round(GROUP_SECONDS / 0.02))
+    assert other.baseline is run.baseline and run.baseline.timing == "alongside the runs"
+    assert run.baseline.measuring_s == pytest.approx(sampler.spent_s)
 
-    short = SimpleNamespace(events=[step(0, 0.0), step(1, 10.0)], token_ids=[10, 11], baseline=None)
-    topped_up = BaselineSampler(ScriptedProbe(), [1, 2, 3], short, NEVER)
+    short = SimpleNamespace(events=[scripted_step(0, 0.0), scripted_step(1, 10.0)], token_ids=[10, 11], baseline=None)
+    topped_up = BaselineSampler(ScriptedProbe(), [([1, 2, 3], short)], NEVER, during_run=True)
     topped_up.keep_up()
     assert short.baseline.tokens == 1  # 10 ms of run: one step is already past the share
-    topped_up.finish()
+    list(topped_up.finish())
     assert short.baseline.groups == MIN_SPEEDUP_GROUPS
-    stopped = SimpleNamespace(events=[step(0, 0.0), step(1, 10.0)], token_ids=[10, 11], baseline=None)
-    BaselineSampler(ScriptedProbe(), [1, 2, 3], stopped, lambda: True).finish()
+    stopped = SimpleNamespace(events=[scripted_step(0, 0.0), scripted_step(1, 10.0)], token_ids=[10, 11],
+                              baseline=None)
+    list(BaselineSampler(ScriptedProbe(), [([1, 2, 3], stopped)], lambda: True, during_run=True).finish())
+    assert stopped.baseline is None
+
+
+def test_a_baseline_after_the_answer_times_nothing_during_it_then_its_share_spread_over_the_answer() -> None:
+    """After the answer (Chat): no timed step while the run decodes; afterwards its share of the decode time, at
+    positions from the answer's end back to its start (descending, so the probe only rolls back), with the page given
+    a turn between groups; a stopped run gets none."""
+    from playground.playback.baseline import MIN_SPEEDUP_GROUPS, SHARE, BaselineSampler
+
+    prompt = [1, 2, 3]
+    run = SimpleNamespace(events=[scripted_step(0, 0.0)], token_ids=[10], baseline=None)
+    probe = ScriptedProbe()
+    sampler = BaselineSampler(probe, [(prompt, run)], NEVER)
+    for i in range(1, 81):  # 80 run steps of 100 ms: 8 s of decoding
+        run.events.append(scripted_step(i, i * 100.0))
+        run.token_ids = [10 + j for j in range(i + 1)]
+        sampler.keep_up()
+    assert probe.contexts == [] and run.baseline is None
+    turns = sum(1 for _ in sampler.finish())
+    steps = round(SHARE * 8.0 / 0.02)  # the share of the decode time, in timed steps the size of the first one
+    assert len(probe.contexts) == steps and run.baseline.tokens == steps and run.baseline.timing == "after the answer"
+    assert run.baseline.groups >= MIN_SPEEDUP_GROUPS and turns >= run.baseline.groups - 1
+    ends = [len(c) for c in probe.contexts]
+    full = len(prompt) + len(run.token_ids)
+    assert ends[0] == full and ends == sorted(ends, reverse=True)  # from the end, backwards only
+    assert all(c == (prompt + run.token_ids)[: len(c)] for c in probe.contexts)  # prefixes of the run's own text
+    assert min(ends) == len(prompt) + 1  # reaches back to the answer's start
+
+    stopped = SimpleNamespace(events=[scripted_step(0, 0.0), scripted_step(1, 10.0)], token_ids=[10, 11],
+                              baseline=None)
+    assert list(BaselineSampler(ScriptedProbe(), [(prompt, stopped)], lambda: True).finish()) == []
     assert stopped.baseline is None
 
 

@@ -88,13 +88,16 @@ MIN_SPEEDUP_GROUPS = 5  # a speedup needs this many groups of plain steps, and a
 
 @dataclass(frozen=True)
 class Baseline:
-    """Plain decoding measured alongside a run: decode steps timed one at a time, pooled into groups for the spread."""
+    """Plain decoding of a run's target on the run's own text: decode steps timed one at a time, pooled into groups
+    for the spread."""
 
     tokens_per_second: float  # pooled: timed steps / their time
     slowest: float  # tokens/s of the slowest group
     fastest: float
     groups: int
     tokens: int  # timed steps (one token each)
+    measuring_s: float = 0.0  # wall time the measurement took, untimed catch-up forwards included: its cost
+    timing: str = "after the answer"  # or "alongside the runs" (playback.baseline says how each works)
 
     def speedup(self, tokens_per_second: float | None) -> float | None:
         return tokens_per_second / self.tokens_per_second if tokens_per_second else None

@@ -1,22 +1,31 @@
-"""The live plain-decoding baseline: plain decode steps timed one at a time between a run's steps, at the position
-the run has reached.
+"""The plain-decoding baseline of a run, or of a comparison's two sides: plain decode steps of the same target, timed
+one at a time on the run's own text.
 
 A baseline measured once and reused goes stale as the machine's load changes, and a speedup against it can read
-0.7× for plain decoding against itself. Measured alongside the run instead — same machine, same moment, same
-prompt, same context length (`engine.PlainProbe`) — the two rates see the same conditions. Each sample is a single
-step taken between two of the run's steps, because the conditions a step meets depend on what ran just before it:
-in the app, plain steps timed back to back ran ~5 % faster than the run's own, which follow UI updates and other
-work, and plain against plain read 0.88–0.91×.
-Consecutive samples are pooled into groups (at least `GROUP_STEPS` steps and `GROUP_SECONDS`) whose spread, with the
-run's own stretches, says how noisy the figure is. It costs time: the samples and their catch-up forwards get up to
-`SHARE` of the run's decode time, and at least `MIN_SPEEDUP_GROUPS` groups are timed once the run has finished.
-For vLLM, whose engine decodes on while we sample, every sample is timed after the run, at its final position.
+0.7× for plain decoding against itself. So the steps are timed in the same run, on the same prompt and answer, at
+the positions the answer passed through (`engine.PlainProbe`), in one of two ways:
+
+- **After the answer** (Chat, and vLLM everywhere): once the run has finished, plain steps are timed at positions
+  spread over the answer, from its end back to its start (the probe's cache only moves its end back, so this costs
+  one untimed forward over the answer and then exactly the timed steps). The answer streams at the engine's speed,
+  since nothing else shares its time; the baseline takes up to `SHARE` of the run's decode time after it, at least
+  `MIN_SPEEDUP_GROUPS` groups, and the page keeps rendering between groups, as it did between the run's steps.
+- **Alongside the runs** (Compare on our engine): one sample between two rounds of the sides' steps, at the position
+  the first side has reached, so both sides and the baseline meet the same moments of machine load; both sides read
+  the same baseline, and a faster engine rate always means a larger speedup. The samples and their catch-up forwards
+  get up to `SHARE` of the runs' decode time, and are topped up to `MIN_SPEEDUP_GROUPS` groups after them.
+
+Each sample is a single step, because the conditions a step meets depend on what ran just before it (in the app,
+plain steps timed back to back ran ~5 % faster than the run's own, which follow UI updates). Consecutive samples are
+pooled into groups (at least `GROUP_STEPS` steps and `GROUP_SECONDS`) whose spread, with the run's own stretches,
+says how noisy the figure is.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 from playground.engine import Baseline, PlainProbe
 from playground.engine.trace import MIN_SPEEDUP_GROUPS, decode_seconds
@@ -24,9 +33,10 @@ from playground.engine.trace import MIN_SPEEDUP_GROUPS, decode_seconds
 SHARE = 0.25
 GROUP_STEPS = 4  # a group pools at least this many timed steps…
 GROUP_SECONDS = 0.05  # …and at least this long, so that a fast model's groups are not timer and scheduler noise
+AFTER, ALONGSIDE = "after the answer", "alongside the runs"  # Baseline.timing
 
 
-def pool(steps: list[float]) -> Baseline | None:
+def pool(steps: list[float], measuring_s: float = 0.0, timing: str = AFTER) -> Baseline | None:
     """The baseline of timed steps (seconds each, in time order): their pooled rate and their groups' spread. A last
     group too small to stand alone joins the one before it."""
     if not steps:
@@ -40,35 +50,94 @@ def pool(steps: list[float]) -> Baseline | None:
         last = groups.pop()
         groups[-1] += last
     rates = [len(g) / sum(g) for g in groups]
-    return Baseline(len(steps) / sum(steps), min(rates), max(rates), len(groups), len(steps))
+    return Baseline(len(steps) / sum(steps), min(rates), max(rates), len(groups), len(steps), measuring_s, timing)
 
 
 class BaselineSampler:
-    """The baseline of one run (anything with `events`, `token_ids` and a `baseline` to fill)."""
+    """The baseline of one or more runs of one target (anything with `events`, `token_ids` and a `baseline` to fill),
+    given as (prompt ids, run) pairs; the probe follows the first run's text."""
 
-    def __init__(self, probe: PlainProbe, prompt_ids: list[int], run, should_stop: Callable[[], bool],
-                 during_run: bool = True) -> None:
-        self._probe, self._prompt_ids, self.run, self._should_stop = probe, prompt_ids, run, should_stop
-        self._during_run = during_run  # False: only after the run (an engine that decodes on while we sample)
+    def __init__(self, probe: PlainProbe, runs: list[tuple[list[int], object]], should_stop: Callable[[], bool],
+                 during_run: bool = False) -> None:
+        self._probe, self._runs, self._should_stop = probe, runs, should_stop
+        self._during_run = during_run  # False: only after the runs, at positions spread over the first one's answer
         self._steps: list[float] = []  # seconds of each timed plain step
         self.spent_s = 0.0  # wall time spent on the baseline, catch-up forwards included
 
-    def keep_up(self) -> None:
-        """Called between the run's steps: one timed step, when the baseline is behind its share of the run's decode
-        time."""
-        if self._during_run and self._can_sample() and self.spent_s < SHARE * decode_seconds(self.run.events):
-            self._sample()
+    @property
+    def _prompt_ids(self) -> list[int]:
+        return self._runs[0][0]
 
-    def finish(self) -> None:
-        """After the run: enough groups for a spread, unless it was stopped."""
-        while self._can_sample() and (self.run.baseline is None or self.run.baseline.groups < MIN_SPEEDUP_GROUPS):
-            self._sample()
+    @property
+    def _run(self):
+        return self._runs[0][1]
+
+    def _budget_s(self) -> float:
+        return SHARE * max(decode_seconds(run.events) for _, run in self._runs)
+
+    def keep_up(self) -> None:
+        """Called between rounds of the runs' steps: one timed step, when sampling alongside and the baseline is
+        behind its share of the runs' decode time."""
+        if self._during_run and self._can_sample() and self.spent_s < self._budget_s():
+            self._sample(self._prompt_ids + self._run.token_ids)
+
+    def finish(self) -> Iterator[None]:
+        """After the runs: the rest of the baseline, yielding after each group's worth of steps (so the page can show
+        its progress), until it is enough for a spread, unless it was stopped."""
+        if self._during_run:
+            while self._can_sample() and not _has_groups(self._run.baseline):
+                self._sample(self._prompt_ids + self._run.token_ids)
+                yield
+            return
+        if not self._can_sample():
+            return
+        context = self._prompt_ids + self._run.token_ids
+        first_step = self._sample(context)  # at the end of the answer: also the estimate of a step's cost
+        positions = _spread(len(self._prompt_ids), len(context) - 1, self._planned_steps(first_step) - 1)
+        since_yield = 1
+        for position in positions:
+            if not self._can_sample():
+                return
+            self._sample(context[: position + 1])
+            since_yield += 1
+            if since_yield >= GROUP_STEPS and since_yield * first_step >= GROUP_SECONDS:
+                since_yield = 0
+                yield
+        while self._can_sample() and not _has_groups(self._run.baseline):  # an estimate that fell short
+            self._sample(context)
+            yield
+
+    def _planned_steps(self, step_s: float) -> int:
+        """Steps for the share of the decode time (in timed steps: after the first, nothing else is spent but the
+        loop around them), and at least enough for MIN_SPEEDUP_GROUPS groups."""
+        step_s = max(step_s, 1e-6)
+        least = max(MIN_SPEEDUP_GROUPS * GROUP_STEPS, math.ceil(MIN_SPEEDUP_GROUPS * GROUP_SECONDS / step_s))
+        return max(least, round(self._budget_s() / step_s))
 
     def _can_sample(self) -> bool:
-        return bool(self.run.events) and not self._should_stop()
+        return bool(self._run.events) and not self._should_stop()
 
-    def _sample(self) -> None:
+    def _sample(self, context: list[int]) -> float:
         started = time.perf_counter()
-        self._steps.append(self._probe.time_step(self._prompt_ids + self.run.token_ids))
+        seconds = self._probe.time_step(context)
+        self._steps.append(seconds)
         self.spent_s += time.perf_counter() - started
-        self.run.baseline = pool(self._steps)
+        baseline = pool(self._steps, self.spent_s, ALONGSIDE if self._during_run else AFTER)
+        for _, run in self._runs:
+            run.baseline = baseline
+        return seconds
+
+
+def _has_groups(baseline: Baseline | None) -> bool:
+    return baseline is not None and baseline.groups >= MIN_SPEEDUP_GROUPS
+
+
+def _spread(first: int, last: int, count: int) -> list[int]:
+    """`count` positions from near `last` (already timed) down to `first`, evenly spaced, and repeated in place where
+    the answer is shorter than `count`: descending, so the probe's cache only ever moves its end back."""
+    span = last - first + 1
+    if count <= 0 or span <= 0:
+        return []
+    if count < span:
+        return [last - ((i + 1) * span) // (count + 1) for i in range(count)]
+    return [last - (i * span) // count for i in range(count)]

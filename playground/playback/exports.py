@@ -22,11 +22,14 @@ CSV_COLUMNS = [
 TIMING_NOTE = ("elapsed_ms counts time inside the decode loop only (pauses for UI rendering or for the other side "
                "of a comparison are excluded); tokens_per_second = generated tokens / elapsed time; "
                "seen_tokens_per_second = generated tokens / wall-clock time with those pauses, as the user saw it; "
-               "baseline = plain decode steps timed one at a time between the run's steps, at the run's position, "
-               "pooled into groups; speedup = metrics.decode_tokens_per_second / baseline.tokens_per_second; "
+               "baseline = plain decode steps of the same target timed one at a time on the run's own text "
+               "(baseline.timing: after the answer, at positions spread over it, or alongside a comparison's two "
+               "sides, one baseline for both), pooled into groups, measuring_s its cost in wall time; speedup = metrics.decode_tokens_per_second / baseline.tokens_per_second; "
                "speedup_range = the run's slowest stretch / the fastest group to its fastest stretch / the slowest "
                f"group; both are null, and speedup_not_measured says why, below {MIN_SPEEDUP_GROUPS} groups of plain "
-               f"steps or {MIN_SPEEDUP_GROUPS} decode steps of the run.")
+               f"steps or {MIN_SPEEDUP_GROUPS} decode steps of the run; verdict = the faster side only where the "
+               "speedup ranges do not overlap (else within noise), with the differences in counts beyond noise; a "
+               "run's verdict sets it against plain decoding (1.00×).")
 
 
 def _joined(values: Iterable | None, pattern: str = "{}") -> str:
@@ -55,8 +58,10 @@ def _shareable(model: str) -> str:
     return Path(model).name if Path(model).is_absolute() else model
 
 
-def export_runs(runs: dict[str, Run], messages: list[dict], folder: Path, stem: str) -> list[Path]:
-    """Write `<stem>.json` (text, config, metrics, per-step trace) and `<stem>.csv` (one row per step)."""
+def export_runs(runs: dict[str, Run], messages: list[dict], folder: Path, stem: str,
+                comparison: dict | None = None) -> list[Path]:
+    """Write `<stem>.json` (text, config, metrics, per-step trace; a comparison's shared baseline and verdict) and
+    `<stem>.csv` (one row per step)."""
     if not runs:
         raise RequestError("nothing to export yet: run a prompt first")
     folder.mkdir(parents=True, exist_ok=True)
@@ -66,6 +71,7 @@ def export_runs(runs: dict[str, Run], messages: list[dict], folder: Path, stem: 
         "app": "EAGLE Playground", "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "preset": preset.name, "target": _shareable(preset.target), "messages": messages, "timing_note": TIMING_NOTE,
         "runs": [run.record(name) for name, run in runs.items()],
+        **({"comparison": comparison} if comparison is not None else {}),
     }
     json_path, csv_path = folder / f"{stem}.json", folder / f"{stem}.csv"
     json_path.write_text(json.dumps(payload, indent=1, ensure_ascii=False))

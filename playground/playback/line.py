@@ -65,6 +65,11 @@ class EngineLine:
                 self._cancelled.add(key)
             return waited
 
+    def was_cancelled_in_line(self, session: str, tab: str) -> bool:
+        """Whether the tab's last run was cancelled while it waited and has not been told so yet (not asking once)."""
+        with self._lock:
+            return (session, tab) in self._cancelled
+
     def cancelled_in_line(self, session: str, tab: str) -> bool:
         """Whether the tab's last run was cancelled while it waited, asked once (for the page's next redraw)."""
         with self._lock:

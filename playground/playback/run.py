@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Iterator
 from playground.backends import Backend
 from playground.backends.availability import on_zerogpu
 from playground.engine import Baseline, RunRecord, StepEvent, emitted_ids
-from playground.viz import ProvenanceBuilder, RunView, TokenPiece
+from playground.viz import ProvenanceBuilder, RunView, TokenPiece, plain_verdict
 
 from .baseline import BaselineSampler
 from .settings import RunSettings, precision_label
@@ -96,10 +96,13 @@ class Run:
         s = self.settings
         run = RunRecord(self.text, self.token_ids, self.prompt_tokens, self.finish_reason, s.drafter,
                         s.generation_config(), view.metrics, self.events)
+        verdict = plain_verdict(view)
         return {"run": name, "status": self.status, "settings": asdict(s), "precision": self.precision,
                 **run.to_dict(with_steps),
                 "baseline": self.baseline.to_dict() if self.baseline else None, "speedup": view.speedup,
-                "speedup_range": view.speedup_range, "speedup_not_measured": view.too_few_steps, "seen_tokens_per_second": self.seen_tokens_per_second}
+                "speedup_range": view.speedup_range, "speedup_not_measured": view.too_few_steps,
+                "verdict": verdict.to_dict() if verdict else None,
+                "seen_tokens_per_second": self.seen_tokens_per_second}
 
 
 class _ActiveTimeEvents:
@@ -148,12 +151,28 @@ class RunDriver:
         self._engine_checks_stop = True
         self._first_step_asked: float | None = None
 
+    @property
+    def times_plain_steps(self) -> bool:
+        """Whether plain steps of this run's target can be timed in this process (not on ZeroGPU, not where the
+        backend says it cannot)."""
+        return "baseline" not in self.run.missing_fields
+
     def baseline(self) -> BaselineSampler | None:
-        """The live plain baseline of this run, where the backend can time plain steps in this process."""
-        if "baseline" in self.run.missing_fields:
+        """This run's own plain baseline, timed after the answer, where the backend can time plain steps here."""
+        if not self.times_plain_steps:
             return None
-        return BaselineSampler(self._backend.plain_probe(), self._prompt_ids, self.run, self._should_stop,
-                               during_run=not self.paces_itself)
+        return BaselineSampler(self._backend.plain_probe(), [(self._prompt_ids, self.run)], self._should_stop)
+
+    def shares_target_with(self, other: "RunDriver") -> bool:
+        """Both runs decode the same target on the same backend object, which does not decode on between our steps:
+        one baseline, timed alongside both, serves them."""
+        return (self._backend is other._backend and not self.paces_itself and self.times_plain_steps
+                and other.times_plain_steps)
+
+    def shared_baseline(self, other: "RunDriver") -> BaselineSampler:
+        """One plain baseline for this run and `other` (see shares_target_with), timed alongside their steps."""
+        return BaselineSampler(self._backend.plain_probe(), [(self._prompt_ids, self.run), (other._prompt_ids,
+                               other.run)], self._should_stop, during_run=True)
 
     def open(self) -> None:
         """Load the drafter (and check that it fits the target) before anything is measured."""
@@ -207,8 +226,8 @@ class RunDriver:
 
 def play(drivers: list[RunDriver], baselines: Iterable[BaselineSampler] = (),
          interval_s: float = RENDER_INTERVAL_S) -> Iterator[None]:
-    """Advance the drivers in turn, one step each, with the plain baselines keeping up between steps; yield when a UI
-    update is due, and once at the end.
+    """Advance the drivers in turn, one step each, with a baseline timed alongside keeping up between rounds; then
+    the baselines' remaining steps; yield when a UI update is due, and once at the end.
 
     A baseline's sample comes before the drivers' steps, not after them: a step right after a UI update runs ~8 %
     slower (the page renders on the same cores), and only in this order do the samples meet those moments as often as
@@ -223,5 +242,8 @@ def play(drivers: list[RunDriver], baselines: Iterable[BaselineSampler] = (),
             yield
             last_render = time.perf_counter()
     for baseline in baselines:
-        baseline.finish()
+        for _ in baseline.finish():
+            if time.perf_counter() - last_render >= interval_s:
+                yield
+                last_render = time.perf_counter()
     yield

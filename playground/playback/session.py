@@ -9,6 +9,7 @@ from typing import Callable, Iterator
 
 from playground.backends import Backend, shared_backend
 from playground.presets import get_preset
+from playground.viz import RunView, Verdict, comparison_verdict
 
 from .run import Run, RunDriver, play
 from .settings import RequestError, RunSettings
@@ -149,8 +150,12 @@ def _answer(conversation: Conversation, turn: int, prompt: str | None, settings:
 
 
 def _play(drivers: list[RunDriver]) -> Iterator[None]:
-    """Shared by chat and compare: the runs, stepped in turn, each with plain decoding timed alongside it."""
-    baselines = [b for b in (d.baseline() for d in drivers) if b is not None]
+    """Shared by chat and compare: the runs, stepped in turn, then plain decoding timed on their text. Two runs of one
+    target share one baseline timed alongside them (a paired comparison); otherwise each run's is timed after it."""
+    if len(drivers) == 2 and drivers[0].shares_target_with(drivers[1]):
+        baselines = [drivers[0].shared_baseline(drivers[1])]
+    else:
+        baselines = [b for b in (d.baseline() for d in drivers) if b is not None]
     yield
     for driver in drivers:
         if driver.run.starting:
@@ -164,6 +169,21 @@ class Comparison:
     prompt: str
     left: Run
     right: Run
+
+    @property
+    def shared_baseline(self) -> bool:
+        """Both sides read one plain baseline, timed alongside them (same target, same backend, our engine)."""
+        return self.left.baseline is not None and self.left.baseline is self.right.baseline
+
+    def verdict(self, views: tuple[RunView, RunView] | None = None) -> Verdict:
+        left, right = views or (self.left.view(), self.right.view())
+        return comparison_verdict(left, right, self.shared_baseline)
+
+    def record(self) -> dict:
+        """The comparison as a whole, for its export: the one baseline both sides were measured against (or null
+        where each side has its own), and the verdict."""
+        baseline = self.left.baseline.to_dict() if self.shared_baseline else None
+        return {"baseline_shared": self.shared_baseline, "baseline": baseline, "verdict": self.verdict().to_dict()}
 
 
 def compare(prompt: str | None, left: RunSettings, right: RunSettings,

@@ -6,16 +6,17 @@ import gradio as gr
 
 from playground.bench.engines import instrumentation_note
 from playground.playback import Conversation, Run, chat_turn, regenerate_turn
+from playground.playback.baseline import AFTER
 from playground.presets import Preset
 from playground.viz import (
-    TITLES, accepted_per_step_figure, acceptance_by_position_figure, attention_drift_figure, escape_html,
-    hidden_rms_figure, message_figure, speedup_figure, stats_html,
+    TITLES, RunView, accepted_per_step_figure, acceptance_by_position_figure, attention_drift_figure, escape_html,
+    hidden_rms_figure, message_figure, plain_verdict, speedup_figure, stats_html,
 )
 
 from .common import (
     ENGINE, AnswerView, answer_view_control, depth_legend, drafter_control, export_files,
     follow_answer_view, follow_drafter, follow_preset, generation_controls, in_line, k_control, min_draft_prob_control, report_user_errors,
-    run_settings, status_after_failure, stop_tab, stoppable,
+    run_settings, status_after_failure, stop_tab, stoppable, wire_stop,
 )
 
 TAB = "chat"
@@ -36,9 +37,23 @@ def _run_outputs(run: Run) -> tuple:
     """Status, stat cards, the five charts and the live JSON for one run."""
     view = run.view()
     status = f"**{run.settings.drafter_label}** · {run.precision} · {run.status}"
-    return (status, stats_html(view), accepted_per_step_figure(view), speedup_figure([view]),
+    return (status, stats_html(view, speed_note(run, view)), accepted_per_step_figure(view), speedup_figure([view]),
             acceptance_by_position_figure([view]), attention_drift_figure([view]), hidden_rms_figure([view]),
             run.record(TAB, with_steps=False, view=view))
+
+
+def speed_note(run: Run, view: RunView) -> str:
+    """Under the cards: the verdict against plain decoding once it is measured, what the measurement cost, and before
+    that when it will be measured."""
+    verdict, baseline = plain_verdict(view), run.baseline
+    if baseline is not None and baseline.timing == AFTER and run.finished:
+        cost = (f"Plain decoding was timed after the answer, on its text: {baseline.tokens} steps, "
+                f"{baseline.measuring_s:.1f} s.")
+    elif "baseline" in view.missing:
+        cost = ""
+    else:
+        cost = "Plain decoding is timed on this answer once it is written, so the answer streams at the engine's speed."
+    return " ".join(text for text in (verdict.sentence if verdict and verdict.measured else "", cost) if text)
 
 
 def show_conversation(conversation: Conversation, view: AnswerView, request: gr.Request | None = None) -> tuple:
@@ -82,10 +97,6 @@ def regenerate(drafter: str, k: float, preset: str, temperature: float, top_p: f
     yield from stoppable(request, TAB, "chat answer", 9, lambda should_stop: (
         (_chatbot_messages(conversation, view), *_run_outputs(run))
         for run in regenerate_turn(conversation, settings, should_stop)))
-
-
-def stop(request: gr.Request):
-    return stop_tab(request, TAB) or gr.skip()
 
 
 def clear(conversation: Conversation, request: gr.Request) -> tuple:
@@ -159,9 +170,7 @@ def build_chat_tab(preset: Preset) -> None:
         event.failure(show_conversation, [conversation, view], [chatbot, *run_views], queue=False,
                       api_visibility="private")
     follow_answer_view(answer_view, view, show_conversation, [conversation], [chatbot, *run_views])
-    # Stop trips the run's switch rather than cancelling its event: the run then ends within a step and still sends its
-    # last update (status "stopped", final numbers), which a cancelled event would drop
-    stop_button.click(stop, None, status, queue=False, api_name="stop", show_progress="hidden")
+    wire_stop(stop_button, TAB, status, [chat_event, regenerate_event], api_name="stop")
     clear_button.click(clear, conversation, [chatbot, *run_views], cancels=[chat_event, regenerate_event],
                        queue=False, api_name="clear")
     export_button.click(export, [controls.system, conversation], export_out, api_name="export_chat")

@@ -77,6 +77,24 @@ def stop_tab(request: gr.Request | None, tab: str) -> str | None:
     return STOPPED_IN_LINE if LINE.leave(session_id(request), tab) else None
 
 
+def wire_stop(button: gr.Button, tab: str, status: gr.components.Component, runs: list, api_name: str) -> None:
+    """Stop trips the run's switch rather than cancelling its event: the run then ends within a step and still sends
+    its last update (status "stopped", final numbers), which a cancelled event would drop. A run still waiting in the
+    queue is cancelled as well: Gradio's page ignores a button's next click while its last run is pending, so a
+    stopped run left in the queue would swallow the user's next Send until the model came free."""
+
+    def stop(request: gr.Request):
+        return stop_tab(request, tab) or gr.skip()
+
+    def only_a_queued_run(request: gr.Request) -> None:
+        if not LINE.was_cancelled_in_line(session_id(request), tab):  # an invisible error ends the chain here
+            raise gr.Error("no queued run to cancel", visible=False, print_exception=False)
+
+    button.click(stop, None, status, queue=False, api_name=api_name, show_progress="hidden").then(
+        only_a_queued_run, None, None, queue=False, api_visibility="private", show_progress="hidden",
+    ).success(None, None, None, cancels=runs, queue=False, api_visibility="private")
+
+
 def status_after_failure(request: gr.Request | None, tab: str, status: str) -> str:
     """The status line a tab's .failure listener shows: Gradio counts a queued run that Clear cancelled (Stop only
     trips the switch) as failed, and then the line says it was stopped instead of the conversation's last status."""
@@ -323,7 +341,7 @@ def _whole(value: float | None, name: str) -> int:
     return int(value)
 
 
-def export_files(runs: dict[str, Run], messages: list[dict], tab: str) -> list[str]:
+def export_files(runs: dict[str, Run], messages: list[dict], tab: str, comparison: dict | None = None) -> list[str]:
     folder = Path(tempfile.mkdtemp(prefix="eagle-playground-"))
     stem = f"eagle-playground-{tab}-{datetime.now():%Y%m%d-%H%M%S}"
-    return [str(p) for p in export_runs(runs, messages, folder, stem)]
+    return [str(p) for p in export_runs(runs, messages, folder, stem, comparison)]

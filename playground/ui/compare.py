@@ -7,21 +7,21 @@ import gradio as gr
 from playground.playback import Comparison, Conversation, RequestError, Run, compare
 from playground.presets import ENGINE_LABELS, Preset, engine_presets, get_preset
 from playground.viz import (
-    SUMMARY_COLUMNS, TITLES, acceptance_by_position_figure, attention_drift_figure, message_figure,
-    speedup_figure, stats_html, summary_table,
+    SUMMARY_COLUMNS, TITLES, RunView, acceptance_by_position_figure, attention_drift_figure, escape_html,
+    message_figure, speedup_figure, stats_html, summary_table,
 )
 
 from .common import (
     ENGINE, AnswerView, CheckedRadio, answer_view_control, compare_drafters, depth_legend, drafter_control,
     export_files, follow_answer_view, follow_drafter, follow_preset, generation_controls, in_line, k_control,
-    min_draft_prob_control, report_user_errors, run_settings, status_after_failure, stop_tab, stoppable,
+    min_draft_prob_control, report_user_errors, run_settings, status_after_failure, stoppable, wire_stop,
 )
 
 TAB = "compare"
 
 
-def _side_html(run: Run, view: AnswerView) -> str:
-    title = f'<div class="side-title">{run.view().label}</div>'
+def _side_html(run: Run, run_view: RunView, view: AnswerView) -> str:
+    title = f'<div class="side-title">{escape_html(run_view.label)}</div>'
     return title + view.html(run.pieces)
 
 
@@ -52,7 +52,7 @@ def run_comparison(prompt: str, left_drafter: str, left_k: float, right_drafter:
     shared = (temperature, top_p, max_new_tokens, chat_template, system, seed)
     left = run_settings(left_drafter, left_k, on_engine(preset, left_engine), *shared, left_min_draft_prob)
     right = run_settings(right_drafter, right_k, on_engine(preset, right_engine), *shared, right_min_draft_prob)
-    yield from stoppable(request, TAB, "comparison", 10, lambda should_stop: (
+    yield from stoppable(request, TAB, "comparison", 11, lambda should_stop: (
         (*show_comparison(comparison, view), comparison) for comparison in compare(prompt, left, right, should_stop)))
 
 
@@ -60,19 +60,23 @@ def show_comparison(comparison: Comparison | None, view: AnswerView, request: gr
     """Both panels, their cards, the status, the table and the charts (the hints before any comparison); also what a
     refused or failed request leaves on screen, so that nothing stays covered by the error."""
     if comparison is None:
-        return ("", "", "", "", status_after_failure(request, TAB, ""), None, _hint("position"), _hint("drift"),
+        return ("", "", "", "", status_after_failure(request, TAB, ""), "", None, _hint("position"), _hint("drift"),
                 _hint("speedup"))
     runs = (comparison.left, comparison.right)
     views = [run.view() for run in runs]
     statuses = " · ".join(f"**{v.label}** ({run.precision}): {run.status}" for v, run in zip(views, runs))
     status = status_after_failure(request, TAB, statuses)
-    return (_side_html(comparison.left, view), _side_html(comparison.right, view), stats_html(views[0]),
-            stats_html(views[1]), status, summary_table(views), acceptance_by_position_figure(views),
-            attention_drift_figure(views), speedup_figure(views))
+    return (_side_html(comparison.left, views[0], view), _side_html(comparison.right, views[1], view),
+            stats_html(views[0]), stats_html(views[1]), status, _verdict_markdown(comparison, views),
+            summary_table(views), acceptance_by_position_figure(views), attention_drift_figure(views),
+            speedup_figure(views))
 
 
-def stop(request: gr.Request):
-    return stop_tab(request, TAB) or gr.skip()
+def _verdict_markdown(comparison: Comparison, views: list[RunView]) -> str:
+    """The verdict once both sides have finished (while they run, their numbers are still moving)."""
+    if not (comparison.left.finished and comparison.right.finished):
+        return ""
+    return escape_html(comparison.verdict((views[0], views[1])).sentence)
 
 
 def export(comparison: Comparison | None) -> list[str]:
@@ -80,7 +84,7 @@ def export(comparison: Comparison | None) -> list[str]:
         raise gr.Error("nothing to export yet: run a comparison first", title="Nothing to export",
                        print_exception=False)
     messages = Conversation().messages(comparison.left.settings.system, comparison.prompt)
-    return export_files({"left": comparison.left, "right": comparison.right}, messages, TAB)
+    return export_files({"left": comparison.left, "right": comparison.right}, messages, TAB, comparison.record())
 
 
 def engine_choices(preset: Preset) -> dict:
@@ -132,6 +136,7 @@ def build_compare_tab(preset: Preset) -> None:
         right_engine, right_drafter, right_k, right_min_draft_prob, right_html, right_stats = _side(preset, "right",
                                                                                                   right_default)
     status = gr.Markdown(elem_id="compare-status", elem_classes="status-line")
+    verdict = gr.Markdown(elem_id="compare-verdict", elem_classes="status-line")
     table = gr.Dataframe(headers=SUMMARY_COLUMNS, elem_id="compare-table", interactive=False, label="Summary")
     with gr.Row():
         position_plot = gr.Plot(_hint("position"), elem_id="compare-position-plot", show_label=False)
@@ -141,7 +146,8 @@ def build_compare_tab(preset: Preset) -> None:
         export_button = gr.Button("Export JSON + CSV", elem_id="compare-export", size="sm")
         export_out = gr.File(label="Run files", file_count="multiple", elem_id="compare-export-files")
 
-    shown = [left_html, right_html, left_stats, right_stats, status, table, position_plot, drift_plot, speedup_plot]
+    shown = [left_html, right_html, left_stats, right_stats, status, verdict, table, position_plot, drift_plot,
+             speedup_plot]
     compare_event = in_line([run_button.click, prompt.submit], TAB, status).then(
         run_comparison,
         inputs=[prompt, left_drafter, left_k, right_drafter, right_k, *controls.components(), left_min_draft_prob,
@@ -151,7 +157,7 @@ def build_compare_tab(preset: Preset) -> None:
     )
     compare_event.failure(show_comparison, [comparison, view], shown, queue=False, api_visibility="private")
     follow_answer_view(answer_view, view, show_comparison, [comparison], shown)
-    stop_button.click(stop, None, status, queue=False, api_name="stop_compare", show_progress="hidden")  # as Chat's
+    wire_stop(stop_button, TAB, status, [compare_event], api_name="stop_compare")
     export_button.click(export, comparison, export_out, api_name="export_compare")
     sides = [left_drafter, left_k, right_drafter, right_k]
     gr.on([c.change for c in sides], lambda ld, lk, rd, rk: depth_legend((ld, lk), (rd, rk)), sides, legend,

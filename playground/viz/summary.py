@@ -13,19 +13,20 @@ MEAN_ACCEPTANCE_LENGTH_HELP = (
     "counting the target's own bonus token (vLLM's definition)."
 )
 DRAFT_ACCEPTANCE_RATE_HELP = "Draft acceptance rate = accepted draft tokens / drafted tokens."
-SPEEDUP_HELP = ("Speedup = the engine's decode rate of this run / plain decoding's, measured alongside it on this "
+SPEEDUP_HELP = ("Speedup = the engine's decode rate of this run / plain decoding's, measured in the same run on this "
                 "machine (never derived from acceptance length). The range sets this run's slowest stretch against "
                 "the fastest group of plain steps and its fastest against the slowest: how much the machine's noise "
-                "could move the figure.")
-BASELINE_HELP = ("Plain decode steps of this target on this machine, timed one at a time between this run's steps "
-                 "at the position the run has reached, so both see the same load and context length (it costs the "
-                 "run some time). The rate pools every timed step.")
+                "could move the figure. A run is called faster or slower than another only where the ranges do not "
+                "overlap.")
+BASELINE_HELP = ("Plain decode steps of this target on this machine, timed one at a time on this run's own text: in "
+                 "Chat after the answer, at positions spread over it (so the answer streams at the engine's speed); "
+                 "in Compare between the two sides' steps, one baseline for both. The rate pools every timed step.")
 TOKENS_PER_SECOND_HELP = ("The engine's decode rate: tokens after the first / time inside the decode loop after the "
                           "first step (which holds the prefill). Pauses while the page renders, the other side of a "
                           "comparison steps or the baseline measures are left out. The speedup uses this rate.")
 SEEN_TOKENS_PER_SECOND_HELP = ("The rate you saw: generated tokens / wall-clock seconds since the answer started, "
-                               "including the pauses while the page renders, the plain baseline measures alongside "
-                               "and, in Compare, the other side steps.")
+                               "including the pauses while the page renders and, in Compare, while the other side "
+                               "and the plain baseline step.")
 NOT_AVAILABLE = "—"
 SUMMARY_COLUMNS = ["drafter", "k", "tokens", "decode tok/s", "speedup", "speedup range", "mean acceptance length",
                    "draft acceptance rate"]
@@ -74,8 +75,8 @@ def baseline_card(view: RunView) -> tuple[str, str, str]:
         missing = view.missing.get("baseline")
         return ("n/a", "plain tok/s", missing) if missing else ("…", "plain tok/s (measuring)", BASELINE_HELP)
     return (rate_text(b.tokens_per_second), f"plain tok/s ({b.tokens} step{'s' * (b.tokens != 1)})",
-            f"{BASELINE_HELP} {b.tokens} steps in {b.groups} groups; slowest group {rate_text(b.slowest)}, fastest "
-            f"{rate_text(b.fastest)} tok/s.")
+            f"{BASELINE_HELP} {b.tokens} steps in {b.groups} groups, timed {b.timing}; slowest group "
+            f"{rate_text(b.slowest)}, fastest {rate_text(b.fastest)} tok/s; measuring took {b.measuring_s:.1f} s.")
 
 
 TOO_FEW_STEPS = "too few steps"  # where a speedup would stand, below the steps a measurement needs

@@ -1,0 +1,92 @@
+"""Which run was faster, said only when the measurement can tell: a faster side is named only where the speedup
+ranges the cards show do not overlap; otherwise the sentence says "within noise on this machine" and names what did
+differ beyond noise — counts of drafts and acceptances, which timing noise cannot move.
+
+The same rule as the benchmark's findings (`bench.findings`, passes whose ranges overlap are "within noise"), here for
+a comparison's two sides and for a Chat run against plain decoding (whose own speedup is 1.00×)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .summary import length_text, percent_text, range_text, times_text
+from .view import RunView
+
+WITHIN_NOISE = "within noise on this machine"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    faster: str | None  # the faster side's label; None when the ranges overlap or nothing was measured yet
+    sentence: str
+    measured: bool  # both speedups (and their ranges) were measured
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def _speedup_words(view: RunView) -> str:
+    return f"{times_text(view.speedup)} ({range_text(view.speedup_range)})"
+
+
+def verified_per_step(view: RunView) -> float | None:
+    """Tokens the target verifies per drafting step: the drafts plus the last token (the cost side of a step)."""
+    m = view.metrics
+    return 1 + m.drafted_tokens / m.drafting_steps if m.drafting_steps else None
+
+
+def count_differences(left: RunView, right: RunView) -> list[str]:
+    """What differs between two runs beyond timing noise: mean acceptance length, verified tokens per step and
+    acceptance by position, where both have them and they differ."""
+    out = []
+    a, b = left.metrics, right.metrics
+    if a.mean_acceptance_length is not None and b.mean_acceptance_length is not None and \
+            length_text(a.mean_acceptance_length) != length_text(b.mean_acceptance_length):
+        out.append(f"mean acceptance length {length_text(a.mean_acceptance_length)} vs "
+                   f"{length_text(b.mean_acceptance_length)}")
+    va, vb = verified_per_step(left), verified_per_step(right)
+    if va is not None and vb is not None and f"{va:.2f}" != f"{vb:.2f}":
+        out.append(f"verified tokens per step {va:.2f} vs {vb:.2f}")
+    pa, pb = a.per_position_acceptance or [], b.per_position_acceptance or []
+    positions = [i for i in range(min(len(pa), len(pb), 3)) if percent_text(pa[i]) != percent_text(pb[i])]
+    if positions:
+        out.append("accepted at position " + ", ".join(f"{i + 1}: {percent_text(pa[i])} vs {percent_text(pb[i])}"
+                                                       for i in positions))
+    return out
+
+
+def comparison_verdict(left: RunView, right: RunView, shared_baseline: bool) -> Verdict:
+    """Left against right: the faster side where their speedup ranges do not overlap, else within noise."""
+    basis = "against one plain baseline timed alongside both" if shared_baseline else \
+        "each against its own engine's plain decoding"
+    missing = [v.label for v in (left, right) if v.speedup_range is None]
+    differences = count_differences(left, right)
+    beyond = f" Beyond noise: {'; '.join(differences)} ({left.label} vs {right.label})." if differences else ""
+    if missing:
+        return Verdict(None, f"No verdict: the speedup of {' and '.join(missing)} is not measured.{beyond}", False)
+    if _overlap(left.speedup_range, right.speedup_range):
+        return Verdict(None, f"Speed: {WITHIN_NOISE} — {left.label} {_speedup_words(left)} and {right.label} "
+                             f"{_speedup_words(right)} overlap ({basis}).{beyond}", True)
+    fast, slow = (left, right) if left.speedup > right.speedup else (right, left)
+    return Verdict(fast.label, f"Faster: {fast.label}, {_speedup_words(fast)} against {slow.label}'s "
+                               f"{_speedup_words(slow)}; the ranges do not overlap ({basis}).{beyond}", True)
+
+
+def plain_verdict(view: RunView) -> Verdict | None:
+    """A speculative run against plain decoding: faster or slower only where its range leaves out 1.00× (None for a
+    plain run)."""
+    if view.plain:
+        return None
+    if view.speedup_range is None:
+        return Verdict(None, "No verdict yet: the speedup over plain decoding is not measured.", False)
+    low, high = view.speedup_range
+    if low > 1:
+        return Verdict(view.label, f"Faster than plain decoding on this machine: {_speedup_words(view)}.", True)
+    if high < 1:
+        return Verdict("plain decoding", f"Slower than plain decoding on this machine: {_speedup_words(view)}.",
+                       True)
+    return Verdict(None, f"Against plain decoding: {WITHIN_NOISE} ({_speedup_words(view)} includes 1.00×).", True)
