@@ -139,8 +139,13 @@ def _about_speed_quotes() -> list[str]:
     assert speed["machine"]["torch_threads"] == 2 and speed["machine"]["cores"] == 2
     verify_cost = "–".join(verify)  # "1.3", or "1.3–1.4" where the two drafters' costs round apart
     (threshold,) = {d["min_draft_prob"] for d in adaptive}
-    return [f"On a {speed['machine']['cores']}-core CPU the speedup is modest on long answers: at k = 4, "
-            f"{_times(fixed[1]['median_speedup'])} for EAGLE-3.1 and {_times(fixed[0]['median_speedup'])} for EAGLE-3",
+    assert "Xeon" in speed["machine"]["cpu"]  # the machine the About tab names
+    sets = speed["prompts"]["per_set"]
+    assert sets == {"held-out": 2, "mt-bench": 2, "humaneval": 2}  # the prompts it names
+    return [f"On a {speed['machine']['cores']}-core Intel Xeon (AVX-512 BF16 and AMX) the speedup is modest on long "
+            f"answers: at k = 4, {_times(fixed[1]['median_speedup'])} for EAGLE-3.1 and "
+            f"{_times(fixed[0]['median_speedup'])} for EAGLE-3",
+            f"{speed['prompts']['count']} prompts — 2 each from MT-Bench, HumanEval and the held-out set —, "
             f"{speed['speed']['max_new_tokens']} tokens, two threads; per-run range {low:.2f}–{high:.2f}×",
             f"acceptance length is only ~{lengths[0]}–{lengths[-1]}",
             f"verifying k + 1 tokens costs about {verify_cost} plain steps", f"(about {verify_cost} here, below)",

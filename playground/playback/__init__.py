@@ -8,13 +8,13 @@ downloads.
 
 from .exports import CSV_COLUMNS, TIMING_NOTE, export_runs
 from .line import EngineLine
-from .run import FINISH_REASONS, RENDER_INTERVAL_S, Run, RunDriver, play
+from .run import FINISH_REASONS, RENDER_INTERVAL_S, ChartPace, Run, RunDriver, play
 from .session import Comparison, Conversation, Exchange, chat_turn, compare, load_preset, regenerate_turn
 from .settings import MAX_NEW_TOKENS, RequestError, RunSettings
 from .stop import StopSwitches
 
 __all__ = [
-    "CSV_COLUMNS", "FINISH_REASONS", "EngineLine", "MAX_NEW_TOKENS", "RENDER_INTERVAL_S", "TIMING_NOTE", "Comparison",
+    "CSV_COLUMNS", "ChartPace", "FINISH_REASONS", "EngineLine", "MAX_NEW_TOKENS", "RENDER_INTERVAL_S", "TIMING_NOTE", "Comparison",
     "Conversation", "Exchange", "RequestError", "Run", "RunDriver", "RunSettings", "StopSwitches", "chat_turn",
     "compare", "export_runs", "load_preset", "play", "regenerate_turn",
 ]

@@ -22,6 +22,8 @@ from .baseline import BaselineSampler
 from .settings import RunSettings, precision_label
 
 RENDER_INTERVAL_S = 0.15  # at most ~7 UI updates a second; a UI update costs more than a decode step
+RENDER_SHARE = 0.1  # and UI updates take at most this share of the wall time: the interval grows with their cost
+CHART_INTERVAL_S = 1.0  # charts and the live JSON, the costliest outputs to send and draw, at most once a second
 
 
 FINISH_REASONS = {
@@ -48,6 +50,7 @@ class Run:
     seen_seconds: float | None = None  # wall clock from asking for the first step to the latest one
     starting: str | None = None  # what the run waits for before its first step (vLLM starting its engines)
     waiting: str | None = None  # why it has not started yet (a comparison's other side runs first)
+    complete: bool = False  # the run and its baseline are done: this is its last update
 
     @property
     def text(self) -> str:
@@ -233,17 +236,57 @@ def play(drivers: list[RunDriver], baselines: Iterable[BaselineSampler] = (),
     slower (the page renders on the same cores), and only in this order do the samples meet those moments as often as
     the run's own steps do."""
     active, baselines = list(drivers), list(baselines)
-    last_render = float("-inf")
+    pace = RenderPace(interval_s)
     while active:
         for baseline in baselines:
             baseline.keep_up()
         active = [d for d in active if d.advance()]
-        if active and time.perf_counter() - last_render >= interval_s:
-            yield
-            last_render = time.perf_counter()
+        if active and pace.due():
+            yield from pace.render()
     for baseline in baselines:
         for _ in baseline.finish():
-            if time.perf_counter() - last_render >= interval_s:
-                yield
-                last_render = time.perf_counter()
+            if pace.due():
+                yield from pace.render()
+    for driver in drivers:
+        driver.run.complete = True
     yield
+
+
+class RenderPace:
+    """When the next UI update is due: at least `interval_s` apart, and far enough apart that updates — measured as
+    the time the loop waits for the page's side to take one — take at most RENDER_SHARE of the wall time. On a busy
+    2-core machine a full update (answer HTML, five charts, JSON) cost as much as the decoding between updates: the
+    answer then appeared at half the engine's rate, and the page answered clicks late."""
+
+    def __init__(self, interval_s: float) -> None:
+        self._least_s = self.interval_s = interval_s
+        self._last = float("-inf")
+
+    def due(self) -> bool:
+        return time.perf_counter() - self._last >= self.interval_s
+
+    def render(self) -> Iterator[None]:
+        paused_at = time.perf_counter()
+        yield
+        self._last = time.perf_counter()
+        self.interval_s = max(self._least_s, (self._last - paused_at) / RENDER_SHARE)
+
+
+class ChartPace:
+    """Whether a run's charts (and live JSON) should be sent with this update: at most every CHART_INTERVAL_S while
+    it streams, only when a step or a baseline sample changed them, and always with its last update."""
+
+    def __init__(self, interval_s: float = CHART_INTERVAL_S) -> None:
+        self._interval_s = interval_s
+        self._drawn_at = float("-inf")
+        self._drawn: tuple | None = None
+
+    def due(self, *runs: Run) -> bool:
+        state = tuple((len(r.events), r.baseline.tokens if r.baseline else 0, r.complete, r.error) for r in runs)
+        if state == self._drawn:
+            return False
+        now = time.perf_counter()
+        if not all(r.complete for r in runs) and now - self._drawn_at < self._interval_s:
+            return False
+        self._drawn_at, self._drawn = now, state
+        return True

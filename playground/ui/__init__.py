@@ -52,8 +52,9 @@ speed runs (`assets/models/smollm2-135m/evaluation.json` and `speed.json`):
   standard-library modules, closer to the training data. The shipped pair went through a long-context training
   stage, averaged back a quarter of the way (WiSE-FT) so that short prompts lost nothing: that lengthened both
   drafters at every length, and the ratio moved little.
-- On a 2-core CPU the speedup is modest on long answers: at k = 4, 1.20× for EAGLE-3.1 and 1.11× for EAGLE-3
-  (MT-Bench, HumanEval and held-out prompts, 128 tokens, two threads; per-run range 0.62–2.36×). There the
+- On a 2-core Intel Xeon (AVX-512 BF16 and AMX) the speedup is modest on long answers: at k = 4, 1.20× for
+  EAGLE-3.1 and 1.11× for EAGLE-3 (`speed.json`: the shipped drafters, 6 prompts — 2 each from MT-Bench, HumanEval
+  and the held-out set —, 128 tokens, two threads; per-run range 0.62–2.36×; not measured on an AMD EPYC). There the
   acceptance length is only ~1.9–2.0, and verifying k + 1 tokens costs about 1.3–1.4 plain steps. **Adaptive
   drafting** (end the chain after a draft the drafter gave less than 0.3) skips verifying drafts that would mostly be
   rejected: EAGLE-3.1 1.36× (pooled over all tokens 1.38×, against 1.24× at fixed k), EAGLE-3 1.31×; the slowest
@@ -76,7 +77,10 @@ a preallocated cache; weights packed for the verification's k + 1 rows). Measure
 wall time (the median over requests), with C requests in flight at a time; speedup is over the same engine's plain
 decoding at the same C; the instrumented rows record drift, RMS and draft probabilities, as the Chat tab does.
 The table below was measured on the pair before its long-context stage (step 1840) and has not been re-run on the
-shipped drafters.
+shipped drafters, nor on an AMD EPYC (AVX2 only), where the two engines' order may differ. Its speedups sit below the
+1.20× / 1.11× above because its prompts are MT-Bench's alone, the set on which our drafters accept least (acceptance
+length ~1.6 there, ~2 on the mixed set), and because it is another pair; the live Chat and Compare tabs measure
+this machine, now.
 
 **Precision.** The default is float32. The preset `smollm2-135m-bf16` runs the target in bfloat16: on a CPU with
 bf16 instructions (AVX-512 BF16 or AMX) our engine verifies drafts row-exactly there, so greedy speculation stays
@@ -98,13 +102,16 @@ is not verified here: see the README.
 - Per-position acceptance rate = drafts accepted at position *i* / drafting steps.
 - {DRAFT_ACCEPTANCE_RATE_HELP}
 - Speedup = the run's decode rate (tokens after the first / decode-loop time after the first step) / plain
-  decoding's. Plain decode steps are timed alongside the answer, one at a time between its steps, at the position
-  the answer has reached — same machine, same moment, same load, same context length — taking up to a quarter of
-  the answer's time. The timed steps are pooled into groups of at least four; the range sets the answer's slowest
-  stretch against the fastest group and its fastest stretch against the slowest group, so plain against plain reads
-  1.00× within it. Timings count only
-  the decode loop: pauses while the page renders, while the other side of a comparison steps or while the baseline
-  measures are left out. The *tok/s seen* card puts them back: the rate you actually watched.
+  decoding's, timed on the same machine, on the run's own text, one step at a time. In Chat, plain steps are timed
+  right after the answer, at positions spread over it (taking up to a quarter of the answer's decode time, which the
+  note under the cards states), so the answer itself streams at the engine's speed. In Compare, both sides and plain
+  decoding take turns step by step, and both sides read that one baseline: machine noise hits all three alike. The
+  timed steps are pooled into groups of at least four; the range sets the answer's slowest stretch against the
+  fastest group and its fastest stretch against the slowest group. **A run is called faster than another (or than
+  plain decoding) only where the ranges do not overlap**; otherwise the verdict says *within noise on this machine*,
+  next to what did differ beyond noise (acceptance length, verified tokens per step, acceptance by position).
+  Timings count only the decode loop: pauses while the page renders or while the other side of a comparison steps
+  are left out. The *tok/s seen* card puts them back: the rate you actually watched.
 """
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Iterator
+
 import gradio as gr
 
 from playground.bench.engines import instrumentation_note
-from playground.playback import Conversation, Run, chat_turn, regenerate_turn
+from playground.playback import ChartPace, Conversation, Run, chat_turn, regenerate_turn
 from playground.playback.baseline import AFTER
 from playground.presets import Preset
 from playground.viz import (
@@ -33,13 +36,25 @@ def _chatbot_messages(conversation: Conversation, view: AnswerView) -> list[dict
     return messages
 
 
-def _run_outputs(run: Run) -> tuple:
-    """Status, stat cards, the five charts and the live JSON for one run."""
+def _run_outputs(run: Run, charts: bool = True) -> tuple:
+    """Status, stat cards, the five charts and the live JSON for one run (without `charts`, the charts and JSON are
+    left as the page shows them)."""
     view = run.view()
     status = f"**{run.settings.drafter_label}** · {run.precision} · {run.status}"
+    if not charts:
+        return (status, stats_html(view, speed_note(run, view)), *(gr.skip(),) * (len(PLOTS) + 1))
     return (status, stats_html(view, speed_note(run, view)), accepted_per_step_figure(view), speedup_figure([view]),
             acceptance_by_position_figure([view]), attention_drift_figure([view]), hidden_rms_figure([view]),
             run.record(TAB, with_steps=False, view=view))
+
+
+def _live_outputs(conversation: Conversation, view: AnswerView, runs: Iterator[Run]) -> Iterator[tuple]:
+    """The chatbot and the run's outputs for each update of a streaming run: the chatbot only when the answer grew,
+    the charts and JSON when ChartPace says so; what is left out stays as the page shows it."""
+    charts, shown_steps = ChartPace(), None
+    for run in runs:
+        grew, shown_steps = len(run.events) != shown_steps or run.complete, len(run.events)
+        yield run, (_chatbot_messages(conversation, view) if grew else gr.skip(), *_run_outputs(run, charts.due(run)))
 
 
 def speed_note(run: Run, view: RunView) -> str:
@@ -68,6 +83,7 @@ def show_conversation(conversation: Conversation, view: AnswerView, request: gr.
     return (messages, status_after_failure(request, TAB, status), *views)
 
 
+@functools.cache  # built once: Clear sends these, and five plotly figures took ~0.3 s to build on a busy machine
 def _hint(plot: str):
     return message_figure(TITLES[plot], "send a prompt to see this chart")
 
@@ -84,8 +100,8 @@ def chat(prompt: str, drafter: str, k: float, preset: str, temperature: float, t
                             min_draft_prob)
     # the prompt box empties once the model has taken the prompt, so a refused prompt stays there to be edited
     yield from stoppable(request, TAB, "chat answer", 10, lambda should_stop: (
-        ("" if run.events else gr.skip(), _chatbot_messages(conversation, view), *_run_outputs(run))
-        for run in chat_turn(conversation, prompt, settings, should_stop)))
+        ("" if run.events else gr.skip(), *outputs)
+        for run, outputs in _live_outputs(conversation, view, chat_turn(conversation, prompt, settings, should_stop))))
 
 
 @report_user_errors
@@ -95,8 +111,8 @@ def regenerate(drafter: str, k: float, preset: str, temperature: float, top_p: f
     settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system, seed,
                             min_draft_prob)
     yield from stoppable(request, TAB, "chat answer", 9, lambda should_stop: (
-        (_chatbot_messages(conversation, view), *_run_outputs(run))
-        for run in regenerate_turn(conversation, settings, should_stop)))
+        outputs for _, outputs in _live_outputs(conversation, view, regenerate_turn(conversation, settings,
+                                                                                     should_stop))))
 
 
 def clear(conversation: Conversation, request: gr.Request) -> tuple:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import gradio as gr
 
-from playground.playback import Comparison, Conversation, RequestError, Run, compare
+from playground.playback import ChartPace, Comparison, Conversation, RequestError, Run, compare
 from playground.presets import ENGINE_LABELS, Preset, engine_presets, get_preset
 from playground.viz import (
     SUMMARY_COLUMNS, TITLES, RunView, acceptance_by_position_figure, attention_drift_figure, escape_html,
@@ -25,6 +26,7 @@ def _side_html(run: Run, run_view: RunView, view: AnswerView) -> str:
     return title + view.html(run.pieces)
 
 
+@functools.cache  # built once: Clear sends these, and five plotly figures took ~0.3 s to build on a busy machine
 def _hint(plot: str):
     return message_figure(TITLES[plot], "run a comparison to see this chart")
 
@@ -52,13 +54,17 @@ def run_comparison(prompt: str, left_drafter: str, left_k: float, right_drafter:
     shared = (temperature, top_p, max_new_tokens, chat_template, system, seed)
     left = run_settings(left_drafter, left_k, on_engine(preset, left_engine), *shared, left_min_draft_prob)
     right = run_settings(right_drafter, right_k, on_engine(preset, right_engine), *shared, right_min_draft_prob)
+    charts = ChartPace()
     yield from stoppable(request, TAB, "comparison", 11, lambda should_stop: (
-        (*show_comparison(comparison, view), comparison) for comparison in compare(prompt, left, right, should_stop)))
+        (*show_comparison(comparison, view, charts=charts.due(comparison.left, comparison.right)), comparison)
+        for comparison in compare(prompt, left, right, should_stop)))
 
 
-def show_comparison(comparison: Comparison | None, view: AnswerView, request: gr.Request | None = None) -> tuple:
-    """Both panels, their cards, the status, the table and the charts (the hints before any comparison); also what a
-    refused or failed request leaves on screen, so that nothing stays covered by the error."""
+def show_comparison(comparison: Comparison | None, view: AnswerView, request: gr.Request | None = None,
+                    charts: bool = True) -> tuple:
+    """Both panels, their cards, the status, the verdict, the table and the charts (the hints before any comparison;
+    without `charts`, the table and charts stay as the page shows them); also what a refused or failed request leaves
+    on screen, so that nothing stays covered by the error."""
     if comparison is None:
         return ("", "", "", "", status_after_failure(request, TAB, ""), "", None, _hint("position"), _hint("drift"),
                 _hint("speedup"))
@@ -66,9 +72,11 @@ def show_comparison(comparison: Comparison | None, view: AnswerView, request: gr
     views = [run.view() for run in runs]
     statuses = " · ".join(f"**{v.label}** ({run.precision}): {run.status}" for v, run in zip(views, runs))
     status = status_after_failure(request, TAB, statuses)
-    return (_side_html(comparison.left, views[0], view), _side_html(comparison.right, views[1], view),
-            stats_html(views[0]), stats_html(views[1]), status, _verdict_markdown(comparison, views),
-            summary_table(views), acceptance_by_position_figure(views), attention_drift_figure(views),
+    shown = (_side_html(comparison.left, views[0], view), _side_html(comparison.right, views[1], view),
+             stats_html(views[0]), stats_html(views[1]), status, _verdict_markdown(comparison, views))
+    if not charts:
+        return (*shown, *(gr.skip(),) * 4)
+    return (*shown, summary_table(views), acceptance_by_position_figure(views), attention_drift_figure(views),
             speedup_figure(views))
 
 
