@@ -18,7 +18,7 @@ import pytest
 
 from playground.engine import GenerationConfig, SpecCounters, speculative_generate
 from playground.serve.app import Admission, ApiError
-from playground.serve.requests import CompletionRequest
+from playground.serve.requests import ChatCompletionRequest, CompletionRequest
 from tests.appserver import running_server
 
 MESSAGES = [{"role": "user", "content": "def add(a, b):"}]
@@ -60,6 +60,9 @@ BAD_REQUESTS = [
     ("/v1/completions", '{"prompt": "hi"', 400, None),
     ("/v1/completions", "[1, 2]", 400, None),
     ("/v1/chat/completions", '{"messages": []}', 400, "messages"),
+    ("/v1/chat/completions", json.dumps({"messages": MESSAGES, "tool_choice": "required"}), 400, "tool_choice"),
+    ("/v1/chat/completions", json.dumps({"messages": MESSAGES, "modalities": ["text", "audio"]}), 400, "modalities"),
+    ("/v1/chat/completions", '{"messages": [{"role": "tool", "content": "x"}]}', 400, "messages"),
     ("/v1/chat/completions", '{"messages": [{"role": "robot", "content": "x"}]}', 400, "messages"),
     ("/v1/chat/completions", json.dumps({"messages": MESSAGES, "chat_template": "nope"}), 400, "chat_template"),
     ("/detokenize", '{"tokens": [-1]}', 400, "tokens"),
@@ -258,3 +261,6 @@ def test_request_models_keep_types_strict() -> None:
     assert CompletionRequest.model_validate_json('{"prompt": [[1, 2]], "stop": "x"}').prompt == [1, 2]
     assert CompletionRequest.model_validate_json('{"prompt": "x", "temperature": 0}').temperature == 0.0
     assert CompletionRequest.model_validate_json('{"prompt": "x", "n": 1, "logprobs": null}').stop_strings == ()
+    ignored = {"user": "u1", "store": False, "metadata": {"a": "b"}, "parallel_tool_calls": True,
+               "tool_choice": "none", "modalities": ["text"]}  # change nothing in the answer: accepted, as vLLM does
+    assert ChatCompletionRequest.model_validate({"messages": MESSAGES, **ignored}).messages[0].content

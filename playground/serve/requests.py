@@ -24,7 +24,11 @@ UNSUPPORTED = {
     "suffix": (None, ""), "logit_bias": (None, {}), "presence_penalty": (None, 0, 0.0),
     "frequency_penalty": (None, 0, 0.0), "repetition_penalty": (None, 1, 1.0), "tools": (None, []),
     "response_format": (None, {"type": "text"}), "min_tokens": (None, 0), "prompt_logprobs": (None, 0),
+    "tool_choice": (None, "none"), "functions": (None, []), "function_call": (None, "none"), "audio": (None,),
+    "modalities": (None, ["text"]), "prediction": (None,),
 }
+# Accepted and ignored, as vLLM does: they change nothing in the answer ("user", "store", "metadata",
+# "service_tier", "parallel_tool_calls", "reasoning_effort", "stream_options.include_obfuscation", ...).
 
 
 class Strict(BaseModel):
