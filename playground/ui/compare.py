@@ -6,6 +6,7 @@ import functools
 import gradio as gr
 
 from playground.playback import ChartPace, Comparison, Conversation, RequestError, Run, compare
+from playground.backends.availability import unavailable
 from playground.presets import ENGINE_LABELS, Preset, engine_presets, get_preset
 from playground.viz import (
     SUMMARY_COLUMNS, TITLES, RunView, acceptance_by_position_figure, attention_drift_figure, escape_html,
@@ -96,8 +97,10 @@ def export(comparison: Comparison | None) -> list[str]:
 
 
 def engine_choices(preset: Preset) -> dict:
-    """A side's engine radio for this preset: the pair on our engine or on vLLM, shown only where it has both."""
-    twins = engine_presets(preset)
+    """A side's engine radio for this preset: the pair on our engine or on vLLM, shown only where it has both and
+    this machine can run both."""
+    twins = [engine for engine, name in engine_presets(preset).items()
+             if name == preset.name or not unavailable(get_preset(name))]
     return {"choices": [(ENGINE_LABELS[e], e) for e in twins], "value": preset.backend, "visible": len(twins) > 1}
 
 
