@@ -19,11 +19,24 @@ class UsageError(Exception):
     """A problem with the user's request, reported as one line on stderr."""
 
 
+def target_preset(name: str | None, target: str | None) -> Preset:
+    """The named preset (default: the default one), or with --target an arbitrary target, whose drafters come only
+    from a drafter path."""
+    if target:
+        return Preset(name=f"custom:{target}", title=target, target=target)
+    return get_preset(name or default_preset_name())
+
+
+def add_pair_flags(parser: argparse.ArgumentParser) -> None:
+    """--target and --drafter-path: a target and drafter of one's own, for generate and serve alike."""
+    parser.add_argument("--target", help="a Hugging Face model folder or Hub id instead of the preset's target")
+    parser.add_argument("--drafter-path", help="a drafter folder (official, vLLM-export or speculators layout) or Hub "
+                        "id, instead of the preset's")
+
+
 def resolve_preset(args: argparse.Namespace) -> Preset:
     """The preset, with --target / --backend / --device / --dtype applied (unset flags keep the preset's values)."""
-    preset = get_preset(args.preset or default_preset_name())
-    if args.target:  # an arbitrary target: drafters only by --drafter-path
-        preset = Preset(name=f"custom:{args.target}", title=args.target, target=args.target)
+    preset = target_preset(args.preset, args.target)
     changes = {key: value for key in ("backend", "device", "dtype")
                if (value := getattr(args, key)) is not None and value != getattr(preset, key)}
     if not changes:
@@ -125,9 +138,8 @@ def add_min_draft_prob_flag(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("generate", help="generate one answer with a drafter, print text or JSON")
     p.add_argument("--preset", help="named target+drafter pair (default: PLAYGROUND_DEFAULT_PRESET or smollm2-135m)")
-    p.add_argument("--target", help="a Hugging Face model folder or Hub id instead of the preset's target")
+    add_pair_flags(p)
     p.add_argument("--drafter", help="none, or a drafter name of the preset (default: eagle3.1 where it has one)")
-    p.add_argument("--drafter-path", help="a drafter folder (official, vLLM-export or speculators layout) or Hub id")
     p.add_argument("--k", type=int, default=4, help=f"speculative tokens per step, 1..{MAX_K}")
     add_min_draft_prob_flag(p)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")

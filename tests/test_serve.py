@@ -8,6 +8,7 @@ import asyncio
 import json
 import socket
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -264,3 +265,25 @@ def test_request_models_keep_types_strict() -> None:
     ignored = {"user": "u1", "store": False, "metadata": {"a": "b"}, "parallel_tool_calls": True,
                "tool_choice": "none", "modalities": ["text"]}  # change nothing in the answer: accepted, as vLLM does
     assert ChatCompletionRequest.model_validate({"messages": MESSAGES, **ignored}).messages[0].content
+
+
+def test_serve_takes_a_target_and_drafter_folder_of_ones_own(tiny_root: Path, tiny) -> None:
+    """`serve --target FOLDER --drafter-path FOLDER` serves that pair, named as given (as `vllm serve MODEL` does); its
+    greedy answer equals the target's plain decoding, with drafts accepted. A drafter path that does not fit the
+    target is refused in one line before serving."""
+    from playground.engine import GenerationConfig, emitted_ids, plain_generate
+
+    target, drafter = str(tiny_root / "target"), str(tiny_root / "eagle3.1")
+    prompt = tiny.training_prompts[0]
+    with running_server(tiny_root, "--target", target, "--drafter-path", drafter, "--k", "3") as (url, _):
+        assert [m["id"] for m in httpx.get(url + "/v1/models", timeout=30).json()["data"]] == [target]
+        answer = httpx.post(url + "/v1/completions", timeout=60, json={
+            "model": target, "prompt": prompt, "max_tokens": 24, "temperature": 0, "return_token_ids": True,
+            "stream_options": {"include_usage": True}, "stream": False}).json()
+    plain = emitted_ids(list(plain_generate(tiny.target, prompt, GenerationConfig(max_new_tokens=24))))
+    assert answer["choices"][0]["token_ids"] == plain
+    assert answer["metrics"]["speculative_decoding"]["num_accepted_draft_tokens"] > 0  # the drafter was used
+    refused = subprocess.run([sys.executable, "-m", "playground", "serve", "--target", target, "--drafter-path",
+                              str(tiny_root / "target"), "--port", "0"], capture_output=True, text=True, timeout=120)
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), refused.stderr[-2000:]

@@ -1,6 +1,6 @@
 """``python -m playground serve``: an OpenAI-compatible server over the local engine, speaking vLLM's dialect.
 
-It serves one preset with one drafter and a fixed k, like `vllm serve … --speculative-config …` (plus, with
+It serves one preset (or `--target` with `--drafter-path`: a pair of one's own) with one drafter and a fixed k, like `vllm serve … --speculative-config …` (plus, with
 `--min-draft-prob`, adaptive draft length for every request), so the remote backend (and any OpenAI client) can be
 tried and tested without a GPU:
 
@@ -24,7 +24,7 @@ import asyncio
 import shlex
 import sys
 
-from playground.cli import add_min_draft_prob_flag, add_threads_flag
+from playground.cli import add_min_draft_prob_flag, add_pair_flags, add_threads_flag, target_preset
 from playground.presets import DEFAULT, get_preset
 
 from .engine import Limits, load_engine
@@ -37,7 +37,9 @@ def serve(args: argparse.Namespace) -> None:
 
     limits = Limits(max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout, max_running=args.max_running,
                     max_waiting=args.max_waiting, default_max_tokens=args.default_max_tokens)
-    engine = load_engine(args.preset, args.drafter, args.k, args.served_model_name, args.min_draft_prob)
+    # as `vllm serve MODEL` names the model MODEL, an own target is served by the name it was given
+    engine = load_engine(target_preset(args.preset, args.target), args.drafter, args.k,
+                         args.served_model_name or args.target, args.min_draft_prob, args.drafter_path)
     config = uvicorn.Config(build_app(engine, limits), host=args.host, port=args.port, access_log=args.verbose,
                             log_level="info" if args.verbose else "warning", timeout_keep_alive=5,
                             limit_concurrency=limits.max_running + limits.max_waiting + 16)
@@ -73,6 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("serve", help="an OpenAI-compatible server over the local engine (vLLM's metrics)")
     p.add_argument("--preset", default=DEFAULT, help=f"a local-engine preset (default: {DEFAULT})")
     add_threads_flag(p)
+    add_pair_flags(p)
     p.add_argument("--drafter", default="eagle3.1", help="none, or a drafter name of the preset")
     p.add_argument("--k", type=int, default=4, help="speculative tokens per step (fixed for the server, as in vLLM)")
     add_min_draft_prob_flag(p)

@@ -11,7 +11,7 @@ from playground.backends.local import LocalBackend
 from playground.backends.specstats import ServedCounters, ServedSnapshot
 from playground.engine import GenerationConfig, SpecCounters, StepEvent
 from playground.k_range import k_problem
-from playground.presets import get_preset
+from playground.presets import Preset
 
 
 @dataclass(frozen=True)
@@ -69,16 +69,19 @@ class ServedEngine:
         return ServedCounters({"engine": "0", "model_name": self.model_name}, snapshot)
 
 
-def load_engine(preset_name: str, drafter: str, k: int, model_name: str | None,
-                min_draft_prob: float = 0.0) -> ServedEngine:
-    """Load (and warm up) the preset's target and drafter; refuse what cannot be served, with the reason."""
-    preset = get_preset(preset_name)
+def load_engine(preset: Preset, drafter: str, k: int, model_name: str | None, min_draft_prob: float = 0.0,
+                drafter_path: str | None = None) -> ServedEngine:
+    """Load (and warm up) the preset's target and drafter (the preset's by name, or a folder or Hub id by
+    `drafter_path`, checked against the target as it loads); refuse what cannot be served, with the reason."""
     backend = open_local_backend(preset, "serve", f"for vLLM run `python -m playground vllm-command --preset "
                                                  f"{preset.name}`")
     if k_problem(k):
         raise ValueError(f"--k: {k_problem(k)}")
     GenerationConfig(min_draft_prob=min_draft_prob).validate()
-    if drafter != "none" and drafter not in preset.drafters:
-        raise ValueError(f"drafter {drafter!r} is not in preset {preset.name!r} (choose from {preset.drafter_names})")
+    if drafter_path:
+        drafter = drafter_path
+    elif drafter != "none" and drafter not in preset.drafters:
+        raise ValueError(f"drafter {drafter!r} is not in preset {preset.name!r} (choose from {preset.drafter_names}) "
+                         "or pass --drafter-path")
     backend.warm_up(backend.encode([{"role": "user", "content": "hello"}]), drafter)
     return ServedEngine(backend, drafter, k, model_name or preset.name, min_draft_prob)
