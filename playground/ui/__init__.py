@@ -14,6 +14,7 @@ from .bench import build_bench_tab
 from .chat import build_chat_tab
 from .common import LINE, STOP_SWITCHES, session_id
 from .compare import build_compare_tab
+from .own_pair import wire_pair_panel
 from .style import APP_CSS
 
 THEME = gr.themes.Soft(primary_hue="teal", secondary_hue="slate")
@@ -126,13 +127,14 @@ def build_app(load_problem: str | None = None) -> gr.Blocks:
                         f"{html.escape(load_problem)}", elem_id="load-problem")
         with gr.Tabs():
             with gr.Tab("Chat", id="chat-tab"):
-                build_chat_tab(preset)
+                chat_menu, pair_panel = build_chat_tab(preset)
             with gr.Tab("Compare", id="compare-tab"):
-                build_compare_tab(preset)
+                compare_menu = build_compare_tab(preset)
             with gr.Tab("Benchmark", id="bench-tab"):
                 build_bench_tab(preset)
             with gr.Tab("About", id="about-tab"):
                 gr.Markdown(ABOUT)
+        wire_pair_panel(pair_panel, [chat_menu, compare_menu])
         demo.unload(_forget_session)
     return demo
 

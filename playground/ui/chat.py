@@ -21,6 +21,7 @@ from .common import (
     follow_answer_view, follow_drafter, follow_preset, generation_controls, in_line, k_control, min_draft_prob_control, report_user_errors,
     run_settings, status_after_failure, stop_tab, stoppable, wire_stop,
 )
+from .own_pair import PairPanel, pair_panel
 
 TAB = "chat"
 PLOTS = ("accept", "speedup", "position", "drift", "rms")  # in the order of the tab's outputs
@@ -129,7 +130,8 @@ def export(system: str, conversation: Conversation) -> list[str]:
     return export_files(runs, conversation.messages(system or ""), TAB)
 
 
-def build_chat_tab(preset: Preset) -> None:
+def build_chat_tab(preset: Preset) -> tuple[gr.Dropdown, PairPanel]:
+    """The tab; its preset menu and the own-pair panel, which the app wires to every tab's menu."""
     # One Conversation object per session, never replaced: handlers change it in place, so no handler's output can
     # put back a conversation that Clear emptied (Gradio passes a State's value by reference).
     conversation = gr.State(Conversation())
@@ -157,6 +159,7 @@ def build_chat_tab(preset: Preset) -> None:
             min_draft_prob = min_draft_prob_control(elem_id="min-draft-prob")
             follow_drafter(drafter, k, min_draft_prob)
             controls = generation_controls("", preset)
+            panel = pair_panel()
             with gr.Accordion("Export this chat", open=False):
                 export_button = gr.Button("Export JSON + CSV", elem_id="chat-export", size="sm")
                 export_out = gr.File(label="Run files", file_count="multiple", elem_id="chat-export-files")
@@ -193,3 +196,4 @@ def build_chat_tab(preset: Preset) -> None:
     gr.on([k.change, drafter.change], lambda depth, name: depth_legend((name, depth)), [k, drafter], legend,
           queue=False, api_visibility="private")
     follow_preset(controls, (drafter, lambda p: p.default_drafter))
+    return controls.preset, panel

@@ -127,7 +127,8 @@ def _side(preset: Preset, side: str, drafter: str) -> tuple[gr.Radio, gr.Radio, 
     return engine, choice, k, min_draft_prob, answer, stats
 
 
-def build_compare_tab(preset: Preset) -> None:
+def build_compare_tab(preset: Preset) -> gr.Dropdown:
+    """The tab; its preset menu (the app offers a session's own pairs there)."""
     comparison = gr.State(None)
     view = gr.State(AnswerView())
     left_default, right_default = compare_drafters(preset)
@@ -181,3 +182,4 @@ def build_compare_tab(preset: Preset) -> None:
 
     controls.preset.change(engines_of, controls.preset, [left_engine, right_engine], queue=False,
                            api_visibility="private")
+    return controls.preset

@@ -1,0 +1,244 @@
+"""A pair of one's own: a target and EAGLE-3 / EAGLE-3.1 drafters the user names (Hub ids, or folders where the host
+allows them), checked from their configs before any weights are read, then loaded and offered like a preset.
+
+The checks need only the config.json files: the target must be a causal LM transformers knows without running its
+own code, every drafter must fit it (`fit.drafter_fit`: aux layers, width, vocabulary, MLA against GQA), the slot a
+drafter is named in must match its flags (EAGLE-3.1: `fc_norm` / `norm_output`), and the weights plus a KV cache for
+the context must fit in the memory this machine has. A public host (a Space: `SPACE_ID`, or
+`PLAYGROUND_PUBLIC=1`) refuses local paths and downloads over `PLAYGROUND_MAX_DOWNLOAD_GB`. Loaded pairs live under a
+memory budget (`PLAYGROUND_PAIRS_GB`), the least recently loaded going first; a failed load leaves every other pair
+as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+from playground.engine.checkpoint import CheckpointError
+from playground.presets import Preset, register_pair, unregister_pair
+
+from .fit import drafter_fit, read_config
+
+SLOTS = {"eagle3": "EAGLE-3", "eagle3.1": "EAGLE-3.1"}
+CPU_DTYPE_BYTES = 4  # the local engine runs the target in float32 on the CPU
+CONTEXT_FOR_ESTIMATE = 4096  # tokens of KV cache counted in the memory estimate (the context a chat may reach)
+
+
+class PairRefused(ValueError):
+    """A pair that cannot be loaded here; the message says why in one line."""
+
+
+def public_host() -> bool:
+    """A Space, or an owner who says the app is public: then visitors name Hub ids only."""
+    return bool(os.environ.get("SPACE_ID")) or os.environ.get("PLAYGROUND_PUBLIC", "") in {"1", "true"}
+
+
+def _gb_setting(name: str, default: float | None) -> float | None:
+    value = os.environ.get(name, "").strip()
+    return float(value) if value else default
+
+
+def _looks_local(source: str) -> bool:
+    return source.startswith(("/", ".", "~")) or Path(source).expanduser().exists()
+
+
+@dataclass(frozen=True)
+class PairCheck:
+    preset: Preset
+    memory_bytes: int  # weights in float32 + a KV cache of CONTEXT_FOR_ESTIMATE tokens, target and drafters
+    warnings: tuple[str, ...]
+
+
+def _read(source: str, role: str) -> dict:
+    try:
+        return read_config(source)
+    except CheckpointError as err:
+        raise PairRefused(f"{role}: {err}") from None
+
+
+def _target_problem(config: dict) -> str | None:
+    from transformers import CONFIG_MAPPING
+
+    model_type = config.get("model_type")
+    if config.get("auto_map") and model_type not in CONFIG_MAPPING:
+        return (f"it needs trust_remote_code (its own modelling code for model_type {model_type!r}), which the "
+                "playground does not run for a named pair")
+    if model_type not in CONFIG_MAPPING:
+        return f"model_type {model_type!r} is not one transformers {_transformers_version()} knows"
+    architectures = config.get("architectures") or []
+    if not any(a.endswith("ForCausalLM") for a in architectures):
+        return f"its architectures {architectures} name no causal LM (…ForCausalLM), which our engine decodes"
+    return None
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
+def _slot_problem(slot: str, config: dict) -> str | None:
+    """EAGLE-3.1 is EAGLE-3 with fc_norm and norm_output: a drafter named in the wrong slot would be mislabelled."""
+    flagged = bool(config.get("fc_norm") or config.get("norm_output"))
+    if slot == "eagle3.1" and not flagged:
+        return "sets neither fc_norm nor norm_output: it is an EAGLE-3 drafter; name it as the EAGLE-3 drafter"
+    if slot == "eagle3" and flagged:
+        return "sets fc_norm / norm_output: it is an EAGLE-3.1 drafter; name it as the EAGLE-3.1 drafter"
+    return None
+
+
+def estimated_bytes(config: dict) -> int:
+    """Parameters in float32 plus a KV cache of CONTEXT_FOR_ESTIMATE tokens, from a config alone."""
+    c = config.get("text_config") or config
+    hidden, layers = int(c.get("hidden_size", 0)), int(c.get("num_hidden_layers", 1))
+    heads = int(c.get("num_attention_heads", 1))
+    kv_heads = int(c.get("num_key_value_heads") or heads)
+    head_dim = int(c.get("head_dim") or hidden // max(heads, 1))
+    intermediate = int(c.get("intermediate_size", 4 * hidden))
+    vocab = int(c.get("draft_vocab_size") or c.get("vocab_size", 0))
+    attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
+    mlp = 3 * hidden * intermediate
+    experts = int(c.get("n_routed_experts") or c.get("num_local_experts") or 1)
+    embeddings = vocab * hidden * (1 if c.get("tie_word_embeddings") else 2)
+    parameters = layers * (attention + mlp * experts) + embeddings
+    cache = 2 * layers * kv_heads * head_dim * CONTEXT_FOR_ESTIMATE
+    return (parameters + cache) * CPU_DTYPE_BYTES
+
+
+def _available_bytes() -> int:
+    import psutil
+
+    return psutil.virtual_memory().available
+
+
+def _gb(n: float) -> str:
+    return f"{n / 2**30:.1f} GB"
+
+
+def _folder_bytes(source: str) -> int:
+    return sum(p.stat().st_size for p in Path(source).expanduser().rglob("*") if p.is_file())
+
+
+def _hub_bytes(source: str, revision: str | None) -> int:
+    from huggingface_hub import HfApi
+
+    try:
+        info = HfApi().model_info(source, revision=revision, files_metadata=True)
+    except Exception as err:  # hub errors come in many types; the message is what matters
+        raise PairRefused(f"cannot read the file list of {source!r}: {type(err).__name__}: {err}") from None
+    return sum(s.size or 0 for s in info.siblings or [] if s.rfilename.endswith((".safetensors", ".bin", ".json")))
+
+
+def check_pair(target: str, drafters: dict[str, str], revision: str = "") -> PairCheck:
+    """The pair as a preset, from configs alone; PairRefused (one line) when it cannot work here."""
+    target = target.strip()
+    drafters = {slot: source.strip() for slot, source in drafters.items() if source and source.strip()}
+    if not target:
+        raise PairRefused("name a target: a Hugging Face model id (or, on your own machine, a folder)")
+    if not drafters:
+        raise PairRefused("name an EAGLE-3 and/or an EAGLE-3.1 drafter for the target")
+    unknown = set(drafters) - set(SLOTS)
+    if unknown:
+        raise PairRefused(f"unknown drafter slot(s) {sorted(unknown)}; the slots are {', '.join(SLOTS)}")
+    sources = [target, *drafters.values()]
+    public = public_host()
+    if public and any(_looks_local(s) for s in sources):
+        raise PairRefused("this is a public host: local folders cannot be loaded here; name Hugging Face model ids")
+    target_config = _read(target, "target")
+    problem = _target_problem(target_config)
+    if problem:
+        raise PairRefused(f"target {target} cannot run on our engine: {problem}")
+    memory, warnings = estimated_bytes(target_config), []
+    for slot, source in drafters.items():
+        config = _read(source, f"{SLOTS[slot]} drafter")
+        report = drafter_fit(target_config, config)
+        if report.problems:
+            raise PairRefused(f"{SLOTS[slot]} drafter {source} does not fit target {target}: "
+                              + "; ".join(report.problems))
+        problem = _slot_problem(slot, config)
+        if problem:
+            raise PairRefused(f"the {SLOTS[slot]} drafter {source} {problem}")
+        warnings += [f"{SLOTS[slot]}: {w}" for w in report.warnings]
+        memory += estimated_bytes(config)
+    available = _available_bytes()
+    if memory > available:
+        raise PairRefused(f"too big for this machine: the pair needs about {_gb(memory)} (float32 weights and a "
+                          f"{CONTEXT_FOR_ESTIMATE}-token cache), and {_gb(available)} of memory is available")
+    cap = _gb_setting("PLAYGROUND_MAX_DOWNLOAD_GB", 4.0 if public else None)
+    if cap is not None:
+        size = sum(_folder_bytes(s) if _looks_local(s) else _hub_bytes(s, revision or None) for s in sources)
+        if size > cap * 2**30:
+            raise PairRefused(f"too large to download here: {_gb(size)} of files, and this host allows "
+                              f"{cap:g} GB (PLAYGROUND_MAX_DOWNLOAD_GB)")
+    name = f"own:{Path(target).name if _looks_local(target) else target}"
+    preset = Preset(name=name, title=f"{target} (your pair)", target=target, drafters=drafters,
+                    description=f"Your pair: {target} with " + ", ".join(f"{SLOTS[s]} {d}" for s, d in
+                                                                          drafters.items()) + ".")
+    return PairCheck(preset, memory, tuple(warnings))
+
+
+class PairShelf:
+    """The loaded pairs, under a memory budget: a new pair pushes out the least recently loaded ones until the total
+    estimate fits. A pair that fails to load is taken off again, and nothing else is touched."""
+
+    def __init__(self) -> None:
+        self._pairs: OrderedDict[str, int] = OrderedDict()  # preset name -> estimated bytes, oldest first
+        self._lock = threading.Lock()
+
+    def budget_bytes(self) -> int:
+        gb = _gb_setting("PLAYGROUND_PAIRS_GB", None)
+        return int(gb * 2**30) if gb is not None else _available_bytes() // 2
+
+    def load(self, check: PairCheck, load_weights) -> Preset:
+        """Register the checked pair, load it with `load_weights(preset)`, and make room for it first."""
+        from . import forget_backend
+
+        preset = check.preset
+        with self._lock:
+            budget = self.budget_bytes()
+            if check.memory_bytes > budget:
+                raise PairRefused(f"too big for the pairs' memory budget: about {_gb(check.memory_bytes)}, and "
+                                  f"loaded pairs may hold {_gb(budget)} (PLAYGROUND_PAIRS_GB)")
+            self._pairs.pop(preset.name, None)
+            while self._pairs and sum(self._pairs.values()) + check.memory_bytes > budget:
+                old, _ = self._pairs.popitem(last=False)
+                unregister_pair(old)
+                forget_backend(old)
+            register_pair(preset)
+        try:
+            load_weights(preset)
+        except Exception:
+            unregister_pair(preset.name)
+            forget_backend(preset.name)
+            raise
+        with self._lock:
+            self._pairs[preset.name] = check.memory_bytes
+        return preset
+
+
+SHELF = PairShelf()
+
+
+def load_own_pair(target: str, drafters: dict[str, str], say=lambda message: None) -> PairCheck:
+    """Check the pair from its configs, then load its weights (downloading what is named by Hub id) and warm each
+    decode path up, saying each stage with `say`; the loaded pair is then a preset (`check.preset.name`)."""
+    from . import shared_backend
+
+    say("reading the configs (no weights yet)…")
+    check = check_pair(target, drafters)
+
+    def load_weights(preset: Preset) -> None:
+        say(f"loading the target {preset.target} and {len(preset.drafters)} drafter(s)…")
+        backend = shared_backend(preset)
+        backend.preload()
+        say("warming up each decode path…")
+        prompt = backend.encode([{"role": "user", "content": "hello"}])
+        for name in ["none", *preset.drafters]:
+            backend.warm_up(prompt, name)
+
+    SHELF.load(check, load_weights)
+    return check

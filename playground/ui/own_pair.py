@@ -1,0 +1,69 @@
+"""The "your own pair" panel: name a target and EAGLE-3 / EAGLE-3.1 drafters, load them, and pick them like a preset
+in every tab of this session. The checks and loading live in `backends.own_pair`; this wires them to the page."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from playground.backends.own_pair import load_own_pair, public_host
+
+from .common import report_user_errors
+
+
+@dataclass
+class PairPanel:
+    target: gr.Textbox
+    eagle3: gr.Textbox
+    eagle3_1: gr.Textbox
+    load: gr.Button
+    name: gr.Textbox  # the loaded pair's preset name (what /chat, /compare and /bench take as `preset`)
+    status: gr.Markdown
+    loaded: gr.State  # this session's pairs, by preset name: only its own menus offer them
+
+
+def pair_panel() -> PairPanel:
+    where = "Hugging Face model ids" if public_host() else "Hugging Face model ids or folders on this machine"
+    with gr.Accordion("Your own pair", open=False, elem_id="own-pair"):
+        gr.Markdown(f"A target and its EAGLE-3 and/or EAGLE-3.1 drafters ({where}; official, vLLM-export or "
+                    "speculators layout). Their configs are checked first — the drafters' fit, the architecture, the "
+                    "memory it needs — before any weights are read.", elem_classes="preset-info")
+        target = gr.Textbox(label="Target", placeholder="e.g. meta-llama/Llama-3.1-8B-Instruct",
+                            elem_id="own-target", max_lines=1)
+        eagle3 = gr.Textbox(label="EAGLE-3 drafter", placeholder="(none)", elem_id="own-eagle3", max_lines=1)
+        eagle3_1 = gr.Textbox(label="EAGLE-3.1 drafter", placeholder="(none)", elem_id="own-eagle3-1", max_lines=1)
+        load = gr.Button("Load", elem_id="own-load", size="sm")
+        name = gr.Textbox(label="Loaded as preset", interactive=False, elem_id="own-name", max_lines=1)
+        status = gr.Markdown(elem_id="own-status", elem_classes="status-line")
+    return PairPanel(target, eagle3, eagle3_1, load, name, status, gr.State([]))
+
+
+def wire_pair_panel(panel: PairPanel, menus: list[gr.Dropdown]) -> None:
+    """Load runs beside the model's line (it never holds other users' runs), one load at a time; on success this
+    session's preset menus offer the pair and select it."""
+
+    @report_user_errors
+    def load(target: str, eagle3: str, eagle3_1: str, loaded: list[str], progress=gr.Progress()):
+        stages = iter(range(1, 4))
+
+        def say(message: str) -> None:
+            progress((next(stages, 3), 3), desc=message)
+
+        check = load_own_pair(target or "", {"eagle3": eagle3 or "", "eagle3.1": eagle3_1 or ""}, say)
+        name = check.preset.name
+        loaded = [n for n in loaded if n != name] + [name]
+        notes = "".join(f" Warning: {w}." for w in check.warnings)
+        status = (f"Loaded **{check.preset.title}** (about {check.memory_bytes / 2**30:.1f} GB in float32): pick "
+                  f"`{name}` as the preset in Chat, Compare or the Benchmark.{notes}")
+        yield (name, status, loaded, *(gr.Dropdown(choices=_choices(menu, loaded), value=name) for menu in menus))
+
+    panel.load.click(load, [panel.target, panel.eagle3, panel.eagle3_1, panel.loaded],
+                     [panel.name, panel.status, panel.loaded, *menus], api_name="load_pair",
+                     concurrency_id="load_pair", concurrency_limit=1, show_progress_on=panel.status)
+
+
+def _choices(menu: gr.Dropdown, loaded: list[str]) -> list[tuple[str, str]]:
+    """The menu's built-in presets, then this session's own pairs."""
+    built_in = [(label, value) for label, value in menu.choices if not str(value).startswith("own:")]
+    return built_in + [(f"{name[4:]} (your pair)", name) for name in loaded]
