@@ -2,7 +2,8 @@
 every tab to assets/screenshots/ (each under 200 KB): chat, compare, benchmark (the committed drift study) and about
 at 1280 px, and chat, compare and benchmark at phone width (full pages, the page loaded at that width); also a chat
 waiting in line behind another user's benchmark (chat-queued), and a short answer whose speedup has too few steps
-to be measured (chat-short).
+to be measured (chat-short); the own-pair panel refusing a drafter that does not fit and loading a pair, at both
+widths (own-pair-refused, own-pair-loaded).
 
     python scripts/screenshots.py                  # tiny test models (fast)
     PLAYGROUND_TEST_REAL_MODELS=1 python scripts/screenshots.py
@@ -91,7 +92,34 @@ def _queued_and_short(browser, url: str, save) -> None:
     page.close()
 
 
-def capture(url: str, out: Path, prompt: str, dark: bool) -> None:
+def _own_pair(page, target: str, drafter: str, done: str) -> None:
+    """Fill the own-pair panel (target and EAGLE-3.1 drafter) and press Load; wait for `done` in its status."""
+    own = page.locator("#own-pair")
+    if not page.locator("#own-target").is_visible():
+        own.get_by_text("Your own pair").first.click()
+    page.locator("#own-target textarea, #own-target input").first.fill(target)
+    page.locator("#own-eagle3-1 textarea, #own-eagle3-1 input").first.fill(drafter)
+    page.locator("#own-load").click()
+    page.wait_for_function(f"document.querySelector('#own-status').innerText.includes({done!r})")
+    page.locator("#own-pair").scroll_into_view_if_needed()
+
+
+def _own_pair_shots(browser, target: str, drafter: str, url: str, save) -> None:
+    """The own-pair panel at both widths: a drafter that does not fit (refused in one line), then a pair that loads."""
+    misfit = str(REPO_ROOT / "assets" / "models" / "kimi-tiny" / "eagle3.1")
+    for viewport, suffix in ((VIEWPORT, ""), (PHONE, "-phone")):
+        page = browser.new_page(viewport=viewport)
+        page.set_default_timeout(300_000)
+        page.goto(url)
+        page.locator("#prompt textarea").wait_for()
+        _own_pair(page, target, misfit, "Not loaded:")
+        save(page, f"own-pair-refused{suffix}.png", full_page=False)
+        _own_pair(page, target, drafter, "it is now the preset")
+        save(page, f"own-pair-loaded{suffix}.png", full_page=False)
+        page.close()
+
+
+def capture(url: str, out: Path, prompt: str, dark: bool, own: tuple[str, str]) -> None:
     def save(page, name: str, full_page: bool = True) -> None:
         page.mouse.move(0, 0)
         size = save_small_png(page.screenshot(full_page=full_page), out / name)
@@ -117,6 +145,7 @@ def capture(url: str, out: Path, prompt: str, dark: bool) -> None:
                 save(page, "about.png", full_page=False)
             page.close()
         _queued_and_short(browser, url, save)
+        _own_pair_shots(browser, *own, url, save)
         browser.close()
 
 
@@ -129,8 +158,15 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch:
         models = models_dir(Path(scratch) / "models")
+        if models is None:  # the real pair: its converted target folder and a shipped drafter
+            from playground.presets import SHIPPED_DRAFTERS
+            from playground.smollm2 import HUB_ID, local_folder
+
+            own = (str(local_folder(HUB_ID)), str(SHIPPED_DRAFTERS / "eagle3.1"))
+        else:
+            own = (str(models / "target"), str(models / "eagle3.1"))
         with running_app(models, Path(scratch) / "app.log") as url:
-            capture(url, args.out, args.prompt, args.dark)
+            capture(url, args.out, args.prompt, args.dark, own)
 
 
 if __name__ == "__main__":

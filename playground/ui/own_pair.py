@@ -3,6 +3,7 @@ in every tab of this session. The checks and loading live in `backends.own_pair`
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 
 import gradio as gr
@@ -50,17 +51,21 @@ def wire_pair_panel(panel: PairPanel, menus: list[gr.Dropdown]) -> None:
         def say(message: str) -> None:
             progress((next(stages, 3), 3), desc=message)
 
-        check = load_own_pair(target or "", {"eagle3": eagle3 or "", "eagle3.1": eagle3_1 or ""}, say)
+        try:
+            check = load_own_pair(target or "", {"eagle3": eagle3 or "", "eagle3.1": eagle3_1 or ""}, say)
+        except (ValueError, OSError) as err:  # kept on the panel too; report_user_errors makes it the toast
+            yield (gr.skip(), f"**Not loaded:** {html.escape(str(err))}", *(gr.skip() for _ in range(1 + len(menus))))
+            raise
         name = check.preset.name
         loaded = [n for n in loaded if n != name] + [name]
         notes = "".join(f" Warning: {w}." for w in check.warnings)
-        status = (f"Loaded **{check.preset.title}** (about {check.memory_bytes / 2**30:.1f} GB in float32): pick "
-                  f"`{name}` as the preset in Chat, Compare or the Benchmark.{notes}")
+        status = (f"Loaded **{html.escape(check.preset.title)}** (about {check.memory_bytes / 2**30:.1f} GB in "
+                  f"float32): it is now the preset `{name}` in Chat and Compare.{html.escape(notes)}")
         yield (name, status, loaded, *(gr.Dropdown(choices=_choices(menu, loaded), value=name) for menu in menus))
 
     panel.load.click(load, [panel.target, panel.eagle3, panel.eagle3_1, panel.loaded],
                      [panel.name, panel.status, panel.loaded, *menus], api_name="load_pair",
-                     concurrency_id="load_pair", concurrency_limit=1, show_progress_on=panel.status)
+                     concurrency_id="load_pair", concurrency_limit=1, show_progress_on=panel.name)  # not over the status
 
 
 def _choices(menu: gr.Dropdown, loaded: list[str]) -> list[tuple[str, str]]:
