@@ -82,9 +82,10 @@ def show_comparison(comparison: Comparison | None, view: AnswerView, request: gr
 
 
 def _verdict_markdown(comparison: Comparison, views: list[RunView]) -> str:
-    """The verdict once both sides have finished (while they run, their numbers are still moving)."""
-    if not (comparison.left.finished and comparison.right.finished):
-        return ""
+    """The verdict once both sides and their baseline are done (until then their numbers are still moving)."""
+    if not (comparison.left.complete and comparison.right.complete):
+        finished = comparison.left.finished and comparison.right.finished
+        return "Timing plain decoding on this text for the verdict…" if finished else ""
     return escape_html(comparison.verdict((views[0], views[1])).sentence)
 
 
