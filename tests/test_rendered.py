@@ -222,7 +222,7 @@ def test_empty_and_textless_pieces() -> None:
 
 def test_css_and_speed() -> None:
     css = rendered_css()
-    for rule in (".rendered ", "pre.md-code", "overflow-x: auto", "var(--body-text-color", "var(--code-background-fill",
+    for rule in (".rendered ", "pre.md-code", "pre-wrap", "var(--body-text-color", "var(--code-background-fill",
                  "var(--font-mono"):
         assert rule in css
     section = ("## Step {n}: set up the *environment*\n\nA **short** note on `pip install`, with my_var.\n"

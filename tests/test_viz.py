@@ -21,6 +21,7 @@ from playground.viz import (
     acceptance_by_position_figure, attention_drift_figure, depth_colour, escape_html, hidden_rms_figure, legend_html,
     provenance_css, provenance_html, rendered_html, speedup_figure, stats_html, summary_table, token_pieces,
 )
+from playground.viz.figures import MESSAGE_LINE_CHARS
 from playground.viz.provenance import BIDI_CONTROLS
 from playground.viz.summary import STAT_CARDS, STATS_ROW_MIN_PX, stats_css
 from tests.appserver import long_answer_prompt
@@ -120,7 +121,8 @@ def views(pair_models: Path) -> dict[str, RunView]:
 
 
 def _message(fig: go.Figure) -> str:
-    return " ".join(a.text for a in fig.layout.annotations)
+    """What the figure's notes say, read as sentences (they are broken into short lines)."""
+    return " ".join(a.text.replace("<br>", " ") for a in fig.layout.annotations)
 
 
 def test_figures_draw_what_a_run_has(views: dict[str, RunView]) -> None:
@@ -173,6 +175,8 @@ def test_missing_fields_are_explained_not_drawn_as_zero(views: dict[str, RunView
                    {"attention": "vLLM does not expose the drafter's attention weights",
                     "baseline": "plain decoding needs a second server"})
     assert "vLLM does not expose" in _message(attention_drift_figure([told]))
+    lines = attention_drift_figure([told]).layout.annotations[0].text.split("<br>")  # plotly does not wrap them
+    assert len(lines) > 1 and max(map(len, lines)) <= MESSAGE_LINE_CHARS
     assert "needs a second server" in _message(speedup_figure([told]))
     assert "measuring plain decoding" in speedup_figure([bare]).layout.title.text  # no baseline yet, none missing
     mixed = attention_drift_figure([views["eagle3.1"], plain])  # one side drawn, the other explained

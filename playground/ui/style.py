@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from playground.viz import provenance_css, rendered_css, stats_css
 
+# A Compare side keeps its height only once it shows a run: empty, it left a blank 250 px before the run (twice at
+# phone width, where the sides stack).
 LAYOUT_CSS = """
-.side-panel { min-height: 220px; max-height: 460px; overflow-y: auto; padding: 4px 8px; }
+.side-panel { max-height: 460px; overflow-y: auto; }
+.side-panel:has(.side-title) { min-height: 220px; padding: 4px 8px; }
 .side-title { font-weight: 600; margin-bottom: 4px; }
 .status-line p { margin: 0; font-size: 0.9em; color: var(--body-text-color-subdued); }
 .preset-info p, .preset-info li { font-size: 0.85em; color: var(--body-text-color-subdued); }

@@ -5,6 +5,8 @@ A value the backend could not provide (None in the trace) is never drawn as zero
 
 from __future__ import annotations
 
+import textwrap
+
 import plotly.graph_objects as go
 
 from .provenance import depth_colour
@@ -20,6 +22,9 @@ BASELINE_COLOUR = "#9D9DA3"
 ATTENTION_COLOURS = {"sink": "#6E6E78", "context": "#3FA7A0", "draft": "#D6487E"}
 RUN_PATTERNS = ("", "/", ".", "x")  # bar fill per overlaid run where colour already means something else
 MUTED = "#8A8F98"  # mid grey: readable on light and dark backgrounds
+# Plotly never wraps an annotation: a longer line is cut at the chart's edge. These fit a chart a phone's width wide.
+MESSAGE_LINE_CHARS = 36  # at the message's 13 px
+NOTE_LINE_CHARS = 44  # at a note's 10 px, from the plot's left edge
 TITLES = {
     "accept": "Accepted drafts per step", "position": "Acceptance rate by draft position",
     "drift": "Attention drift by depth", "rms": "Hidden-state RMS by depth",
@@ -54,11 +59,17 @@ def _run_colours(views: list[RunView]) -> list[str]:
     return [VARIANT_COLORS.get(name, colour) for name, colour in zip(names, by_position)]
 
 
+def _wrapped(text: str, width: int) -> str:
+    """`text` (lines parted by `<br>`) with each line broken between words to at most `width` characters."""
+    return "<br>".join(short for line in text.split("<br>")
+                       for short in textwrap.wrap(line, width, break_long_words=False, break_on_hyphens=False) or [""])
+
+
 def message_figure(title: str, message: str) -> go.Figure:
     """An empty chart that says why there is nothing to draw."""
     fig = go.Figure()
-    fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
-                       font={"size": 13, "color": MUTED})
+    fig.add_annotation(text=_wrapped(message, MESSAGE_LINE_CHARS), x=0.5, y=0.5, xref="paper", yref="paper",
+                       showarrow=False, font={"size": 13, "color": MUTED})
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return _layout(fig, title, revision=title)
@@ -91,9 +102,10 @@ def _split(views: list[RunView], field: str, noun: str,
 
 def _with_notes(fig: go.Figure, notes: list[str]) -> go.Figure:
     if notes:
-        fig.add_annotation(text="<br>".join(notes), x=0, y=-0.22, xref="paper", yref="paper", showarrow=False,
+        text = _wrapped("<br>".join(notes), NOTE_LINE_CHARS)
+        fig.add_annotation(text=text, x=0, y=-0.22, xref="paper", yref="paper", showarrow=False,
                            xanchor="left", yanchor="top", align="left", font={"size": 10, "color": MUTED})
-        fig.update_layout(margin={"b": 40 + 14 * len(notes)})
+        fig.update_layout(margin={"b": 40 + 14 * (text.count("<br>") + 1)})
     return fig
 
 

@@ -378,8 +378,11 @@ def _inline_marks(v: str) -> list[tuple[int, int, str]]:
 
 
 def rendered_css() -> str:
-    """Styles for `rendered_html`: proportional prose, monospace code blocks that scroll sideways, light and dark
-    themes through Gradio's theme variables. The token fills come from `provenance_css`."""
+    """Styles for `rendered_html`: proportional prose, monospace code blocks whose long lines wrap, light and dark
+    themes through Gradio's theme variables. The token fills come from `provenance_css`.
+
+    Code wraps rather than scrolling sideways: phones show no scrollbar, so a long line looked cut off, and every
+    update of a streaming answer replaces the block, which put its scroll back to the start."""
     return """
 .rendered { line-height: 1.6; overflow-wrap: anywhere; color: var(--body-text-color, inherit);
   font-family: var(--font, ui-sans-serif, system-ui, -apple-system, "Segoe UI", Roboto, sans-serif); }
@@ -405,11 +408,11 @@ def rendered_css() -> str:
   font-size: 0.9em; }
 .rendered :not(pre) > code { padding: 0.1em 0.3em; border-radius: 4px;
   background: var(--code-background-fill, rgba(127, 127, 127, 0.15)); }
-.rendered pre.md-code { margin: 0 0 0.75em; padding: 0.7em 0.9em; border-radius: 6px; overflow-x: auto;
-  white-space: pre; overflow-wrap: normal; line-height: 1.45; tab-size: 4;
+.rendered pre.md-code { margin: 0 0 0.75em; padding: 0.7em 0.9em; border-radius: 6px;
+  white-space: pre-wrap; overflow-wrap: anywhere; line-height: 1.45; tab-size: 4;
   background: var(--code-background-fill, rgba(127, 127, 127, 0.12));
   border: 1px solid var(--border-color-primary, rgba(127, 127, 127, 0.25)); }
-.rendered pre.md-code > code { padding: 0; background: none; border-radius: 0; white-space: pre;
+.rendered pre.md-code > code { padding: 0; background: none; border-radius: 0; white-space: pre-wrap;
   color: var(--body-text-color, inherit); }
 .rendered pre.md-code, .rendered pre.md-code > code, .rendered pre.md-code span {
   font-size: 0.9rem !important; }  /* Gradio's Chatbot shrinks code in messages to a size hard to read */
