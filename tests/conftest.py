@@ -31,6 +31,32 @@ import torch  # noqa: E402
 torch.set_num_threads(int(os.environ["PLAYGROUND_THREADS"]) if os.environ.get("PLAYGROUND_THREADS") else 1)
 
 
+MARKERS = {
+    "browser": "drives the app in Chromium (tests/test_browser.py, test_layout.py, test_bench_tab.py)",
+    "vllm": "starts vLLM engines (tests/test_vllm_*.py)",
+    "slow": "starts an app or a server in a subprocess, loads the real default pair, or trains",
+}
+SLOW_FIXTURES = {"app_url", "real_app_url", "server", "vllm_app_url"}
+SLOW_MODULES = {"test_default_pair", "test_drafter_training", "test_train_smoke", "test_kimi_tiny"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, meaning in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {meaning}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by what it needs, so `-m "not browser and not vllm and not slow"` runs the quick part alone."""
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        if module in {"test_browser", "test_layout", "test_bench_tab"}:
+            item.add_marker("browser")
+        if module.startswith("test_vllm"):
+            item.add_marker("vllm")
+        if module in SLOW_MODULES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker("slow")
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """CI sets PLAYGROUND_REQUIRE_VLLM=1: there the vLLM tests must run, so a vLLM that cannot be imported fails the
     run instead of skipping them (imported in a subprocess, which leaves this one's logging alone)."""
