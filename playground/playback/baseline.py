@@ -5,18 +5,21 @@ A baseline measured once and reused goes stale as the machine's load changes, an
 0.7× for plain decoding against itself. So the steps are timed in the same run, on the same prompt and answer, at
 the positions the answer passed through (`engine.PlainProbe`), in one of two ways:
 
-- **After the answer** (Chat, and vLLM everywhere): once the run has finished, plain steps are timed at positions
-  spread over the answer, from its end back to its start (the probe's cache only moves its end back, so this costs
-  one untimed forward over the answer and then exactly the timed steps). The answer streams at the engine's speed,
-  since nothing else shares its time; the baseline takes up to `SHARE` of the run's decode time after it, at least
-  `MIN_SPEEDUP_GROUPS` groups, and the page keeps rendering between groups, as it did between the run's steps.
-- **Alongside the runs** (Compare on our engine): one sample between two rounds of the sides' steps, at the position
-  the first side has reached, so both sides and the baseline meet the same moments of machine load; both sides read
-  the same baseline, and a faster engine rate always means a larger speedup. The samples and their catch-up forwards
-  get up to `SHARE` of the runs' decode time, and are topped up to `MIN_SPEEDUP_GROUPS` groups after them.
+- **Alongside the runs** (our engine): one sample between two rounds of the runs' steps, at the position the first
+  run has reached, so the runs and the baseline meet the same moments of machine load. A comparison's two sides
+  share one baseline (a faster engine rate then always means a larger speedup) and give it `SHARE` of their decode
+  time; Chat gives it `SHARE_IN_CHAT`, so that the answer streams at nearly the engine's speed (with a quarter, the
+  samples and their catch-up forwards cut the visible rate to about half on a busy 2-core machine). Fewer samples
+  give fewer groups and a wider range, never a point estimate: below `MIN_SPEEDUP_GROUPS` groups the baseline is
+  topped up after the runs, at their last position.
+- **After the answer** (vLLM, whose engine decodes on while we sample: samples taken during it would share the CPU
+  with it): `SHARE` of the decode time, at positions spread over the answer from its end back to its start (the
+  probe's cache only moves its end back, so after one untimed forward over the answer this costs exactly the timed
+  steps), the page rendering between groups as it did between the answer's steps.
 
-Each sample is a single step, because the conditions a step meets depend on what ran just before it (in the app,
-plain steps timed back to back ran ~5 % faster than the run's own, which follow UI updates). Consecutive samples are
+Each sample is a single step between other work, because the conditions a step meets depend on what ran just before
+it: in the app, plain steps timed back to back ran ~5 % faster than the run's own, and timed after the answer on
+the tests' tiny models plain decoding read 0.88-1.05× against itself, outside its range. Consecutive samples are
 pooled into groups (at least `GROUP_STEPS` steps and `GROUP_SECONDS`) whose spread, with the run's own stretches,
 says how noisy the figure is.
 """
@@ -30,7 +33,8 @@ from typing import Callable, Iterator
 from playground.engine import Baseline, PlainProbe
 from playground.engine.trace import MIN_SPEEDUP_GROUPS, decode_seconds
 
-SHARE = 0.25
+SHARE = 0.25  # of the runs' decode time: a comparison's baseline, and vLLM's after the answer
+SHARE_IN_CHAT = 0.1  # Chat's, so that the answer streams at nearly the engine's speed
 GROUP_STEPS = 4  # a group pools at least this many timed steps…
 GROUP_SECONDS = 0.05  # …and at least this long, so that a fast model's groups are not timer and scheduler noise
 AFTER, ALONGSIDE = "after the answer", "alongside the runs"  # Baseline.timing
@@ -58,9 +62,10 @@ class BaselineSampler:
     given as (prompt ids, run) pairs; the probe follows the first run's text."""
 
     def __init__(self, probe: PlainProbe, runs: list[tuple[list[int], object]], should_stop: Callable[[], bool],
-                 during_run: bool = False) -> None:
+                 share_alongside: float = 0.0) -> None:
         self._probe, self._runs, self._should_stop = probe, runs, should_stop
-        self._during_run = during_run  # False: only after the runs, at positions spread over the first one's answer
+        self._share = share_alongside or SHARE  # of the decode time; 0 alongside: all of SHARE after the runs
+        self.timing = ALONGSIDE if share_alongside else AFTER
         self._steps: list[float] = []  # seconds of each timed plain step
         self.spent_s = 0.0  # wall time spent on the baseline, catch-up forwards included
 
@@ -73,18 +78,18 @@ class BaselineSampler:
         return self._runs[0][1]
 
     def _budget_s(self) -> float:
-        return SHARE * max(decode_seconds(run.events) for _, run in self._runs)
+        return self._share * max(decode_seconds(run.events) for _, run in self._runs)
 
     def keep_up(self) -> None:
         """Called between rounds of the runs' steps: one timed step, when sampling alongside and the baseline is
         behind its share of the runs' decode time."""
-        if self._during_run and self._can_sample() and self.spent_s < self._budget_s():
+        if self.timing == ALONGSIDE and self._can_sample() and self.spent_s < self._budget_s():
             self._sample(self._prompt_ids + self._run.token_ids)
 
     def finish(self) -> Iterator[None]:
         """After the runs: the rest of the baseline, yielding after each group's worth of steps (so the page can show
         its progress), until it is enough for a spread, unless it was stopped."""
-        if self._during_run:
+        if self.timing == ALONGSIDE:
             while self._can_sample() and not _has_groups(self._run.baseline):
                 self._sample(self._prompt_ids + self._run.token_ids)
                 yield
@@ -95,37 +100,45 @@ class BaselineSampler:
         first_step = self._sample(context)  # at the end of the answer: also the estimate of a step's cost
         positions = _spread(len(self._prompt_ids), len(context) - 1, self._planned_steps(first_step) - 1)
         since_yield = 1
-        for position in positions:
-            if not self._can_sample():
-                return
-            self._sample(context[: position + 1])
-            since_yield += 1
-            if since_yield >= GROUP_STEPS and since_yield * first_step >= GROUP_SECONDS:
-                since_yield = 0
-                yield
+        try:
+            for position in positions:
+                if not self._can_sample():
+                    return
+                self._sample(context[: position + 1], publish=False)  # pooled where the page looks, not per step
+                since_yield += 1
+                if since_yield >= GROUP_STEPS and since_yield * first_step >= GROUP_SECONDS:
+                    since_yield = 0
+                    self._publish()
+                    yield
+        finally:
+            self._publish()
         while self._can_sample() and not _has_groups(self._run.baseline):  # an estimate that fell short
             self._sample(context)
             yield
 
     def _planned_steps(self, step_s: float) -> int:
-        """Steps for the share of the decode time (in timed steps: after the first, nothing else is spent but the
-        loop around them), and at least enough for MIN_SPEEDUP_GROUPS groups."""
+        """Steps for what is left of the share of the decode time (in timed steps: after the first, nothing else is
+        spent but the loop around them), and at least enough for MIN_SPEEDUP_GROUPS groups."""
         step_s = max(step_s, 1e-6)
         least = max(MIN_SPEEDUP_GROUPS * GROUP_STEPS, math.ceil(MIN_SPEEDUP_GROUPS * GROUP_SECONDS / step_s))
-        return max(least, round(self._budget_s() / step_s))
+        return max(least, round((self._budget_s() - self.spent_s) / step_s))
 
     def _can_sample(self) -> bool:
         return bool(self._run.events) and not self._should_stop()
 
-    def _sample(self, context: list[int]) -> float:
+    def _sample(self, context: list[int], publish: bool = True) -> float:
         started = time.perf_counter()
         seconds = self._probe.time_step(context)
         self._steps.append(seconds)
         self.spent_s += time.perf_counter() - started
-        baseline = pool(self._steps, self.spent_s, ALONGSIDE if self._during_run else AFTER)
+        if publish:
+            self._publish()
+        return seconds
+
+    def _publish(self) -> None:
+        baseline = pool(self._steps, self.spent_s, self.timing)
         for _, run in self._runs:
             run.baseline = baseline
-        return seconds
 
 
 def _has_groups(baseline: Baseline | None) -> bool:

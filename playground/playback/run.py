@@ -18,7 +18,7 @@ from playground.backends.availability import on_zerogpu
 from playground.engine import Baseline, RunRecord, StepEvent, emitted_ids
 from playground.viz import ProvenanceBuilder, RunView, TokenPiece, plain_verdict
 
-from .baseline import BaselineSampler
+from .baseline import SHARE, SHARE_IN_CHAT, BaselineSampler
 from .settings import RunSettings, precision_label
 
 RENDER_INTERVAL_S = 0.15  # at most ~7 UI updates a second; a UI update costs more than a decode step
@@ -161,10 +161,12 @@ class RunDriver:
         return "baseline" not in self.run.missing_fields
 
     def baseline(self) -> BaselineSampler | None:
-        """This run's own plain baseline, timed after the answer, where the backend can time plain steps here."""
+        """This run's own plain baseline, timed alongside it (after it on vLLM), where the backend can time plain
+        steps here."""
         if not self.times_plain_steps:
             return None
-        return BaselineSampler(self._backend.plain_probe(), [(self._prompt_ids, self.run)], self._should_stop)
+        return BaselineSampler(self._backend.plain_probe(), [(self._prompt_ids, self.run)], self._should_stop,
+                               share_alongside=0.0 if self.paces_itself else SHARE_IN_CHAT)
 
     def shares_target_with(self, other: "RunDriver") -> bool:
         """Both runs decode the same target on the same backend object, which does not decode on between our steps:
@@ -175,7 +177,7 @@ class RunDriver:
     def shared_baseline(self, other: "RunDriver") -> BaselineSampler:
         """One plain baseline for this run and `other` (see shares_target_with), timed alongside their steps."""
         return BaselineSampler(self._backend.plain_probe(), [(self._prompt_ids, self.run), (other._prompt_ids,
-                               other.run)], self._should_stop, during_run=True)
+                               other.run)], self._should_stop, share_alongside=SHARE)
 
     def open(self) -> None:
         """Load the drafter (and check that it fits the target) before anything is measured."""
@@ -243,6 +245,7 @@ def play(drivers: list[RunDriver], baselines: Iterable[BaselineSampler] = (),
         active = [d for d in active if d.advance()]
         if active and pace.due():
             yield from pace.render()
+    yield  # the answers are done (or stopped): said at once, before any baseline steps that follow
     for baseline in baselines:
         for _ in baseline.finish():
             if pace.due():

@@ -103,9 +103,9 @@ is not verified here: see the README.
 - Per-position acceptance rate = drafts accepted at position *i* / drafting steps.
 - {DRAFT_ACCEPTANCE_RATE_HELP}
 - Speedup = the run's decode rate (tokens after the first / decode-loop time after the first step) / plain
-  decoding's, timed on the same machine, on the run's own text, one step at a time. In Chat, plain steps are timed
-  right after the answer, at positions spread over it (taking up to a quarter of the answer's decode time, which the
-  note under the cards states), so the answer itself streams at the engine's speed. In Compare, both sides and plain
+  decoding's, timed on the same machine, on the run's own text, one step at a time between the answer's steps at the
+  position it has reached. In Chat this takes at most a tenth of the answer's decode time (the note under the cards
+  says how much), so the answer itself streams at nearly the engine's speed. In Compare, both sides and plain
   decoding take turns step by step, and both sides read that one baseline: machine noise hits all three alike. The
   timed steps are pooled into groups of at least four; the range sets the answer's slowest stretch against the
   fastest group and its fastest stretch against the slowest group. **A run is called faster than another (or than

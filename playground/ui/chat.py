@@ -9,7 +9,7 @@ import gradio as gr
 
 from playground.bench.engines import instrumentation_note
 from playground.playback import ChartPace, Conversation, Run, chat_turn, regenerate_turn
-from playground.playback.baseline import AFTER
+from playground.playback.baseline import ALONGSIDE, SHARE_IN_CHAT
 from playground.presets import Preset
 from playground.viz import (
     TITLES, RunView, accepted_per_step_figure, acceptance_by_position_figure, attention_drift_figure, escape_html,
@@ -62,13 +62,16 @@ def speed_note(run: Run, view: RunView) -> str:
     """Under the cards: the verdict against plain decoding once it is measured, what the measurement cost, and before
     that when it will be measured."""
     verdict, baseline = plain_verdict(view), run.baseline
-    if baseline is not None and baseline.timing == AFTER and run.finished:
-        cost = (f"Plain decoding was timed after the answer, on its text: {baseline.tokens} steps, "
-                f"{baseline.measuring_s:.1f} s.")
-    elif "baseline" in view.missing:
+    if "baseline" in view.missing:
         cost = ""
+    elif baseline is not None and run.finished:
+        cost = (f"Plain decoding was timed {baseline.timing}, on its text: {baseline.tokens} steps, "
+                f"{baseline.measuring_s:.1f} s.")
+    elif baseline is None or baseline.timing == ALONGSIDE:
+        cost = (f"Plain decoding is timed on this answer between its steps, with at most "
+                f"{SHARE_IN_CHAT:.0%} of its time, so it streams at nearly the engine's speed.")
     else:
-        cost = "Plain decoding is timed on this answer once it is written, so the answer streams at the engine's speed."
+        cost = "Plain decoding is timed once the answer is written (vLLM decodes on between our reads)."
     return " ".join(text for text in (verdict.sentence if verdict and verdict.measured else "", cost) if text)
 
 

@@ -18,9 +18,10 @@ SPEEDUP_HELP = ("Speedup = the engine's decode rate of this run / plain decoding
                 "the fastest group of plain steps and its fastest against the slowest: how much the machine's noise "
                 "could move the figure. A run is called faster or slower than another only where the ranges do not "
                 "overlap.")
-BASELINE_HELP = ("Plain decode steps of this target on this machine, timed one at a time on this run's own text: in "
-                 "Chat after the answer, at positions spread over it (so the answer streams at the engine's speed); "
-                 "in Compare between the two sides' steps, one baseline for both. The rate pools every timed step.")
+BASELINE_HELP = ("Plain decode steps of this target on this machine, timed one at a time on this run's own text, "
+                 "between the run's steps at the position it has reached: in Chat with at most a tenth of its time "
+                 "(so the answer streams at nearly the engine's speed), in Compare one baseline for both sides; on "
+                 "vLLM after the answer. The rate pools every timed step.")
 TOKENS_PER_SECOND_HELP = ("The engine's decode rate: tokens after the first / time inside the decode loop after the "
                           "first step (which holds the prefill). Pauses while the page renders, the other side of a "
                           "comparison steps or the baseline measures are left out. The speedup uses this rate.")
