@@ -13,11 +13,16 @@ import pandas as pd
 import pytest
 
 from playground.__main__ import main
-from playground.bench import BenchConfig, BenchResult, BenchRow, Sweep, findings, load_prompt_set, run_profile
+from playground.bench import (BenchConfig, BenchResult, BenchRow, BenchStopped, Sweep, findings, load_prompt_set,
+                              run_profile)
+from playground.bench.methods import Method
 from playground.bench.plan import make_plan
+from playground.bench.present import STARTING, TAB_PROFILES, stream_run, tab_profiles
+from playground.bench.profiles import DURATIONS, measured_durations, profiles
+from playground.bench.progress import BenchProgress, Run, format_duration
 from playground.bench.prompts import SCHEMA, builtin_sets
 from playground.engine import AttentionMass, decode
-from playground.presets import get_preset
+from playground.presets import REPO_ROOT, get_preset
 
 ROW_COLUMNS = {
     "drafter", "k", "context_tokens", "template", "prompt_set", "tokens_per_second", "baseline_tokens_per_second",
@@ -120,13 +125,17 @@ def test_lossless_flag_catches_a_broken_verifier(tiny_pair: Path, tmp_path: Path
     monkeypatch.setattr(decode, "accept_greedy", accept_one_wrong_token)
     config = BenchConfig(sweeps=[Sweep((str(_jsonl(tmp_path / "set.jsonl")),), ("eagle3", "eagle3.1"), (3,))],
                          max_new_tokens=12, repeats=1)
-    calls: list[tuple[int, int]] = []
-    result = run_profile(config, get_preset("smollm2-135m"), lambda done, total, message: calls.append((done, total)))
+    calls: list[tuple[int, int, str]] = []
+    result = run_profile(config, get_preset("smollm2-135m"), lambda *call: calls.append(call))
 
     rows = {r.drafter: r for r in result.rows}
     assert rows["none"].lossless is True and rows["none"].turns == 3  # the multi-turn record ran both turns
     assert any(rows[name].lossless is False and rows[name].mismatched_prompts for name in ("eagle3", "eagle3.1"))
-    assert calls[-1][0] == calls[-1][1] == len(calls)  # progress reached its total, one call per run
+    # 3 warm-ups (plain, both EAGLEs), then per record 3 timed runs (plain, both EAGLEs) and 2 instrumented
+    assert [done for done, _, _ in calls] == [*range(3 + 2 * 5), 3 + 2 * 5]  # one call before each run, one at the end
+    assert calls[0][2] == "warm-up 1 of 3 (set, plain decoding)…"
+    assert calls[3][2].startswith("run 1 of 10 (set, plain decoding), ~") and calls[3][2].endswith(" left")
+    assert calls[-2][2].startswith("run 10 of 10 (set, EAGLE-3.1, k=3, instrumented pass), ~")
 
 
 def _row(variant: str, k: int, al: float, prompt_set: str = "held-out", template: str = "default") -> BenchRow:
@@ -181,7 +190,13 @@ def test_the_plan_is_made_without_a_model(tmp_path: Path) -> None:
     assert (len(llama3.records), llama3.skipped, llama3.context_tokens) == (1, 1, 15)  # 35 + 8 > 40
     assert [m.name for m in default.runnable] == ["none", "eagle3"] and "no peers" in default.unavailable[default.methods[2]]
     # warm-ups: 2 cells' plain + eagle3; timed: 3 repeats x 2 methods per record; one instrumented eagle3 pass per record
-    assert plan.count_runs() == 2 + 1 + (2 + 1) * (3 * 2 + 1)
+    assert (plan.count_warmups(), plan.count_runs()) == (2 + 1, (2 + 1) * (3 * 2 + 1))
+    run_seconds = plan.run_seconds({0: (1.0, 0.5), 1: (2.0, 0.5)}, {Method("eagle3", 2): 0.5}, all_turns=True)
+    # one conversation = turns x (prefill + max_new_tokens x per-token x relative speed); the default cell's mean
+    # turns is 1.5 (one record of 1 turn, one of 2), the llama3 cell's only record has 1 turn
+    assert run_seconds == {(0, Method("none")): 1.5 * 5, (0, Method("eagle3", 2)): 1.5 * 3,
+                           (1, Method("none")): 6, (1, Method("eagle3", 2)): 4}
+    assert plan.estimate_seconds(run_seconds) == 2 * (3 * 7.5 + 4 * 4.5) + 1 * (3 * 6 + 4 * 4)
     tight = make_plan(config, encode, max_positions=20, unavailable=lambda m: None)  # llama3: 15 + 8 > 20
     assert len(tight.cells[0].records) == 1 and not tight.cells[1].records and not tight.cells[1].runnable
     assert all("fits the target's context (20 tokens)" in why for why in tight.cells[1].unavailable.values())
@@ -208,3 +223,71 @@ def test_engine_bench_rows_on_our_engine(tiny_pair: Path) -> None:
         assert row["instrumentation_cost"] == pytest.approx(
             1 - row["per_user_tokens_per_second"] / uninstrumented["per_user_tokens_per_second"])
     assert table(result).count(", instrumented (") == 2
+
+
+def test_progress_says_what_runs_and_the_time_left_refined_by_the_runs_so_far() -> None:
+    now = [0.0]
+    progress = BenchProgress(warmups=2, runs=3, clock=lambda: now[0])
+    plain, eagle = Method("none"), Method("eagle3.1", 4)
+    warm_plain = Run(0, "held-out", "default", plain, "warm-up")
+    warm_eagle = Run(0, "held-out", "default", eagle, "warm-up")
+
+    assert progress.starting(warm_plain) == "warm-up 1 of 2 (held-out, plain decoding)…"
+    progress.finished(warm_plain)
+    assert progress.starting(warm_eagle) == "warm-up 2 of 2 (held-out, EAGLE-3.1, k=4)…"
+    progress.finished(warm_eagle)
+    now[0] = 10.0
+    progress.warmed_up({(0, plain): 60.0, (0, eagle): 30.0}, estimated_total=150.0)  # plain twice, EAGLE once
+    first = Run(0, "held-out", "default", plain, "timed")
+    assert progress.starting(first) == "run 1 of 3 (held-out, plain decoding), ~2 min 30 s left"  # the plan's
+    now[0] = 40.0  # it took half its estimate: so will the rest, (150 - 60) / 2
+    progress.finished(first)
+    assert progress.starting(Run(0, "unfamiliar-system", "llama3", eagle, "instrumented")) == (
+        "run 2 of 3 (unfamiliar-system, llama3 template, EAGLE-3.1, k=4, instrumented pass), ~45 s left")
+    assert (progress.done, progress.total) == (3, 5)
+    assert [format_duration(s) for s in (4, 58, 62, 145, 600, 704.7, 3600, 21_900)] == [
+        "5 s", "1 min", "1 min", "2 min 25 s", "10 min", "12 min", "1 h", "6 h 5 min"]
+
+
+def test_profile_labels_read_the_measured_durations(tmp_path: Path) -> None:
+    """The tab's menu and the CLI's help say how long each profile took, from assets/bench/durations.json alone."""
+    committed = measured_durations()
+    assert committed and set(committed) <= set(profiles())  # each with its machine and command
+    assert all(d.seconds > 0 and d.cores and d.cpu and d.simd in ("AVX2", "AVX-512") and "--profile" in d.command
+               for d in committed.values())
+    labels = {name: label for label, name in TAB_PROFILES}  # the tab's menu
+    for name, measured in committed.items():
+        assert labels[name].endswith(f" — {format_duration(measured.seconds)} measured on a {measured.cores}-core "
+                                     f"{measured.cpu} ({measured.simd})")
+
+    for name, entry in json.loads(DURATIONS.read_text())["profiles"].items():
+        if "result" in entry:  # a committed run's own record is the figure's one home
+            assert committed[name].seconds == json.loads((REPO_ROOT / entry["result"]).read_text())["seconds"]
+
+    result = tmp_path / "results.json"
+    result.write_text(json.dumps({"seconds": 704.6, "started": "2026-01-02T00:00:00Z",
+                                  "machine": {"cpu": "Test Xeon", "cores": 2}}))
+    other = tmp_path / "durations.json"
+    other.write_text(json.dumps({"profiles": {
+        "smoke": {"seconds": 90.4, "cpu": "Test CPU", "cores": 4, "simd": "AVX-512", "date": "2026-01-01",
+                  "command": "python -m playground bench --profile smoke", "load_average": 3.5},
+        "drift": {"result": str(result), "simd": "AVX2", "command": "python -m playground bench --profile drift"}}}))
+    assert tab_profiles(other) == (
+        ("smoke: 3 prompts, k 1 and 3, 16 tokens, 2 passes — 1 min 30 s measured on a 4-core Test CPU (AVX-512)",
+         "smoke"),
+        ("default: speed beside the peers, k 4, 128 tokens — duration not measured yet", "default"),
+        ("drift: EAGLE-3 vs EAGLE-3.1 by k, context, template — 12 min measured on a 2-core Test Xeon (AVX2)", "drift"))
+
+
+def test_stream_run_reports_before_every_run_and_stops(tiny_pair: Path) -> None:
+    """The tab's run: a status at once, then one before every generation run, then the view; Stop raises."""
+    updates = list(stream_run("smoke", "smollm2-135m"))
+    assert updates[0].status == STARTING and "Lossless" in updates[-1].view.findings_markdown
+    statuses = [u.status for u in updates[1:-1]]
+    assert statuses[0] == "warm-up 1 of 8 (held-out, plain decoding)…" and statuses[-1] == "finished"
+    assert [s.split(" (")[0] for s in statuses if s.startswith("run ")] == [f"run {n} of 60" for n in range(1, 61)]
+
+    stopping = stream_run("smoke", "smollm2-135m", should_stop=lambda: True)
+    assert next(stopping).status == STARTING
+    with pytest.raises(BenchStopped, match="stopped after 1 of "):
+        list(stopping)

@@ -26,8 +26,9 @@ def run_profile(profile: str | BenchConfig, preset: str | Preset = DEFAULT,
                 should_stop: Callable[[], bool] = lambda: False) -> BenchResult:
     """Run a named profile (or a BenchConfig) on a preset's shared backend (the app's copy of the weights).
 
-    `progress_callback(done, total, message)` is called after every generation run; once `should_stop()` is true the
-    run ends within a step of our engine (or after a peer's answer) with BenchStopped."""
+    `progress_callback(done, total, message)` is called before every generation run with what it runs and the time
+    left (`progress.py`), and once more at the end; once `should_stop()` is true the run ends within a step of our
+    engine (or after a peer's answer) with BenchStopped."""
     config = get_profile(profile) if isinstance(profile, str) else profile
     preset = get_preset(preset) if isinstance(preset, str) else preset
     require_local(preset, "the bench", BENCH_NEEDS_WEIGHTS)

@@ -11,7 +11,7 @@ from tqdm import tqdm
 from playground.backends import open_local_backend
 from playground.bench import BENCH_NEEDS_WEIGHTS
 from playground.bench.methods import PEERS, Runner
-from playground.bench.profiles import get_profile, profiles
+from playground.bench.profiles import get_profile, measured_durations, profile_label, profiles
 from playground.bench.prompts import builtin_sets
 from playground.bench.report import write_outputs
 from playground.bench.config import TEMPLATES_HELP, BenchConfig, with_overrides
@@ -52,11 +52,11 @@ def bench(args: argparse.Namespace) -> None:
     backend = open_local_backend(preset, "the bench", BENCH_NEEDS_WEIGHTS)
     _check_drafters(config, preset)
     runner = Runner(backend, config.assistant)
-    with tqdm(total=1, unit="run", dynamic_ncols=True) as bar:
+    # our own time left in the message (tqdm's would assume every run takes as long)
+    with tqdm(total=1, dynamic_ncols=True, bar_format="{bar:20}| {n_fmt}/{total_fmt} runs, {elapsed} · {desc}") as bar:
         def progress(done: int, total: int, message: str) -> None:
-            bar.total = total
-            bar.set_postfix_str(message[:70], refresh=False)
-            bar.update(done - bar.n)
+            bar.total, bar.n = total, done
+            bar.set_description_str(message)  # redraws the bar
 
         if args.estimate:
             bar.write(Bench(config, runner, progress).estimate())
@@ -73,8 +73,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("bench", help="benchmark drafters and peers; write results.csv/json and report.html",
                               description="Flags override the profile's fields (for every sweep of the profile).")
     add_threads_flag(p)
+    durations = measured_durations()
     p.add_argument("--profile", default="default", choices=sorted(profiles()),
-                   help="smoke: seconds; default: speed vs peers; drift: EAGLE-3 vs 3.1 by k, context, template")
+                   help="; ".join(profile_label(name, durations) for name in profiles()))
     p.add_argument("--preset", help="named target+drafter pair (default: PLAYGROUND_DEFAULT_PRESET or smollm2-135m)")
     p.add_argument("--target", help="a Hugging Face model folder or Hub id instead of the preset's target")
     p.add_argument("--drafters", help=f"comma list: none, preset drafter names, drafter folders, {', '.join(PEERS)}")

@@ -11,12 +11,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from playground.bench.config import BenchConfig
 from playground.bench.methods import Answer, Method, Runner
-from playground.bench.plan import Cell, Plan, PromptEncoder
+from playground.bench.plan import Cell, Plan, PromptEncoder, RunKey
+from playground.bench.progress import Run
 
 WARMUP_TOKENS = 16
 
@@ -33,8 +35,11 @@ class Sample:
 
 
 class Executor:
-    def __init__(self, plan: Plan, config: BenchConfig, runner: Runner, encode: PromptEncoder, tick) -> None:
-        self.plan, self.config, self.runner, self.encode, self.tick = plan, config, runner, encode, tick
+    """Runs a plan; `step(run)` wraps every generation run (progress, and the stop between runs)."""
+
+    def __init__(self, plan: Plan, config: BenchConfig, runner: Runner, encode: PromptEncoder,
+                 step: Callable[[Run], AbstractContextManager]) -> None:
+        self.plan, self.config, self.runner, self.encode, self.step = plan, config, runner, encode, step
 
     def converse(self, method: Method, cell: Cell, index: int, instrument: bool = False) -> list[Answer]:
         """All turns of one record (or the first), feeding back this method's own answers."""
@@ -49,42 +54,45 @@ class Executor:
             answers.append(self.runner.generate(method, prompt_ids, self.config.generation(index, turn, instrument)))
         return answers
 
-    def warm_up(self) -> float:
-        """Run every method once before timing; return the estimated seconds of the whole run: each cell's plain
-        prefill and per-token time from its own warm-up, times each method's warm-up speed relative to plain on the
-        first cell's first prompt."""
+    def _run(self, c: int, method: Method, phase: str) -> Run:
+        cell = self.plan.cells[c]
+        return Run(c, cell.prompt_set.name, cell.template, method, phase)
+
+    def warm_up(self) -> dict[RunKey, float]:
+        """Run every method once before timing; return the estimated seconds of one run of each method in each cell:
+        the cell's plain prefill and per-token time from its own warm-up, times the method's warm-up speed relative
+        to plain on the first cell's first prompt."""
         short = self.config.generation(0, 0, max_new_tokens=WARMUP_TOKENS)
         plain: dict[int, tuple[float, float]] = {}
         for c, cell in self.plan.ready_cells:
             prompt_ids = self.encode(cell.records[0].messages([]), cell.template)
-            plain[c] = prefill_and_per_token(self.runner.generate(Method("none"), prompt_ids, short))
-            self.tick(f"warm-up · {cell.prompt_set.name} · {cell.template}")
+            with self.step(self._run(c, Method("none"), "warm-up")):
+                plain[c] = prefill_and_per_token(self.runner.generate(Method("none"), prompt_ids, short))
         first, cell = self.plan.ready_cells[0]
         prompt_ids = self.encode(cell.records[0].messages([]), cell.template)
         relative = {Method("none"): 1.0}
         for method in self.plan.warmup_methods():
-            answer = self.runner.generate(method, prompt_ids, short)
+            with self.step(self._run(first, method, "warm-up")):
+                answer = self.runner.generate(method, prompt_ids, short)
             relative[method] = prefill_and_per_token(answer)[1] / plain[first][1]
-            self.tick(f"warm-up · {method}")
-        return self.plan.estimate_seconds(plain, relative, all_turns=self.config.turns == "all")
+        return self.plan.run_seconds(plain, relative, all_turns=self.config.turns == "all")
 
     def samples(self) -> Iterator[Sample]:
         """The timed passes (repeat by repeat, prompt by prompt, every method back to back), then the instrumented
         pass of each EAGLE method."""
-        repeats = self.config.repeats
-        for repeat in range(repeats):
+        for repeat in range(self.config.repeats):
             for c, cell in enumerate(self.plan.cells):
                 for i in range(len(cell.records)):
                     for method in cell.runnable:
-                        yield Sample(c, method, i, self.converse(method, cell, i), repeat)
-                        self.tick(f"{method} · {cell.prompt_set.name} · {cell.template} · "
-                                  f"prompt {i + 1}/{len(cell.records)} · pass {repeat + 1}/{repeats}")
+                        with self.step(self._run(c, method, "timed")):
+                            answers = self.converse(method, cell, i)
+                        yield Sample(c, method, i, answers, repeat)
         for c, cell in enumerate(self.plan.cells):
             for method in (m for m in cell.runnable if m.kind == "eagle"):
                 for i in range(len(cell.records)):
-                    yield Sample(c, method, i, self.converse(method, cell, i, instrument=True), None)
-                    self.tick(f"instrumented · {method} · {cell.prompt_set.name} · {cell.template} · "
-                              f"prompt {i + 1}/{len(cell.records)}")
+                    with self.step(self._run(c, method, "instrumented")):
+                        answers = self.converse(method, cell, i, instrument=True)
+                    yield Sample(c, method, i, answers, None)
 
 
 def prefill_and_per_token(answer: Answer) -> tuple[float, float]:

@@ -16,6 +16,7 @@ from playground.bench.methods import Method, methods_for
 from playground.bench.prompts import PromptRecord, PromptSet, load_prompt_set
 
 Encode = Callable[[list[dict], str], list[int]]  # (messages, template) -> prompt token ids
+RunKey = tuple[int, Method]  # (cell index, method): the runs an estimate tells apart
 
 
 class PromptEncoder:
@@ -72,24 +73,33 @@ class Plan:
             seen.update(dict.fromkeys(m for m in cell.runnable if m.kind != "baseline"))
         return list(seen)
 
-    def count_runs(self) -> int:
-        """Generation runs: plain warm-ups, method warm-ups, timed passes, and one instrumented pass per EAGLE method."""
-        timed = sum(len(cell.records) * (self.repeats * len(cell.runnable) + sum(m.kind == "eagle" for m in cell.runnable))
-                    for cell in self.cells)
-        return len(self.ready_cells) + len(self.warmup_methods()) + timed
+    def count_warmups(self) -> int:
+        """Plain decoding's warm-up in each cell with prompts, and each other method's once."""
+        return len(self.ready_cells) + len(self.warmup_methods())
 
-    def estimate_seconds(self, plain: dict[int, tuple[float, float]], relative: dict[Method, float],
-                         all_turns: bool) -> float:
-        """Seconds of the whole run at most: each cell's plain (prefill, per-token) seconds, times each method's speed
-        relative to plain, every answer to max_new_tokens."""
-        total = 0.0
+    def count_runs(self) -> int:
+        """Generation runs after the warm-up: the timed passes, and one instrumented pass per EAGLE method."""
+        return sum(len(cell.records) * self._runs_per_record(m) for cell in self.cells for m in cell.runnable)
+
+    def run_seconds(self, plain: dict[int, tuple[float, float]], relative: dict[Method, float],
+                    all_turns: bool) -> dict[RunKey, float]:
+        """Seconds of one conversation of each method of each cell at most: the cell's plain (prefill, per-token)
+        seconds, times the method's speed relative to plain, every answer to max_new_tokens."""
+        seconds = {}
         for c, (prefill, per_token) in plain.items():
             cell = self.cells[c]
             turns = statistics.mean(len(r.turns) if all_turns else 1 for r in cell.records)
             for method in cell.runnable:
-                runs = len(cell.records) * turns * (self.repeats + (method.kind == "eagle"))
-                total += runs * (prefill + self.max_new_tokens * per_token * relative.get(method, 1.0))
-        return total
+                seconds[(c, method)] = turns * (prefill + self.max_new_tokens * per_token * relative.get(method, 1.0))
+        return seconds
+
+    def estimate_seconds(self, run_seconds: dict[RunKey, float]) -> float:
+        """Seconds of all runs after the warm-up at most, from `run_seconds`."""
+        return sum(len(self.cells[c].records) * self._runs_per_record(method) * seconds
+                   for (c, method), seconds in run_seconds.items())
+
+    def _runs_per_record(self, method: Method) -> int:
+        return self.repeats + (method.kind == "eagle")
 
 
 def make_plan(config: BenchConfig, encode: Encode, max_positions: int,

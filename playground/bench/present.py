@@ -5,8 +5,10 @@ figures, and the three output files in a fresh folder. No gradio here; the tab o
 from __future__ import annotations
 
 import json
+import queue
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -17,6 +19,7 @@ from playground.bench.findings import deepest_pairs, findings, pairs, study_rows
 from playground.bench.report import deepest_rows, write_outputs
 from playground.bench.config import ProgressCallback, with_overrides
 from playground.bench.methods import describe_method
+from playground.bench.profiles import DURATIONS, measured_durations, profile_label, profiles
 from playground.bench.rows import BenchResult, BenchRow
 from playground.viz import bench as figures
 from playground.viz.bench import speedup_range_text
@@ -30,12 +33,16 @@ TAB_COLUMNS = (("drafter", "drafter"), ("k", "k"), ("prompt_set", "prompt set"),
                ("speedup_range", "speedup range (passes)"),
                ("mean_acceptance_length", "mean acceptance length"), ("lossless", "lossless"), ("note", "note"))
 TAB_HEADERS = [header for _, header in TAB_COLUMNS]
-# (label, profile) for the tab's menu; only names from playground.bench.profiles
-TAB_PROFILES = (
-    ("smoke: 3 prompts, k 1 and 3, 16 tokens, 2 passes (seconds)", "smoke"),
-    ("default: speed beside the peers, k 4, 128 tokens (a few minutes)", "default"),
-    ("drift: EAGLE-3 vs EAGLE-3.1 by k, context, template (takes many minutes)", "drift"),
-)
+STARTING = "starting: the model and the prompt sets load, then every method warms up…"
+
+
+def tab_profiles(durations: Path = DURATIONS) -> tuple[tuple[str, str], ...]:
+    """(label, profile) for the tab's menu: what each profile runs and how long it took where it was measured."""
+    measured = measured_durations(durations)
+    return tuple((profile_label(name, measured), name) for name in profiles())
+
+
+TAB_PROFILES = tab_profiles()
 
 
 @dataclass
@@ -128,3 +135,45 @@ def run_and_view(profile: str, preset: str, progress: ProgressCallback | None = 
     except KeyError as err:  # an unknown preset
         raise ValueError(str(err.args[0]) if err.args else str(err)) from None
     return save_and_view(result)
+
+
+@dataclass(frozen=True)
+class BenchUpdate:
+    """One update of a run in the tab: its status line; the view at the end."""
+
+    status: str
+    view: BenchView | None = None
+
+
+def stream_run(profile: str, preset: str, min_draft_prob: float = 0.0,
+               should_stop: Callable[[], bool] = lambda: False) -> Iterator[BenchUpdate]:
+    """`run_and_view` in a thread of its own, so that its progress can be yielded: a first update at once, one before
+    every generation run, then the view. Its errors (BenchStopped included) are raised here. Closing the iterator
+    stops the run within a step and waits for it."""
+    updates: queue.SimpleQueue[BenchUpdate | BaseException] = queue.SimpleQueue()
+    closed = threading.Event()
+
+    def work() -> None:
+        def progress(done: int, total: int, status: str) -> None:
+            updates.put(BenchUpdate(status))
+
+        try:
+            view = run_and_view(profile, preset, progress, min_draft_prob, lambda: should_stop() or closed.is_set())
+            updates.put(BenchUpdate("finished", view=view))
+        except BaseException as err:  # raised in the consumer's thread instead
+            updates.put(err)
+
+    worker = threading.Thread(target=work, name=f"bench-{profile}", daemon=True)
+    worker.start()
+    try:
+        yield BenchUpdate(STARTING)
+        while True:
+            update = updates.get()
+            if isinstance(update, BaseException):
+                raise update
+            yield update
+            if update.view is not None:
+                return
+    finally:
+        closed.set()
+        worker.join()

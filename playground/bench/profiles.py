@@ -1,12 +1,25 @@
-"""Named bench configurations. Command-line flags override their fields (see `config.with_overrides`)."""
+"""Named bench configurations, and how long each took where it was last measured (`assets/bench/durations.json`).
+Command-line flags override their fields (see `config.with_overrides`)."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+
 from playground.bench.config import BenchConfig, Sweep
+from playground.bench.progress import format_duration
+from playground.presets import REPO_ROOT
 
 EAGLES = ("eagle3", "eagle3.1")
 PEERS_AND_EAGLES = (*EAGLES, "hf-greedy", "prompt-lookup", "hf-assisted")
 DRIFT_K = 8  # k for the context and template studies: deep enough for drift to show, cheap enough for CPUs
+DURATIONS = REPO_ROOT / "assets" / "bench" / "durations.json"
+SUMMARIES = {
+    "smoke": "3 prompts, k 1 and 3, 16 tokens, 2 passes",
+    "default": "speed beside the peers, k 4, 128 tokens",
+    "drift": "EAGLE-3 vs EAGLE-3.1 by k, context, template",
+}
 
 
 def profiles() -> dict[str, BenchConfig]:
@@ -40,3 +53,42 @@ def get_profile(name: str) -> BenchConfig:
     if name not in table:
         raise KeyError(f"unknown bench profile {name!r}; known: {', '.join(table)}")
     return table[name]
+
+
+@dataclass(frozen=True)
+class MeasuredDuration:
+    """How long one profile's run took (warm-up to rows, the model already loaded), on what, when, run how."""
+
+    seconds: float
+    cpu: str  # lscpu's model name
+    cores: int
+    simd: str  # AVX-512 or AVX2: what the CPU's matrix kernels can use
+    date: str
+    command: str
+
+    def __str__(self) -> str:
+        return f"{format_duration(self.seconds)} measured on a {self.cores}-core {self.cpu} ({self.simd})"
+
+
+def measured_durations(path: Path = DURATIONS) -> dict[str, MeasuredDuration]:
+    """The recorded duration of each measured profile; none when the file is absent."""
+    if not path.exists():
+        return {}
+    return {name: _measured(entry) for name, entry in json.loads(path.read_text())["profiles"].items()}
+
+
+def _measured(entry: dict) -> MeasuredDuration:
+    """An entry of durations.json; one naming a committed `result` takes its seconds, CPU, cores and date from that
+    results.json, so the figure has one home. Other keys (the machine's load, say) are notes for readers."""
+    if "result" in entry:
+        result = json.loads((REPO_ROOT / entry["result"]).read_text())
+        machine = result["machine"]
+        entry = {"seconds": result["seconds"], "cpu": machine["cpu"], "cores": machine["cores"],
+                 "date": result["started"], **entry}
+    return MeasuredDuration(**{f.name: entry[f.name] for f in fields(MeasuredDuration)})
+
+
+def profile_label(name: str, durations: dict[str, MeasuredDuration]) -> str:
+    """'smoke: 3 prompts, … — <duration> measured on a <n>-core <CPU> (<AVX2 or AVX-512>)'."""
+    measured = durations.get(name)
+    return f"{name}: {SUMMARIES[name]} — {measured if measured else 'duration not measured yet'}"

@@ -5,7 +5,8 @@ over prompt sets x chat templates, on one target."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 
 from playground.bench.aggregate import aggregate
@@ -13,6 +14,7 @@ from playground.bench.config import BenchConfig, ProgressCallback
 from playground.bench.execute import Executor
 from playground.bench.methods import Runner
 from playground.bench.plan import PromptEncoder, make_plan
+from playground.bench.progress import BenchProgress, Run, format_duration
 from playground.bench.rows import BenchResult, BenchRow, machine_info
 
 
@@ -31,25 +33,33 @@ class Bench:
         self.log = log or (lambda message: None)
         encode = PromptEncoder(runner.backend.encode)
         self.plan = make_plan(config, encode, runner.target.max_positions, runner.unavailable)
-        self.executor = Executor(self.plan, config, runner, encode, self._tick)
-        self.done, self.total = 0, self.plan.count_runs()
+        self.executor = Executor(self.plan, config, runner, encode, self._step)
+        self.status = BenchProgress(self.plan.count_warmups(), self.plan.count_runs())
 
-    def _tick(self, message: str) -> None:
-        self.done += 1
+    @contextmanager
+    def _step(self, run: Run) -> Iterator[None]:
+        """Say what runs before it starts; count it when it ends, and end the bench there if it was stopped."""
+        status = self.status
+        self.progress(status.done, status.total, status.starting(run))
+        yield
+        status.finished(run)
         if self.runner.should_stop():
-            raise BenchStopped(f"the benchmark was stopped after {self.done} of {self.total} generation runs; "
+            raise BenchStopped(f"the benchmark was stopped after {status.done} of {status.total} generation runs; "
                                "a partial run has no result")
-        self.progress(self.done, self.total, message)
 
     def estimate(self) -> str:
         """Warm every method up and say how long the run will take."""
-        seconds = self.executor.warm_up()
-        return (f"{self.total} generation runs, about {seconds / 60:.1f} min at most (every answer to "
-                "max_new_tokens at each method's warm-up speed; answers that end sooner take less)")
+        run_seconds = self.executor.warm_up()
+        seconds = self.plan.estimate_seconds(run_seconds)
+        self.status.warmed_up(run_seconds, seconds)
+        return (f"{self.status.runs} generation runs after the warm-up, about {format_duration(seconds)} at most "
+                "(every answer to max_new_tokens at each method's warm-up speed; answers that end sooner take less)")
 
     def run(self) -> list[BenchRow]:
         self.log(self.estimate())
-        return aggregate(self.plan, self.executor.samples(), self.config.greedy, self.runner.variant_name)
+        rows = aggregate(self.plan, self.executor.samples(), self.config.greedy, self.runner.variant_name)
+        self.progress(self.status.total, self.status.total, "finished")
+        return rows
 
 
 def run_bench(config: BenchConfig, runner: Runner, progress: ProgressCallback | None = None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from playground.bench import BenchStopped
-from playground.bench.present import TAB_HEADERS, TAB_PROFILES, BenchView, load_view, run_and_view
+from playground.bench.present import TAB_HEADERS, TAB_PROFILES, BenchView, load_view, stream_run
 from playground.presets import Preset, presets
 
 from .common import ENGINE, in_line, min_draft_prob_control, report_user_errors, stop_tab, stoppable
@@ -32,18 +32,17 @@ def _reveal(status: str) -> tuple:
 
 
 @report_user_errors
-def run_profile_for_tab(profile: str, preset: str, min_draft_prob: float = 0.0, request: gr.Request = None,
-                        progress: gr.Progress = gr.Progress()):
+def run_profile_for_tab(profile: str, preset: str, min_draft_prob: float = 0.0, request: gr.Request = None):
     def run(should_stop):
-        progress(0, desc="starting the bench")
         try:
-            view = run_and_view(profile, preset, lambda done, total, message: progress((done, total), desc=message),
-                                min_draft_prob=float(min_draft_prob), should_stop=should_stop)
+            for update in stream_run(profile, preset, float(min_draft_prob), should_stop):
+                if update.view is None:
+                    yield (f"**{profile}**: {update.status}", *(gr.skip(),) * (N_OUTPUTS - 1))
+                else:
+                    yield _outputs(profile, update.view)
         except BenchStopped as stopped:
             gr.Info(f"Stopped: {stopped}.")
             yield (f"Stopped: {stopped}.", *(gr.skip(),) * (N_OUTPUTS - 1))
-            return
-        yield _outputs(profile, view)
 
     yield from stoppable(request, TAB, f"benchmark ({profile})", N_OUTPUTS, run)
 
@@ -94,6 +93,6 @@ def build_bench_tab(preset: Preset) -> None:
 
     bench_event = in_line([run_button.click], TAB, status).then(
         run_profile_for_tab, [profile, preset_menu, min_draft_prob], [status, *outputs, files], api_name="bench",
-        concurrency_id=ENGINE, show_progress_on=outputs[0])  # one progress bar, on the findings
+        concurrency_id=ENGINE, show_progress_on=outputs[0])  # Gradio's busy mark on the findings only
     bench_event.success(_reveal, status, [*outputs[1:], files], queue=False, api_visibility="private")
     stop_button.click(stop, None, status, queue=False, api_name="stop_bench", show_progress="hidden")  # as Chat's
