@@ -131,10 +131,10 @@ def build_app(load_problem: str | None = None) -> gr.Blocks:
             with gr.Tab("Compare", id="compare-tab"):
                 compare_menu = build_compare_tab(preset)
             with gr.Tab("Benchmark", id="bench-tab"):
-                build_bench_tab(preset)
+                bench_menu = build_bench_tab(preset)
             with gr.Tab("About", id="about-tab"):
                 gr.Markdown(ABOUT)
-        wire_pair_panel(pair_panel, [chat_menu, compare_menu])
+        wire_pair_panel(pair_panel, [chat_menu, compare_menu, bench_menu])
         demo.unload(_forget_session)
     return demo
 

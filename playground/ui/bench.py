@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import gradio as gr
 
+from playground.backends.availability import offered_presets
 from playground.bench import BenchStopped
 from playground.bench.present import TAB_HEADERS, TAB_PROFILES, BenchView, load_view, stream_run
-from playground.presets import Preset, presets
+from playground.presets import Preset
 
-from .common import ENGINE, in_line, min_draft_prob_control, report_user_errors, stop_tab, stoppable
+from .common import ENGINE, CheckedDropdown, in_line, min_draft_prob_control, report_user_errors, stoppable, wire_stop
 
 PLOTS = ("speed", "k", "position")  # elem ids bench-plot-<name>, in the order of BenchView.figures
 N_OUTPUTS = 3 + len(PLOTS) + 1  # status, findings, table, the charts, files
@@ -47,10 +48,6 @@ def run_profile_for_tab(profile: str, preset: str, min_draft_prob: float = 0.0, 
     yield from stoppable(request, TAB, f"benchmark ({profile})", N_OUTPUTS, run)
 
 
-def stop(request: gr.Request):
-    return stop_tab(request, TAB) or gr.skip()
-
-
 def _results(prefix: str, view: BenchView | None, hint: str) -> list[gr.components.Component]:
     """Findings, table and the three charts of one result; without one, the findings say `hint` (once) and the rest
     stays hidden until there is a result."""
@@ -68,11 +65,13 @@ def _results(prefix: str, view: BenchView | None, hint: str) -> list[gr.componen
     return [findings, table, speed, by_k, position]
 
 
-def build_bench_tab(preset: Preset) -> None:
+def build_bench_tab(preset: Preset) -> gr.Dropdown:
+    """The tab; its preset menu (this machine's local-engine presets; the app adds a session's own pairs)."""
     with gr.Row():
         profile = gr.Dropdown([(label, name) for label, name in TAB_PROFILES], value="smoke", label="Profile",
                               elem_id="bench-profile", scale=3)
-        preset_menu = gr.Dropdown([(p.title, p.name) for p in presets().values()], value=preset.name,
+        local = [p for p in offered_presets(always=preset.name)[0] if p.backend == "local"]
+        preset_menu = CheckedDropdown([(p.title, p.name) for p in local], value=preset.name,
                                   label="Preset (the bench runs on the local engine)", elem_id="bench-preset",
                                   scale=2)
         with gr.Column(scale=1, min_width=140):
@@ -95,4 +94,5 @@ def build_bench_tab(preset: Preset) -> None:
         run_profile_for_tab, [profile, preset_menu, min_draft_prob], [status, *outputs, files], api_name="bench",
         concurrency_id=ENGINE, show_progress_on=outputs[0])  # Gradio's busy mark on the findings only
     bench_event.success(_reveal, status, [*outputs[1:], files], queue=False, api_visibility="private")
-    stop_button.click(stop, None, status, queue=False, api_name="stop_bench", show_progress="hidden")  # as Chat's
+    wire_stop(stop_button, TAB, status, [bench_event], api_name="stop_bench")
+    return preset_menu

@@ -60,7 +60,7 @@ def wire_pair_panel(panel: PairPanel, menus: list[gr.Dropdown]) -> None:
         loaded = [n for n in loaded if n != name] + [name]
         notes = "".join(f" Warning: {w}." for w in check.warnings)
         status = (f"Loaded **{html.escape(check.preset.title)}** (about {check.memory_bytes / 2**30:.1f} GB in "
-                  f"float32): it is now the preset `{name}` in Chat and Compare.{html.escape(notes)}")
+                  f"float32): it is now the preset `{name}` in Chat, Compare and the Benchmark.{html.escape(notes)}")
         yield (name, status, loaded, *(gr.Dropdown(choices=_choices(menu, loaded), value=name) for menu in menus))
 
     panel.load.click(load, [panel.target, panel.eagle3, panel.eagle3_1, panel.loaded],
