@@ -1,6 +1,6 @@
 """vLLM's CPU build through the app's API (chat, and Compare of our engine beside vLLM), on the real default pair.
 
-Each vLLM engine holds ~3-4 GB here, so the engines started in this module stop with it, before the next vLLM module
+Each vLLM engine holds ~3 GB here, so the engines started in this module stop with it, before the next vLLM module
 starts its own: the app is this module's, not the session's `real_app_url`, which would keep them to the end of the
 run. Skipped where vLLM is not installed; required in CI (conftest)."""
 
@@ -60,10 +60,15 @@ def test_compare_puts_our_engine_beside_vllm(vllm_app_url: str) -> None:
                         chat_template="default", system="", seed="", left_engine="local", right_engine="vllm",
                         api_name="/compare")
     job.result(timeout=600)
-    left, right, left_stats, right_stats, status, table, *_ = job.outputs()[-1]
+    left, right, left_stats, right_stats, status, verdict, table, *_ = job.outputs()[-1]
     assert status.count("finished") == 2, status
     assert "EAGLE-3.1, k=4" in left and "EAGLE-3.1 (vLLM), k=4" in right
     assert [row[0] for row in table["data"]] == ["EAGLE-3.1", "EAGLE-3.1 (vLLM)"]
-    runs = json.loads(Path(client.predict(api_name="/export_compare")[0]).read_text())["runs"]
+    exported = json.loads(Path(client.predict(api_name="/export_compare")[0]).read_text())
+    runs, comparison = exported["runs"], exported["comparison"]
     assert runs[0]["token_ids"] == runs[1]["token_ids"]  # greedy: both engines give the target's own answer
+    # two engines, two plain baselines (each its own engine's), and a verdict that says so
+    assert not comparison["baseline_shared"] and runs[0]["baseline"]["timing"] != runs[1]["baseline"]["timing"]
+    assert "each against its own engine's plain decoding" in comparison["verdict"]["sentence"] or \
+        not comparison["verdict"]["measured"]
     assert all(r["metrics"]["per_position_acceptance"] for r in runs)

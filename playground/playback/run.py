@@ -195,12 +195,21 @@ class RunDriver:
         starting = getattr(self._backend, "starting", None)
         self.run.starting = starting(s.drafter, s.k) if starting else None
 
-    def prepare(self) -> None:
+    def prepare(self) -> Iterator[None]:
         """Start what the backend needs before the first step (vLLM: this run's engine and the plain one), so that
-        the wait shows as such instead of as a first step of a minute."""
-        if self.run.starting:
-            self._backend.prepare(self.run.settings.drafter, self.run.settings.k)
-            self.run.starting = None
+        the wait shows as such instead of as a first step of minutes; where the backend tells how far a start is
+        (`preparing`), the run's status says so about once a second."""
+        if not self.run.starting:
+            return
+        s = self.run.settings
+        preparing = getattr(self._backend, "preparing", None)
+        if preparing is None:
+            self._backend.prepare(s.drafter, s.k)
+        else:
+            for progress in preparing(s.drafter, s.k):
+                self.run.starting = progress
+                yield
+        self.run.starting = None
 
     def cancel(self) -> None:
         """End the run where it is, as Stop does: the stream is closed and its last step marked cancelled."""

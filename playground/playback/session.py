@@ -159,7 +159,7 @@ def _play(drivers: list[RunDriver]) -> Iterator[None]:
     yield
     for driver in drivers:
         if driver.run.starting:
-            driver.prepare()
+            yield from driver.prepare()
             yield
     yield from play(drivers, baselines)
 

@@ -33,7 +33,10 @@ def _chatbot_messages(conversation: Conversation, view: AnswerView) -> list[dict
     messages = []
     for exchange in conversation.exchanges:
         messages.append({"role": "user", "content": escape_html(exchange.user)})
-        messages.append({"role": "assistant", "content": view.html(exchange.run.pieces)})
+        run = exchange.run
+        waiting = not run.pieces and run.starting  # vLLM starting its engines: said in the answer's place
+        messages.append({"role": "assistant", "content": f"<em>{escape_html(run.starting)}</em>" if waiting else
+                         view.html(run.pieces)})
     return messages
 
 
@@ -50,11 +53,12 @@ def _run_outputs(run: Run, charts: bool = True) -> tuple:
 
 
 def _live_outputs(conversation: Conversation, view: AnswerView, runs: Iterator[Run]) -> Iterator[tuple]:
-    """The chatbot and the run's outputs for each update of a streaming run: the chatbot only when the answer grew,
-    the charts and JSON when ChartPace says so; what is left out stays as the page shows it."""
-    charts, shown_steps = ChartPace(), None
+    """The chatbot and the run's outputs for each update of a streaming run: the chatbot only when the answer grew (or
+    what it waits for changed), the charts and JSON when ChartPace says so; what is left out stays as the page shows
+    it."""
+    charts, shown = ChartPace(), None
     for run in runs:
-        grew, shown_steps = len(run.events) != shown_steps or run.complete, len(run.events)
+        grew, shown = (len(run.events), run.starting) != shown or run.complete, (len(run.events), run.starting)
         yield run, (_chatbot_messages(conversation, view) if grew else gr.skip(), *_run_outputs(run, charts.due(run)))
 
 

@@ -23,7 +23,11 @@ TAB = "compare"
 
 
 def _side_html(run: Run, run_view: RunView, view: AnswerView) -> str:
+    """The side's title and answer; before its first token, what it waits for (vLLM starting its engines, with how
+    long so far), in the panel itself."""
     title = f'<div class="side-title">{escape_html(run_view.label)}</div>'
+    if not run.pieces and (run.starting or run.waiting):
+        return title + f'<div class="side-waiting">{escape_html(run.status)}</div>'
     return title + view.html(run.pieces)
 
 

@@ -14,6 +14,7 @@ LAYOUT_CSS = """
 .side-panel { max-height: 460px; overflow-y: auto; }
 .side-panel:has(.side-title) { min-height: 220px; padding: 4px 8px; }
 .side-title { font-weight: 600; margin-bottom: 4px; }
+.side-waiting { font-style: italic; color: var(--body-text-color-subdued, inherit); }
 .status-line p { margin: 0; font-size: 0.9em; color: var(--body-text-color-subdued); }
 .preset-info p, .preset-info li { font-size: 0.85em; color: var(--body-text-color-subdued); }
 """
