@@ -155,10 +155,12 @@ REAL_PROMPT = "Write a long story about a dragon who learns to paint."  # the re
 
 
 def stream_until_tokens(job) -> dict:
-    """Follow a streaming /chat job until its answer has begun; its live run record then."""
+    """Follow a streaming /chat job until its answer has begun; its live run record then. Updates that leave the
+    record as it was carry Gradio's skip marker in its place (it is sent at most once a second)."""
     for output in job:
-        if output[-1] and output[-1]["metrics"]["generated_tokens"] > 0:
-            return output[-1]
+        record = output[-1]
+        if isinstance(record, dict) and "metrics" in record and record["metrics"]["generated_tokens"] > 0:
+            return record
     raise AssertionError(f"the answer never began: {job.outputs()[-1:]}")
 
 
