@@ -18,7 +18,7 @@ from playground.backends.availability import on_zerogpu
 from playground.engine import Baseline, RunRecord, StepEvent, emitted_ids
 from playground.viz import ProvenanceBuilder, RunView, TokenPiece, plain_verdict
 
-from .baseline import SHARE, SHARE_IN_CHAT, BaselineSampler
+from .baseline import AFTER, SHARE, SHARE_IN_CHAT, BaselineSampler
 from .settings import RunSettings, precision_label
 
 RENDER_INTERVAL_S = 0.15  # at most ~7 UI updates a second; a UI update costs more than a decode step
@@ -254,7 +254,8 @@ def play(drivers: list[RunDriver], baselines: Iterable[BaselineSampler] = (),
         active = [d for d in active if d.advance()]
         if active and pace.due():
             yield from pace.render()
-    yield  # the answers are done (or stopped): said at once, before any baseline steps that follow
+    if any(b.timing == AFTER for b in baselines):  # said at once: the baseline's steps after the answer take a while
+        yield
     for baseline in baselines:
         for _ in baseline.finish():
             if pace.due():
