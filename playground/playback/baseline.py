@@ -87,6 +87,16 @@ class BaselineSampler:
             self._sample(self._prompt_ids + self._run.token_ids)
 
     def finish(self) -> Iterator[None]:
+        """After the runs: the rest of the baseline (see _finish), the runs marked `measuring` meanwhile."""
+        for _, run in self._runs:
+            run.measuring = True
+        try:
+            yield from self._finish()
+        finally:
+            for _, run in self._runs:
+                run.measuring = False
+
+    def _finish(self) -> Iterator[None]:
         """After the runs: the rest of the baseline, yielding after each group's worth of steps (so the page can show
         its progress), until it is enough for a spread, unless it was stopped."""
         if self.timing == ALONGSIDE:

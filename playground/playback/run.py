@@ -51,6 +51,7 @@ class Run:
     starting: str | None = None  # what the run waits for before its first step (vLLM starting its engines)
     waiting: str | None = None  # why it has not started yet (a comparison's other side runs first)
     complete: bool = False  # the run and its baseline are done: this is its last update
+    measuring: bool = False  # the answer is done and plain decoding is being timed after it (BaselineSampler.finish)
 
     @property
     def text(self) -> str:
@@ -72,6 +73,8 @@ class Run:
     def status(self) -> str:
         if self.error:
             return f"failed: {self.error}"
+        if self.finished and self.measuring:  # "finished" comes with the final numbers
+            return "answer done: timing plain decoding for the speedup…"
         if self.finished:
             return FINISH_REASONS.get(self.finish_reason or "", "finished")
         if self.events:
