@@ -8,6 +8,7 @@ from collections import defaultdict
 
 from playground.bench.rows import BenchRow
 from playground.viz.bench import condition, method_name, speedup_range, speedup_range_text
+from playground.viz.verdict import ranges_overlap
 
 STUDIES = ("k", "context", "template")
 
@@ -88,7 +89,7 @@ def _speed_findings(rows: list[BenchRow]) -> list[str]:
 
 def _overlap(a: BenchRow, b: BenchRow) -> bool:
     ra, rb = speedup_range(a), speedup_range(b)
-    return ra is not None and rb is not None and ra[0] <= rb[1] and rb[0] <= ra[1]
+    return ra is not None and rb is not None and ranges_overlap(ra, rb)
 
 
 def eagles_and_peers(rows: list[BenchRow]) -> tuple[list[BenchRow], list[BenchRow]]:

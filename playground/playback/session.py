@@ -150,8 +150,9 @@ def _answer(conversation: Conversation, turn: int, prompt: str | None, settings:
 
 
 def _play(drivers: list[RunDriver]) -> Iterator[None]:
-    """Shared by chat and compare: the runs, stepped in turn, then plain decoding timed on their text. Two runs of one
-    target share one baseline timed alongside them (a paired comparison); otherwise each run's is timed after it."""
+    """Shared by chat and compare: the runs, stepped in turn, with plain decoding timed on their text. Two runs of one
+    target share one baseline timed alongside them (a paired comparison); otherwise each run has its own (alongside
+    it on our engine, after it on vLLM: RunDriver.baseline)."""
     if len(drivers) == 2 and drivers[0].shares_target_with(drivers[1]):
         baselines = [drivers[0].shared_baseline(drivers[1])]
     else:

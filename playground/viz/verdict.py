@@ -25,7 +25,8 @@ class Verdict:
         return asdict(self)
 
 
-def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+def ranges_overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether two speedup ranges share any value: then neither side is called faster (here and in bench.findings)."""
     return a[0] <= b[1] and b[0] <= a[1]
 
 
@@ -68,7 +69,7 @@ def comparison_verdict(left: RunView, right: RunView, shared_baseline: bool) -> 
     beyond = f" Beyond noise: {'; '.join(differences)} ({left.label} vs {right.label})." if differences else ""
     if missing:
         return Verdict(None, f"No verdict: the speedup of {' and '.join(missing)} is not measured.{beyond}", False)
-    if _overlap(left.speedup_range, right.speedup_range):
+    if ranges_overlap(left.speedup_range, right.speedup_range):
         return Verdict(None, f"Speed: {WITHIN_NOISE} — {left.label} {_speedup_words(left)} and {right.label} "
                              f"{_speedup_words(right)} overlap ({basis}).{beyond}", True)
     fast, slow = (left, right) if left.speedup > right.speedup else (right, left)
