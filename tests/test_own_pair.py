@@ -32,7 +32,9 @@ def copy_with_config(source: Path, folder: Path, **changes) -> Path:
 def test_a_fitting_pair_is_checked_from_its_configs(tiny_root: Path) -> None:
     check = check_pair(str(tiny_root / "target"), {"eagle3": str(tiny_root / "eagle3"),
                                                    "eagle3.1": str(tiny_root / "eagle3.1")})
-    assert check.preset.name == "own:target" and set(check.preset.drafters) == {"eagle3", "eagle3.1"}
+    assert check.preset.name.startswith("own:target@") and set(check.preset.drafters) == {"eagle3", "eagle3.1"}
+    one_drafter = check_pair(str(tiny_root / "target"), {"eagle3": str(tiny_root / "eagle3")})
+    assert one_drafter.preset.name != check.preset.name  # another pair of the same target: another preset
     assert 0 < check.memory_bytes < 2**30
 
 
@@ -71,7 +73,8 @@ def test_a_pair_that_fails_to_load_leaves_the_others(tiny_root: Path, tmp_path: 
     monkeypatch.setenv("PLAYGROUND_PAIRS_GB", "1")
     shelf = PairShelf()
     good = check_pair(str(tiny_root / "target"), {"eagle3": str(tiny_root / "eagle3")})
-    assert shelf.load(good, lambda preset: None).name == "own:target" and get_preset("own:target") == good.preset
+    name = good.preset.name
+    assert shelf.load(good, lambda preset: None).name == name and get_preset(name) == good.preset
     broken = tmp_path / "broken"
     shutil.copytree(tiny_root / "target", broken)
     bad = check_pair(str(broken), {"eagle3": str(tiny_root / "eagle3")})
@@ -82,9 +85,9 @@ def test_a_pair_that_fails_to_load_leaves_the_others(tiny_root: Path, tmp_path: 
     with pytest.raises(OSError):
         shelf.load(bad, fail)
     with pytest.raises(KeyError):
-        get_preset("own:broken")
-    assert get_preset("own:target") == good.preset
+        get_preset(bad.preset.name)
+    assert get_preset(name) == good.preset
     big = own_pair.PairCheck(bad.preset, 2**30, ())  # the whole budget: the older pair goes first
     shelf.load(big, lambda preset: None)
     with pytest.raises(KeyError, match="load it again"):
-        get_preset("own:target")
+        get_preset(name)

@@ -12,6 +12,8 @@ as it was.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import threading
 from collections import OrderedDict
@@ -174,7 +176,9 @@ def check_pair(target: str, drafters: dict[str, str], revision: str = "") -> Pai
         if size > cap * 2**30:
             raise PairRefused(f"too large to download here: {_gb(size)} of files, and this host allows "
                               f"{cap:g} GB (PLAYGROUND_MAX_DOWNLOAD_GB)")
-    name = f"own:{Path(target).name if _looks_local(target) else target}"
+    # the name says which pair, drafters included: another visitor's different pair never takes this one's place
+    digest = hashlib.sha256(json.dumps([target, drafters], sort_keys=True).encode()).hexdigest()[:6]
+    name = f"own:{Path(target).name if _looks_local(target) else target}@{digest}"
     preset = Preset(name=name, title=f"{target} (your pair)", target=target, drafters=drafters,
                     description=f"Your pair: {target} with " + ", ".join(f"{SLOTS[s]} {d}" for s, d in
                                                                           drafters.items()) + ".")

@@ -71,4 +71,4 @@ def wire_pair_panel(panel: PairPanel, menus: list[gr.Dropdown]) -> None:
 def _choices(menu: gr.Dropdown, loaded: list[str]) -> list[tuple[str, str]]:
     """The menu's built-in presets, then this session's own pairs."""
     built_in = [(label, value) for label, value in menu.choices if not str(value).startswith("own:")]
-    return built_in + [(f"{name[4:]} (your pair)", name) for name in loaded]
+    return built_in + [(f"{name.removeprefix('own:')} (your pair)", name) for name in loaded]
