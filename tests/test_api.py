@@ -288,27 +288,36 @@ def test_engine_errors_become_messages_not_crashes() -> None:
 
 
 def test_load_pair_of_ones_own_folders_answers_losslessly_and_refuses_a_misfit(app_url: str, tiny, tmp_path: Path) -> None:
-    """/load_pair on folders the repository does not ship (the tests' random tiny Llama, its EAGLE-3 drafter in the
-    official layout and its EAGLE-3.1 drafter rewritten in the speculators layout): the pair becomes a preset that
-    /chat takes, and its greedy EAGLE-3.1 answer equals its plain one, with drafts accepted. A drafter that does not fit
-    the target (another model's) is refused in one line, and the app's default pair answers right after."""
+    """/load_pair on folders the repository does not ship: the tests' random tiny Llama with its drafters in all three
+    layouts (EAGLE-3 official then vLLM-export, EAGLE-3.1 speculators), and the shipped kimi-tiny MLA + MoE pair. Each
+    becomes a preset that /chat takes, and its greedy EAGLE answers equal its plain one (the drafters drafted; on these
+random tiny models few drafts are accepted on a chat prompt, none for some). A drafter
+    that does not fit the target (another model's), and a revision for a folder, are refused in one line each, and the
+    app's default pair answers right after."""
     from tests.test_checkpoints import write_layout
 
     client = Client(app_url, verbose=False)
     speculators = write_layout(tiny, tmp_path / "eagle3.1-speculators", "eagle3.1", "speculators")
-    name, status, *_ = client.predict(str(tiny.root / "target"), str(tiny.root / "eagle3"), str(speculators),
-                                      api_name="/load_pair")
-    assert name.startswith("own:target@") and "Loaded" in status
-    prompt = "Say something."
-    answers = {}
-    for drafter in ("eagle3.1", "none"):
-        run = chat(Client(app_url, verbose=False), prompt, preset=name, drafter=drafter, max_new_tokens=32)[-1][-1]
-        answers[drafter] = run["token_ids"]
-        if drafter != "none":
-            assert run["metrics"]["accepted_tokens"] > 0 and run["settings"]["preset"] == name
-    assert answers["eagle3.1"] == answers["none"]
-    misfit = REPO_ROOT / "assets" / "models" / "kimi-tiny" / "eagle3.1"
-    with pytest.raises(Exception) as refused:
-        client.predict(str(tiny.root / "target"), "", str(misfit), api_name="/load_pair")
-    assert "does not fit target" in str(refused.value) and "\n" not in str(refused.value).strip()
+    vllm_export = write_layout(tiny, tmp_path / "eagle3-vllm", "eagle3", "vllm")
+    kimi = REPO_ROOT / "assets" / "models" / "kimi-tiny"
+    pairs = [(str(tiny.root / "target"), str(tiny.root / "eagle3"), str(speculators), ("eagle3.1", "eagle3")),
+             (str(tiny.root / "target"), str(vllm_export), "", ("eagle3",)),
+             (str(kimi / "target"), "", str(kimi / "eagle3.1"), ("eagle3.1",))]
+    names = set()
+    for target, eagle3, eagle3_1, drafters in pairs:
+        name, status, *_ = client.predict(target, eagle3, eagle3_1, api_name="/load_pair")
+        assert name.startswith(f"own:{Path(target).name}@") and "Loaded" in status
+        names.add(name)
+        fresh = lambda: Client(app_url, verbose=False)  # a new session: no history before the prompt
+        plain = chat(fresh(), "Say something.", preset=name, drafter="none", max_new_tokens=24)[-1][-1]["token_ids"]
+        for drafter in drafters:
+            run = chat(fresh(), "Say something.", preset=name, drafter=drafter, max_new_tokens=24)[-1][-1]
+            assert run["token_ids"] == plain, (name, drafter)
+            assert run["metrics"]["drafted_tokens"] > 0 and run["settings"]["preset"] == name
+    assert len(names) == 3  # two pairs of one target are two presets
+    for args, refusal in [((str(tiny.root / "target"), "", str(kimi / "eagle3.1")), "does not fit target"),
+                          ((str(tiny.root / "target"), str(vllm_export), "", "main"), "the target is a folder")]:
+        with pytest.raises(Exception) as refused:
+            client.predict(*args, api_name="/load_pair")
+        assert refusal in str(refused.value) and "\n" not in str(refused.value).strip()
     assert chat(client, "hi", max_new_tokens=4)[-1][-1]["metrics"]["generated_tokens"] > 0

@@ -4,6 +4,7 @@ line, a public host refuses local folders, and a pair that fails to load leaves 
 from __future__ import annotations
 
 import json
+import time
 import shutil
 from pathlib import Path
 
@@ -91,3 +92,71 @@ def test_a_pair_that_fails_to_load_leaves_the_others(tiny_root: Path, tmp_path: 
     shelf.load(big, lambda preset: None)
     with pytest.raises(KeyError, match="load it again"):
         get_preset(name)
+
+
+def test_a_hub_download_reports_the_bytes_received_and_loads_from_the_snapshot(
+        tiny_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No Hub is reachable here, so huggingface_hub's snapshot_download is stood in for by one that writes 4 MB into
+    the Hub cache's blobs folder over ~0.4 s: the progress reads the bytes as they arrive, the target's revision and
+    the allowed file patterns are passed on, the pair is loaded from the snapshot folder, and a failed download is one
+    line."""
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    from playground.presets import Preset
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(own_pair, "PROGRESS_EVERY_S", 0.05)
+    calls = []
+
+    def snapshot(repo: str, revision=None, allow_patterns=None) -> str:
+        blobs = tmp_path / "hub" / f"models--{repo.replace('/', '--')}" / "blobs"
+        blobs.mkdir(parents=True)
+        for i in range(4):
+            (blobs / f"{i}.incomplete").write_bytes(b"x" * 2**20)
+            time.sleep(0.1)
+        calls.append((repo, revision, allow_patterns))
+        return str(tiny_root / "target")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot)
+    preset = Preset(name="own:org/target@000000", title="org/target", target="org/target",
+                    drafters={"eagle3": str(tiny_root / "eagle3")})
+    check = own_pair.PairCheck(preset, 1, (), revision="v1", hub_bytes={"org/target": 4 * 2**20})
+    said = []
+    local = own_pair.download(check, lambda message, fraction=None: said.append((message, fraction)))
+    assert local.target == str(tiny_root / "target") and local.drafters == preset.drafters
+    assert calls == [("org/target", "v1", own_pair.HUB_FILES)]
+    fractions = [f for _, f in said]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0 and any(0 < f < 1 for f in fractions), said
+    assert said[-1][0].startswith("downloading org/target: 4 MB received (its files: 4 MB")
+
+    def broken(repo: str, revision=None, allow_patterns=None) -> str:
+        raise OSError("connection reset\nby peer")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", broken)
+    with pytest.raises(PairRefused) as refused:
+        own_pair.download(check)
+    assert str(refused.value) == "cannot download 'org/target': OSError: connection reset"
+
+
+def test_a_hub_repository_without_safetensors_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Hub's file list (stood in for: no Hub here) decides before any weights are fetched: pickled weights only
+    are refused; a missing repository is one line naming it."""
+    import huggingface_hub
+    from huggingface_hub.hf_api import RepoSibling
+
+    listings = {"org/pickled": ["config.json", "pytorch_model.bin"],
+                "org/fine": ["config.json", "model.safetensors", "tokenizer.json", "modeling_x.py"]}
+
+    class Api:
+        def model_info(self, repo, revision=None, files_metadata=False):
+            if repo not in listings:
+                raise type("RepositoryNotFoundError", (Exception,), {})("404 Client Error\nnot found")
+            return type("Info", (), {"siblings": [RepoSibling(rfilename=f, size=10) for f in listings[repo]]})()
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", Api)
+    with pytest.raises(PairRefused, match="ships no safetensors weights"):
+        own_pair._hub_bytes("org/pickled", "")
+    assert own_pair._hub_bytes("org/fine", "main") == 30  # the modelling code is not counted: it is never fetched
+    with pytest.raises(PairRefused, match="^no model 'org/missing' on the Hugging Face Hub"):
+        own_pair._hub_bytes("org/missing", "")

@@ -31,8 +31,24 @@ class FitReport:
             raise DrafterMismatch(f"drafter {drafter} does not fit target {target}: " + "; ".join(self.problems))
 
 
-def read_config(source: str) -> dict:
-    """config.json of a local folder, or of a Hub repository (downloads that one file; HF_TOKEN for gated repos)."""
+def hub_problem(source: str, err: Exception, doing: str) -> str:
+    """One line for a failed Hub request: what to do about a gated repo, a wrong id or revision, no network; else the
+    error's first line."""
+    kind = type(err).__name__
+    if kind == "GatedRepoError":
+        return (f"{source} is gated: accept its licence on huggingface.co and give the app a token (HF_TOKEN) that "
+                "may read it")
+    if kind == "RepositoryNotFoundError":
+        return f"no model {source!r} on the Hugging Face Hub (or it is private and the app's token cannot read it)"
+    if kind == "RevisionNotFoundError":
+        return f"{source} has no such revision (a branch, tag or commit)"
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"cannot {doing} {source!r}: {kind}" + (f": {first}" if first else "")
+
+
+def read_config(source: str, revision: str = "") -> dict:
+    """config.json of a local folder, or of a Hub repository at `revision` (downloads that one file; HF_TOKEN for gated
+    repos)."""
     folder = Path(source).expanduser()
     if folder.is_dir():
         path = folder / "config.json"
@@ -42,9 +58,9 @@ def read_config(source: str) -> dict:
         try:
             from huggingface_hub import hf_hub_download
 
-            path = Path(hf_hub_download(source, "config.json"))
-        except Exception as err:  # hub errors come in many types; the message is what matters
-            raise CheckpointError(f"cannot read config.json of {source!r}: {type(err).__name__}: {err}") from None
+            path = Path(hf_hub_download(source, "config.json", revision=revision or None))
+        except Exception as err:  # hub errors come in many types; hub_problem names the ones users can act on
+            raise CheckpointError(hub_problem(source, err, "read config.json of")) from None
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as err:

@@ -8,24 +8,32 @@ the context must fit in the memory this machine has. A public host (a Space: `SP
 `PLAYGROUND_PUBLIC=1`) refuses local paths and downloads over `PLAYGROUND_MAX_DOWNLOAD_GB`. Loaded pairs live under a
 memory budget (`PLAYGROUND_PAIRS_GB`), the least recently loaded going first; a failed load leaves every other pair
 as it was.
+
+Hub repositories are downloaded before the pair is registered (the target at the revision named, if any): only
+configs, tokenizer files and safetensors weights — a repository with no safetensors is refused, as pickled `.bin`
+checkpoints are never loaded from the Hub — with the bytes received reported as they arrive. The pair is then loaded
+from those local snapshots.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from playground.engine.checkpoint import CheckpointError
 from playground.presets import Preset, register_pair, unregister_pair
 
-from .fit import drafter_fit, read_config
+from .fit import drafter_fit, hub_problem, read_config
 
 SLOTS = {"eagle3": "EAGLE-3", "eagle3.1": "EAGLE-3.1"}
+HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]  # no code, no pickles
+PROGRESS_EVERY_S = 1.0
 CPU_DTYPE_BYTES = 4  # the local engine runs the target in float32 on the CPU
 CONTEXT_FOR_ESTIMATE = 4096  # tokens of KV cache counted in the memory estimate (the context a chat may reach)
 
@@ -53,11 +61,13 @@ class PairCheck:
     preset: Preset
     memory_bytes: int  # weights in float32 + a KV cache of CONTEXT_FOR_ESTIMATE tokens, target and drafters
     warnings: tuple[str, ...]
+    revision: str = ""  # of the target, where it is a Hub id
+    hub_bytes: dict[str, int] = field(default_factory=dict)  # Hub id -> bytes of the files a load downloads
 
 
-def _read(source: str, role: str) -> dict:
+def _read(source: str, role: str, revision: str = "") -> dict:
     try:
-        return read_config(source)
+        return read_config(source, revision)
     except CheckpointError as err:
         raise PairRefused(f"{role}: {err}") from None
 
@@ -122,27 +132,41 @@ def _gb(n: float) -> str:
 
 
 def _folder_bytes(source: str) -> int:
-    return sum(p.stat().st_size for p in Path(source).expanduser().rglob("*") if p.is_file())
+    total = 0
+    for path in Path(source).expanduser().rglob("*"):
+        try:
+            total += path.stat().st_size if path.is_file() else 0
+        except OSError:  # a download renamed or removed it meanwhile
+            pass
+    return total
 
 
-def _hub_bytes(source: str, revision: str | None) -> int:
+def _hub_bytes(source: str, revision: str) -> int:
+    """Bytes of the files a load would download from a Hub repository; refused where it ships no safetensors."""
     from huggingface_hub import HfApi
 
     try:
-        info = HfApi().model_info(source, revision=revision, files_metadata=True)
-    except Exception as err:  # hub errors come in many types; the message is what matters
-        raise PairRefused(f"cannot read the file list of {source!r}: {type(err).__name__}: {err}") from None
-    return sum(s.size or 0 for s in info.siblings or [] if s.rfilename.endswith((".safetensors", ".bin", ".json")))
+        info = HfApi().model_info(source, revision=revision or None, files_metadata=True)
+    except Exception as err:  # hub errors come in many types; hub_problem names the ones users can act on
+        raise PairRefused(hub_problem(source, err, "read the file list of")) from None
+    files = [s for s in info.siblings or [] if any(fnmatch.fnmatch(s.rfilename, p) for p in HUB_FILES)]
+    if not any(s.rfilename.endswith(".safetensors") for s in files):
+        raise PairRefused(f"{source} ships no safetensors weights, and the playground does not unpickle .bin "
+                          "checkpoints from the Hub")
+    return sum(s.size or 0 for s in files)
 
 
 def check_pair(target: str, drafters: dict[str, str], revision: str = "") -> PairCheck:
-    """The pair as a preset, from configs alone; PairRefused (one line) when it cannot work here."""
-    target = target.strip()
+    """The pair as a preset, from configs alone (and, for Hub ids, their file lists); PairRefused (one line) when it
+    cannot work here. `revision` is the target's branch, tag or commit on the Hub."""
+    target, revision = target.strip(), revision.strip()
     drafters = {slot: source.strip() for slot, source in drafters.items() if source and source.strip()}
     if not target:
         raise PairRefused("name a target: a Hugging Face model id (or, on your own machine, a folder)")
     if not drafters:
         raise PairRefused("name an EAGLE-3 and/or an EAGLE-3.1 drafter for the target")
+    if revision and _looks_local(target):
+        raise PairRefused("a revision names a branch, tag or commit of a Hub repository; the target is a folder")
     unknown = set(drafters) - set(SLOTS)
     if unknown:
         raise PairRefused(f"unknown drafter slot(s) {sorted(unknown)}; the slots are {', '.join(SLOTS)}")
@@ -150,7 +174,7 @@ def check_pair(target: str, drafters: dict[str, str], revision: str = "") -> Pai
     public = public_host()
     if public and any(_looks_local(s) for s in sources):
         raise PairRefused("this is a public host: local folders cannot be loaded here; name Hugging Face model ids")
-    target_config = _read(target, "target")
+    target_config = _read(target, "target", revision)
     problem = _target_problem(target_config)
     if problem:
         raise PairRefused(f"target {target} cannot run on our engine: {problem}")
@@ -170,19 +194,21 @@ def check_pair(target: str, drafters: dict[str, str], revision: str = "") -> Pai
     if memory > available:
         raise PairRefused(f"too big for this machine: the pair needs about {_gb(memory)} (float32 weights and a "
                           f"{CONTEXT_FOR_ESTIMATE}-token cache), and {_gb(available)} of memory is available")
+    hub_bytes = {s: _hub_bytes(s, revision if s == target else "") for s in sources if not _looks_local(s)}
     cap = _gb_setting("PLAYGROUND_MAX_DOWNLOAD_GB", 4.0 if public else None)
     if cap is not None:
-        size = sum(_folder_bytes(s) if _looks_local(s) else _hub_bytes(s, revision or None) for s in sources)
+        size = sum(hub_bytes.values()) + sum(_folder_bytes(s) for s in sources if _looks_local(s))
         if size > cap * 2**30:
             raise PairRefused(f"too large to download here: {_gb(size)} of files, and this host allows "
                               f"{cap:g} GB (PLAYGROUND_MAX_DOWNLOAD_GB)")
     # the name says which pair, drafters included: another visitor's different pair never takes this one's place
-    digest = hashlib.sha256(json.dumps([target, drafters], sort_keys=True).encode()).hexdigest()[:6]
+    digest = hashlib.sha256(json.dumps([target, revision, drafters], sort_keys=True).encode()).hexdigest()[:6]
     name = f"own:{Path(target).name if _looks_local(target) else target}@{digest}"
-    preset = Preset(name=name, title=f"{target} (your pair)", target=target, drafters=drafters,
+    title = f"{target}" + (f" at {revision}" if revision else "") + " (your pair)"
+    preset = Preset(name=name, title=title, target=target, drafters=drafters,
                     description=f"Your pair: {target} with " + ", ".join(f"{SLOTS[s]} {d}" for s, d in
                                                                           drafters.items()) + ".")
-    return PairCheck(preset, memory, tuple(warnings))
+    return PairCheck(preset, memory, tuple(warnings), revision, hub_bytes)
 
 
 class PairShelf:
@@ -227,22 +253,61 @@ class PairShelf:
 SHELF = PairShelf()
 
 
-def load_own_pair(target: str, drafters: dict[str, str], say=lambda message: None) -> PairCheck:
-    """Check the pair from its configs, then load its weights (downloading what is named by Hub id) and warm each
-    decode path up, saying each stage with `say`; the loaded pair is then a preset (`check.preset.name`)."""
+def download(check: PairCheck, say=lambda message, fraction=None: None) -> Preset:
+    """Fetch the pair's Hub repositories into the Hub cache (HUB_FILES only), saying the bytes received about once a
+    second; the preset with those local snapshots in place of the Hub ids."""
+    folders = {source: _snapshot(source, check.revision if source == check.preset.target else "", total, say)
+               for source, total in check.hub_bytes.items()}
+    preset = check.preset
+    return replace(preset, target=folders.get(preset.target, preset.target),
+                   drafters={slot: folders.get(source, source) for slot, source in preset.drafters.items()})
+
+
+def _snapshot(repo: str, revision: str, total: int, say) -> str:
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.file_download import repo_folder_name
+
+    blobs = Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo, repo_type="model") / "blobs"
+    before = _folder_bytes(str(blobs)) if blobs.is_dir() else 0
+    done: dict = {}
+
+    def fetch() -> None:
+        try:
+            done["folder"] = snapshot_download(repo, revision=revision or None, allow_patterns=HUB_FILES)
+        except Exception as err:  # reported below, in one line
+            done["error"] = err
+
+    worker = threading.Thread(target=fetch, name=f"download {repo}", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(PROGRESS_EVERY_S)
+        received = max(_folder_bytes(str(blobs)) - before, 0) if blobs.is_dir() else 0
+        say(f"downloading {repo}: {received / 2**20:,.0f} MB received (its files: {total / 2**20:,.0f} MB; "
+            "what the cache holds already is not fetched again)", min(received / total, 1.0) if total else None)
+    if "error" in done:
+        raise PairRefused(hub_problem(repo, done["error"], "download"))
+    return done["folder"]
+
+
+def load_own_pair(target: str, drafters: dict[str, str], say=lambda message, fraction=None: None,
+                  revision: str = "") -> PairCheck:
+    """Check the pair from its configs, download what is named by Hub id, then load its weights and warm each decode
+    path up, saying each stage with `say(message, fraction done or None)`; the loaded pair is then a preset
+    (`check.preset.name`)."""
     from . import shared_backend
 
-    say("reading the configs (no weights yet)…")
-    check = check_pair(target, drafters)
+    say("reading the configs (no weights yet)…", 0.0)
+    check = check_pair(target, drafters, revision)
+    local = download(check, say)
 
     def load_weights(preset: Preset) -> None:
-        say(f"loading the target {preset.target} and {len(preset.drafters)} drafter(s)…")
+        say(f"loading the target {check.preset.target} and {len(preset.drafters)} drafter(s)…", None)
         backend = shared_backend(preset)
         backend.preload()
-        say("warming up each decode path…")
+        say("warming up each decode path…", None)
         prompt = backend.encode([{"role": "user", "content": "hello"}])
         for name in ["none", *preset.drafters]:
             backend.warm_up(prompt, name)
 
-    SHELF.load(check, load_weights)
+    SHELF.load(replace(check, preset=local), load_weights)
     return check

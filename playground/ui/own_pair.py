@@ -16,6 +16,7 @@ from .common import report_user_errors
 @dataclass
 class PairPanel:
     target: gr.Textbox
+    revision: gr.Textbox
     eagle3: gr.Textbox
     eagle3_1: gr.Textbox
     load: gr.Button
@@ -32,12 +33,14 @@ def pair_panel() -> PairPanel:
                     "memory it needs — before any weights are read.", elem_classes="preset-info")
         target = gr.Textbox(label="Target", placeholder="e.g. meta-llama/Llama-3.1-8B-Instruct",
                             elem_id="own-target", max_lines=1)
+        revision = gr.Textbox("", label="Target revision", placeholder="(latest) a branch, tag or commit of a Hub id",
+                              elem_id="own-revision", max_lines=1)
         eagle3 = gr.Textbox(label="EAGLE-3 drafter", placeholder="(none)", elem_id="own-eagle3", max_lines=1)
         eagle3_1 = gr.Textbox(label="EAGLE-3.1 drafter", placeholder="(none)", elem_id="own-eagle3-1", max_lines=1)
         load = gr.Button("Load", elem_id="own-load", size="sm")
         name = gr.Textbox(label="Loaded as preset", interactive=False, elem_id="own-name", max_lines=1)
         status = gr.Markdown(elem_id="own-status", elem_classes="status-line")
-    return PairPanel(target, eagle3, eagle3_1, load, name, status, gr.State([]))
+    return PairPanel(target, revision, eagle3, eagle3_1, load, name, status, gr.State([]))
 
 
 def wire_pair_panel(panel: PairPanel, menus: list[gr.Dropdown]) -> None:
@@ -45,14 +48,14 @@ def wire_pair_panel(panel: PairPanel, menus: list[gr.Dropdown]) -> None:
     session's preset menus offer the pair and select it."""
 
     @report_user_errors
-    def load(target: str, eagle3: str, eagle3_1: str, loaded: list[str], progress=gr.Progress()):
-        stages = iter(range(1, 4))
-
-        def say(message: str) -> None:
-            progress((next(stages, 3), 3), desc=message)
+    def load(target: str, eagle3: str, eagle3_1: str, loaded: list[str], revision: str = "",
+             progress=gr.Progress()):
+        def say(message: str, fraction: float | None = None) -> None:
+            progress(fraction, desc=message)
 
         try:
-            check = load_own_pair(target or "", {"eagle3": eagle3 or "", "eagle3.1": eagle3_1 or ""}, say)
+            check = load_own_pair(target or "", {"eagle3": eagle3 or "", "eagle3.1": eagle3_1 or ""}, say,
+                                  revision or "")
         except (ValueError, OSError) as err:  # kept on the panel too; report_user_errors makes it the toast
             yield (gr.skip(), f"**Not loaded:** {html.escape(str(err))}", *(gr.skip() for _ in range(1 + len(menus))))
             raise
@@ -63,7 +66,7 @@ def wire_pair_panel(panel: PairPanel, menus: list[gr.Dropdown]) -> None:
                   f"float32): it is now the preset `{name}` in Chat, Compare and the Benchmark.{html.escape(notes)}")
         yield (name, status, loaded, *(gr.Dropdown(choices=_choices(menu, loaded), value=name) for menu in menus))
 
-    panel.load.click(load, [panel.target, panel.eagle3, panel.eagle3_1, panel.loaded],
+    panel.load.click(load, [panel.target, panel.eagle3, panel.eagle3_1, panel.loaded, panel.revision],
                      [panel.name, panel.status, panel.loaded, *menus], api_name="load_pair",
                      concurrency_id="load_pair", concurrency_limit=1, show_progress_on=panel.name)  # not over the status
 
