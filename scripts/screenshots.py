@@ -119,7 +119,7 @@ def _own_pair_shots(browser, target: str, drafter: str, url: str, save) -> None:
         page.close()
 
 
-def capture(url: str, out: Path, prompt: str, dark: bool, own: tuple[str, str]) -> None:
+def capture(url: str, out: Path, prompt: str, dark: bool, own: tuple[str, str], only_own_pair: bool = False) -> None:
     def save(page, name: str, full_page: bool = True) -> None:
         page.mouse.move(0, 0)
         size = save_small_png(page.screenshot(full_page=full_page), out / name)
@@ -127,7 +127,7 @@ def capture(url: str, out: Path, prompt: str, dark: bool, own: tuple[str, str]) 
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS)
-        for viewport, suffix in ((VIEWPORT, ""), (PHONE, "-phone")):  # a phone loads the page at its own width
+        for viewport, suffix in ((VIEWPORT, ""), (PHONE, "-phone")) * (not only_own_pair):  # a phone: its own load
             page = browser.new_page(viewport=viewport)
             page.set_default_timeout(300_000)
             page.goto(url + ("?__theme=dark" if dark else ""))
@@ -144,7 +144,8 @@ def capture(url: str, out: Path, prompt: str, dark: bool, own: tuple[str, str]) 
                 _open_tab(page, "About")
                 save(page, "about.png", full_page=False)
             page.close()
-        _queued_and_short(browser, url, save)
+        if not only_own_pair:
+            _queued_and_short(browser, url, save)
         _own_pair_shots(browser, *own, url, save)
         browser.close()
 
@@ -154,6 +155,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "assets" / "screenshots")
     parser.add_argument("--prompt", default="Write a function that reverses a list.")
     parser.add_argument("--dark", action="store_true", help="the dark theme")
+    parser.add_argument("--only-own-pair", action="store_true", help="only the own-pair panel's shots")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch:
@@ -166,7 +168,7 @@ def main() -> None:
         else:
             own = (str(models / "target"), str(models / "eagle3.1"))
         with running_app(models, Path(scratch) / "app.log") as url:
-            capture(url, args.out, args.prompt, args.dark, own)
+            capture(url, args.out, args.prompt, args.dark, own, args.only_own_pair)
 
 
 if __name__ == "__main__":

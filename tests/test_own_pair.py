@@ -57,7 +57,7 @@ def test_each_refusal_is_one_line(tiny_root: Path, tmp_path: Path, monkeypatch: 
     assert "cannot read config.json of 'nobody/no-such-model'" in refusal("nobody/no-such-model", eagle3=eagle3)
     monkeypatch.setattr(own_pair, "_available_bytes", lambda: 2**20)
     too_big = refusal(target, eagle3_1=eagle31)
-    assert "too big for this machine: the pair needs about" in too_big and "0.0 GB of memory is available" in too_big
+    assert "too big for this machine: the pair needs about" in too_big and "1 MB of memory is available" in too_big
 
 
 @pytest.mark.parametrize("flag", [("SPACE_ID", "someone/eagle-playground"), ("PLAYGROUND_PUBLIC", "1")])

@@ -127,8 +127,8 @@ def _available_bytes() -> int:
     return psutil.virtual_memory().available
 
 
-def _gb(n: float) -> str:
-    return f"{n / 2**30:.1f} GB"
+def size_text(n: float) -> str:
+    return f"{n / 2**30:.1f} GB" if n >= 2**30 else f"{n / 2**20:,.0f} MB"
 
 
 def _folder_bytes(source: str) -> int:
@@ -192,14 +192,14 @@ def check_pair(target: str, drafters: dict[str, str], revision: str = "") -> Pai
         memory += estimated_bytes(config)
     available = _available_bytes()
     if memory > available:
-        raise PairRefused(f"too big for this machine: the pair needs about {_gb(memory)} (float32 weights and a "
-                          f"{CONTEXT_FOR_ESTIMATE}-token cache), and {_gb(available)} of memory is available")
+        raise PairRefused(f"too big for this machine: the pair needs about {size_text(memory)} (float32 weights and a "
+                          f"{CONTEXT_FOR_ESTIMATE}-token cache), and {size_text(available)} of memory is available")
     hub_bytes = {s: _hub_bytes(s, revision if s == target else "") for s in sources if not _looks_local(s)}
     cap = _gb_setting("PLAYGROUND_MAX_DOWNLOAD_GB", 4.0 if public else None)
     if cap is not None:
         size = sum(hub_bytes.values()) + sum(_folder_bytes(s) for s in sources if _looks_local(s))
         if size > cap * 2**30:
-            raise PairRefused(f"too large to download here: {_gb(size)} of files, and this host allows "
+            raise PairRefused(f"too large to download here: {size_text(size)} of files, and this host allows "
                               f"{cap:g} GB (PLAYGROUND_MAX_DOWNLOAD_GB)")
     # the name says which pair, drafters included: another visitor's different pair never takes this one's place
     digest = hashlib.sha256(json.dumps([target, revision, drafters], sort_keys=True).encode()).hexdigest()[:6]
@@ -231,8 +231,8 @@ class PairShelf:
         with self._lock:
             budget = self.budget_bytes()
             if check.memory_bytes > budget:
-                raise PairRefused(f"too big for the pairs' memory budget: about {_gb(check.memory_bytes)}, and "
-                                  f"loaded pairs may hold {_gb(budget)} (PLAYGROUND_PAIRS_GB)")
+                raise PairRefused(f"too big for the pairs' memory budget: about {size_text(check.memory_bytes)}, and "
+                                  f"loaded pairs may hold {size_text(budget)} (PLAYGROUND_PAIRS_GB)")
             self._pairs.pop(preset.name, None)
             while self._pairs and sum(self._pairs.values()) + check.memory_bytes > budget:
                 old, _ = self._pairs.popitem(last=False)

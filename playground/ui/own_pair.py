@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from playground.backends.own_pair import load_own_pair, public_host
+from playground.backends.own_pair import load_own_pair, public_host, size_text
 
 from .common import report_user_errors
 
@@ -62,7 +62,7 @@ def wire_pair_panel(panel: PairPanel, menus: list[gr.Dropdown]) -> None:
         name = check.preset.name
         loaded = [n for n in loaded if n != name] + [name]
         notes = "".join(f" Warning: {w}." for w in check.warnings)
-        status = (f"Loaded **{html.escape(check.preset.title)}** (about {check.memory_bytes / 2**30:.1f} GB in "
+        status = (f"Loaded **{html.escape(check.preset.title)}** (about {size_text(check.memory_bytes)} in "
                   f"float32): it is now the preset `{name}` in Chat, Compare and the Benchmark.{html.escape(notes)}")
         yield (name, status, loaded, *(gr.Dropdown(choices=_choices(menu, loaded), value=name) for menu in menus))
 
