@@ -137,7 +137,7 @@ def test_train_drafters_runs_resumes_and_saves_both_variants(tiny_root: Path, tm
         drafter, _ = load_drafter(tmp_path / "merged" / variant)
         target.attach(drafter)
     merge(tmp_path / "out", tmp_path / "again", 0.0, tmp_path / "zero")
-    shutil.copytree(tmp_path / "out", tmp_path / "in-place")  # the README's recipe writes over the base folder
+    shutil.copytree(tmp_path / "out", tmp_path / "in-place")  # docs/training.md's recipe writes over the base folder
     merge(tmp_path / "in-place", tmp_path / "again", 0.25, tmp_path / "in-place")
     assert all((tmp_path / "in-place" / v / f).read_bytes() == (tmp_path / "merged" / v / f).read_bytes()
                for v in ("eagle3", "eagle3.1") for f in ("model.safetensors", "training_log.json"))

@@ -1,4 +1,9 @@
-"""The headline numbers the README and the About tab quote are the ones in the committed measurement files.
+"""The headline numbers the README, its docs pages and the About tab quote are the ones in the committed measurement
+files.
+
+The measured prose moved from the README to docs/ pages: the default pair's findings are in docs/benchmarks.md, the
+two-engine table in docs/vllm.md, the tiny MLA pair's numbers in docs/kimi.md; the README keeps a table of speedups
+("Does EAGLE pay here?"), each cell checked against its file below. Each test names the page it reads.
 
 The prose is written by hand, the numbers are measured by `train evaluate`, `train speed` and `bench --profile
 drift`; after a re-measurement this test names every quote that was not updated. The About tab is held to every
@@ -20,6 +25,10 @@ from playground.ui import ABOUT
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "assets" / "models" / "smollm2-135m"
 README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
+BENCHMARKS = (DOCS / "benchmarks.md").read_text()  # the default pair's measured findings (once the README's)
+VLLM_DOC = (DOCS / "vllm.md").read_text()  # bench-engines' table (once the README's)
+KIMI_DOC = (DOCS / "kimi.md").read_text()  # the tiny MLA pair's numbers (once the README's)
 
 
 def _load(path: Path) -> dict:
@@ -53,7 +62,7 @@ def _drift_quotes() -> list[str]:
     return [_times(cells[("eagle3.1", *cell)] / cells[("eagle3", *cell)]) for cell in shifted]
 
 
-@pytest.mark.parametrize("where, text", [("README.md", README), ("the About tab", ABOUT)])
+@pytest.mark.parametrize("where, text", [("docs/benchmarks.md", BENCHMARKS), ("the About tab", ABOUT)])
 @pytest.mark.parametrize("quotes", [_acceptance_quotes, _speed_quotes, _drift_quotes])
 def test_quoted_numbers_match_the_measurements(where: str, text: str, quotes) -> None:
     missing = [q for q in quotes() if q not in text]
@@ -157,7 +166,7 @@ def _about_speed_quotes() -> list[str]:
 
 @pytest.mark.parametrize("quotes", [_about_drift_quotes, _about_evaluation_quotes, _about_speed_quotes])
 def test_every_number_the_about_tab_quotes_is_in_the_committed_files(quotes) -> None:
-    """Beyond the headline numbers the README shares: each figure the About tab gives, in its sentence, from the file
+    """Beyond the headline numbers docs/benchmarks.md shares: each figure the About tab gives, in its sentence, from the file
     it comes from (the k = 1 lengths of both the study and the evaluation, the speedups below 1.0×, ...)."""
     missing = [q for q in quotes() if _flat(q) not in _flat(ABOUT)]
     assert not missing, f"the About tab does not say {missing} ({quotes.__name__})"
@@ -217,7 +226,7 @@ def test_model_card_lists_every_training_stage(tmp_path: Path) -> None:
 
 
 def test_the_two_engine_table_is_the_committed_result() -> None:
-    """README and About show `bench-engines`' table of assets/bench/engines-cpu/results.json, rows for both engines ×
+    """docs/vllm.md and About show `bench-engines`' table of assets/bench/engines-cpu/results.json, rows for both engines ×
     {plain, EAGLE-3, EAGLE-3.1} × {C = 1, 4, 16} from one run."""
     from playground.bench.engines import (
         COMMITTED, committed_section, instrumentation_label, instrumentation_note, table,
@@ -226,7 +235,7 @@ def test_the_two_engine_table_is_the_committed_result() -> None:
     result = _load(COMMITTED)
     cells = {(r["engine"], r["drafter"], r["concurrency"]) for r in result["rows"]}
     assert cells == {(e, d, c) for e in ("local", "vllm") for d in ("none", "eagle3", "eagle3.1") for c in (1, 4, 16)}
-    assert table(result) in README and committed_section() in ABOUT
+    assert table(result) in VLLM_DOC and committed_section() in ABOUT
     assert all(r["identical_to_plain"] for r in result["rows"])  # greedy: every method gives plain decoding's tokens
     instrumented = [r for r in result["rows"] if r["instrumented"]]
     assert {(r["engine"], r["drafter"], r["concurrency"]) for r in instrumented} == {("local", "eagle3", 1),
@@ -244,7 +253,7 @@ def test_the_evaluations_measured_the_shipped_files() -> None:
         assert _load(MODELS / name)["drafter_sha256"] == shipped, f"{name} measured other drafters: re-run it"
 
 
-@pytest.mark.parametrize("where, text", [("README.md", README), ("the About tab", ABOUT)])
+@pytest.mark.parametrize("where, text", [("docs/benchmarks.md", BENCHMARKS), ("the About tab", ABOUT)])
 def test_long_context_quotes_are_the_committed_evaluation(where: str, text: str) -> None:
     """The held-out long-context medians (EAGLE-3 vs EAGLE-3.1, every length) as `train evaluate-long` wrote them, and
     the claims made of them: EAGLE-3.1 ahead at every length, and 1.2× ahead only at ~1k, not from ~2k on (the
@@ -275,7 +284,7 @@ def test_the_kimi_tiny_card_is_rendered_from_its_files() -> None:
 
 
 def test_the_kimi_tiny_measurements_are_of_the_shipped_files_and_quoted() -> None:
-    """evaluation.json measured the shipped MLA drafters; the README and About tab quote its k = 3 acceptance and the
+    """evaluation.json measured the shipped MLA drafters; docs/kimi.md and the About tab quote its k = 3 acceptance and the
     engines' agreement from engines.json: the same tokens on both engines, acceptance above 1.5 at k = 3."""
     from playground.train.evaluate_long import drafter_digests
 
@@ -288,7 +297,7 @@ def test_the_kimi_tiny_measurements_are_of_the_shipped_files_and_quoted() -> Non
     vllm = {r["method"]: r["acceptance"]["vllm"]["mean_acceptance_length"] for r in engines["rows"] if r["method"] != "none"}
     ours = {r["method"]: r["acceptance"]["ours"]["mean_acceptance_length"] for r in engines["rows"] if r["method"] != "none"}
     assert min(vllm["eagle3.1"], ours["eagle3.1"], by_drafter["eagle3.1"]["mean_acceptance_length"]) > 1.5
-    for where, text in (("README.md", README), ("the About tab", ABOUT)):
+    for where, text in (("docs/kimi.md", KIMI_DOC), ("the About tab", ABOUT)):
         quotes = [_al(by_drafter[v]["mean_acceptance_length"]) for v in by_drafter]
         quotes += [f"{ours[v]:.3f} / {vllm[v]:.3f}" for v in ("eagle3", "eagle3.1")]
         missing = [q for q in quotes if q not in _flat(text)]
@@ -305,10 +314,52 @@ def test_the_kimi_tiny_drift_quotes_are_its_drift_study() -> None:
                       _cell(rows, "eagle3", **cell)["mean_acceptance_length"])
 
     about = [f"RMS {rms3[0]:.1f} → {rms3[-1]:.1f}", f"({ratio(template='llama3')} EAGLE-3's at k = 8)"]
-    readme = [f"RMS grows from {rms3[0]:.2f} to {rms3[-1]:.2f} over depths 1–8 for EAGLE-3",
+    kimi = [f"RMS grows from {rms3[0]:.2f} to {rms3[-1]:.2f} over depths 1–8 for EAGLE-3",
               f"({rms31[0]:.2f} → {rms31[-1]:.2f})", f"{ratio()} EAGLE-3's on held-out prompts",
               f"{ratio(prompt_set='unfamiliar-system')} with unfamiliar system prompts",
               f"{ratio(template='llama3')} under the unfamiliar `llama3` template"]
-    for where, text, quotes in (("the About tab", ABOUT, about), ("README.md", README, readme)):
+    for where, text, quotes in (("the About tab", ABOUT, about), ("docs/kimi.md", KIMI_DOC, kimi)):
         missing = [q for q in quotes if _flat(q) not in _flat(text)]
         assert not missing, f"{where} does not quote {missing} from assets/bench/drift-kimi-tiny/results.json"
+
+
+def _landing_table() -> str:
+    """The README's "Does EAGLE pay here?" section, where every speedup it gives comes from a committed file."""
+    start = README.index("## Does EAGLE pay here?")
+    return README[start:README.index("\n## ", start + 1)]
+
+
+def test_the_readme_speedup_table_is_the_committed_files() -> None:
+    """Each cell of the README's table, per machine: the speed runs (speed.json, k = 4, fixed and adaptive, median and
+    per-run range), the two-engine bench at C = 1 and 16 (engines-cpu/results.json), the drift study at ~4k prompt
+    tokens (drift/results.json, k = 8) and the H200 bench (h200/results.json, EAGLE-3.1 k = 4 per prompt set)."""
+    text = _flat(_landing_table())
+
+    def ranged(entry: dict) -> str:
+        low, high = entry["speedup_range"]
+        return f"{_times(entry['median_speedup'])} ({low:.2f}–{high:.2f})"
+
+    by_drafter = _load(MODELS / "speed.json")["speed"]["by_k"]["4"]
+    quotes = [f"| {ranged(by_drafter[f'eagle3{a}'])} | {ranged(by_drafter[f'eagle3.1{a}'])} |"
+              for a in ("", " adaptive 0.3")]
+
+    engines = _load(ROOT / "assets" / "bench" / "engines-cpu" / "results.json")
+    assert all(r["identical_to_plain"] for r in engines["rows"])
+    speedup = {(r["engine"], r["drafter"], r["concurrency"]): _times(r["speedup"])
+               for r in engines["rows"] if not r["instrumented"]}
+    quotes.append(f"| {speedup['vllm', 'eagle3', 1]} | {speedup['vllm', 'eagle3.1', 1]} |")
+    quotes.append(f"(our engine in the same run: {speedup['local', 'eagle3', 1]} and {speedup['local', 'eagle3.1', 1]})")
+    quotes.append(f"| {speedup['vllm', 'eagle3', 16]} / {speedup['local', 'eagle3', 16]} | "
+                  f"{speedup['vllm', 'eagle3.1', 16]} / {speedup['local', 'eagle3.1', 16]} |")
+
+    rows = _load(ROOT / "assets" / "bench" / "drift" / "results.json")["rows"]
+    quotes.append(f"| {_times(_cell(rows, 'eagle3', 'long-4k')['speedup'])} | "
+                  f"{_times(_cell(rows, 'eagle3.1', 'long-4k')['speedup'])} |")
+
+    h200 = _load(ROOT / "assets" / "bench" / "h200" / "results.json")
+    assert h200["machine"]["gpu"] == "NVIDIA H200" and all(r["lossless"] for r in h200["rows"])
+    on_h200 = {r["prompt_set"]: _times(r["speedup"]) for r in h200["rows"] if (r["drafter"], r["k"]) == ("eagle3.1", 4)}
+    quotes.append(f"{on_h200['held-out']} held-out, {on_h200['humaneval']} HumanEval, {on_h200['mt-bench']} MT-Bench")
+
+    missing = [q for q in quotes if _flat(q) not in text]
+    assert not missing, f"README.md's speedup table does not say {missing} (from the committed files)"

@@ -79,7 +79,7 @@ def test_steps_and_vllm_counters_agree(engines) -> None:
 
 def test_cli_vllm_gives_the_local_engine_tokens(engines, capsys: pytest.CaptureFixture,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README's check: `generate --backend vllm` gives the local engine's ids (here: its plain decoding's)."""
+    """docs/vllm.md's check: `generate --backend vllm` gives the local engine's ids (here: its plain decoding's)."""
     from playground.__main__ import main
 
     local, _ = engines
