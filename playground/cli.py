@@ -157,6 +157,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: the preset's")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: the preset's")
     p.add_argument("--no-instrument", action="store_true", help="skip attention / hidden-RMS capture")
-    p.add_argument("--json", action="store_true", help="print one JSON object (schema in the README)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (schema in docs/cli.md)")
     add_threads_flag(p)
     p.set_defaults(func=generate)

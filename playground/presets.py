@@ -177,8 +177,8 @@ def _kimi() -> Preset:
         notes="NVFP4 and the tokenspeed_mla attention backend need Blackwell GPUs (e.g. 4× GB200 or B200); on Hopper "
         "use moonshotai/Kimi-K2.6 with more GPUs and vLLM's default MLA backend. vLLM documents tokenspeed_mla for an "
         "FP8 KV cache: add --kv-cache-dtype fp8 if it refuses the default. Not verified here (no GPU cluster); the same "
-        "architecture runs end to end in the kimi-tiny preset. Usually run as a remote server: see the README's GPU "
-        "section.",
+        "architecture runs end to end in the kimi-tiny preset. Usually run as a remote server: see "
+        "docs/gpu-and-spaces.md.",
     )
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Distil and train both drafters on one CUDA GPU, in one go: the recipe of the shipped drafters (see the model card).
-# The same stages as the CPU recipe in the README, with bigger batches and more data; the target runs in float32.
+# The same stages as the CPU recipe in docs/training.md, with bigger batches and more data; the target runs in float32.
 #   WORK             working folder (default runs/smollm2-gpu): distill/, run/, drafters/eagle3, drafters/eagle3.1
 #   DRAWS            draws of the prompt templates to answer (default 0-7; draw n adds prompts no earlier draw asked)
 #   DISTILL_SECONDS  time cap for answering them (default: none); the shards finished by then are the training data

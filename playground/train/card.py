@@ -170,7 +170,7 @@ def render(root: Path) -> str:
         "",
         f"Data: the target's own greedy answers (self-distillation) to {d['train_answers']} training conversations "
         f"({d['train_answer_tokens']:,} answer tokens) of the offline prompt collections (`playground/train/prompts.py` "
-        "and the benchmark-shaped `task_prompts.py`; the README's training section says which steps saw which); the "
+        "and the benchmark-shaped `task_prompts.py`; docs/training.md says which steps saw which); the "
         "held-out 4 %, MT-Bench and HumanEval never enter training.",
         "",
         f"Training: same initial weights, same batches in the same order, same {d['steps']} steps of "

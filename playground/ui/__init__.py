@@ -96,7 +96,7 @@ give the same tokens (12 of 12 held-out prompts at k = 3), with acceptance lengt
 EAGLE-3 and 3.432 / 3.462 for EAGLE-3.1. Our engine's evaluation at k = 3: EAGLE-3 3.09, EAGLE-3.1 3.35. EAGLE-3's
 carried state grows with depth (RMS 7.8 → 13.4) while EAGLE-3.1's stays near 1, and under the unfamiliar `llama3`
 template EAGLE-3.1 keeps far more of its acceptance length (2.92× EAGLE-3's at k = 8). The real Kimi K2.6 on 4 GPUs
-is not verified here: see the README.
+is not verified here: see docs/kimi.md.
 
 ### Metric definitions (vLLM's)
 - {MEAN_ACCEPTANCE_LENGTH_HELP}
