@@ -39,6 +39,7 @@ def test_engine_kwargs() -> None:
         "speculative_config": {"method": "eagle3", "model": "lightseekorg/kimi-k2.6-eagle3.1-mla",
                                "num_speculative_tokens": 3},
         "per_request_spec_decode_metrics": "detailed",
+        "gpu_memory_utilization": 0.31,  # a drafter engine's share of each GPU (tests/test_vllm_memory.py)
     }
     older_vllm = {"model", "dtype", "tensor_parallel_size", "speculative_config"}  # lacks the per-request option
     assert "per_request_spec_decode_metrics" not in engine_kwargs(kimi, "d", 3, supported=older_vllm)

@@ -16,6 +16,16 @@ the part that touches vLLM (`VllmBackend`, `VllmStream`, `VllmPlainProbe`) is ke
   baseline (`VllmPlainProbe`).
 - The drafter is checked against the target from the two config.json files before vLLM starts (vLLM would
   silently degrade).
+- GPU memory: every engine the app starts on a GPU gets an explicit share of each of its GPUs
+  (`gpu_memory_utilization`, GPU_SHARES: 0.28 for plain decoding's, 0.31 for each of two drafter engines), so that
+  the engines held at once sum to GPU_MEMORY_BUDGET (0.9), where vLLM's default gave each engine the whole GPU (0.92
+  in vLLM 0.32) and the second could not start. A preset's own engine_options["gpu_memory_utilization"] sets every
+  engine's share, and is refused in one line where the engines held at once would add above the budget. Before the
+  first engine starts, the weights (and one max_model_len sequence of KV cache) are estimated from the configs
+  (`memory_need`) against the GPU's total memory (NVML): where a share is too small but the whole budget is not, the
+  GPU has room for one engine and the backend runs one engine at a time with the whole budget, without a live plain
+  baseline (`gpu_plan`, one line says so); where even the budget is too small, it refuses. On the CPU nothing
+  changes (CPU_ENGINE_ARGS).
 """
 
 from __future__ import annotations
@@ -33,12 +43,13 @@ from collections import OrderedDict
 from typing import Any, Callable, Container, Iterable, Iterator
 
 from playground.engine import GenerationConfig, SpecCounters, StepEvent
+from playground.engine.checkpoint import CheckpointError
 from playground.engine.templates import encode_chat
 from playground.presets import DRAFTER_LABELS, Preset
 from playground.smollm2 import local_folder
 
 from . import require_fixed_k_support
-from .fit import check_drafter_fits
+from .fit import check_drafter_fits, read_config
 from .specstats import Sample, counters_from_samples
 from .steps import MISSING_FIELDS, DeltaStepper, finish_reason
 from .vllm_starts import PRESET, engine_id, expected, measured_on, remember_start, started_before
@@ -57,10 +68,24 @@ CPU_ENGINE_ARGS = {  # engine arguments on the CPU (a preset's engine_options, o
     # former 1 GiB held ~2.8 and cost each engine process ~0.5 GB more (the JSON's memory figures)
     "kv_cache_memory_bytes": 512 * 1024**2,
 }
+# On a GPU: the share of each GPU (gpu_memory_utilization) all the engines the app holds at once may take together,
+# and each engine kind's share of it. Every engine loads its own copy of the target, so the shares are nearly equal;
+# plain decoding's engine holds no drafter (weights, KV cache, CUDA graphs: ~1-2 GB for Llama-3.1-8B's EAGLE-3, ~2 %
+# of an 80 GB GPU) and serves one two-token probe at a time, so it gets a little less. For Llama-3.1-8B in bf16 on
+# an 80 GB GPU (79.6 GiB) the shares are 22.3 and 24.7 GiB: beyond the weights (15.0 GiB, the drafter 0.8 GiB) and
+# one 8192-token sequence's KV cache (1.0 GiB), each engine keeps 6-8 GiB for more cache, activations and CUDA graphs.
+GPU_MEMORY_BUDGET = 0.9
+GPU_SLOTS = {"plain": 1, "drafter": MAX_ENGINES - 1}  # engines of each kind held at once on a GPU
+GPU_SHARES = {"plain": 0.28, "drafter": 0.31}  # 0.28 + 2 x 0.31 = 0.9
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 class VllmError(RuntimeError):
     """vLLM failed while serving a request."""
+
+
+class GpuMemoryError(ValueError):
+    """The engines cannot have the GPU memory they would need; the message says why in one line."""
 
 
 # --- pure functions (unit-tested on the CPU) --------------------------------------------------------------------
@@ -74,11 +99,41 @@ def speculative_config(drafter: str, k: int, options: dict | None = None) -> dic
     return {"model": drafter, "method": "eagle3", "num_speculative_tokens": k, **(options or {})}
 
 
-def engine_kwargs(preset: Preset, drafter: str | None, k: int, supported: Container[str] | None = None,
-                  model: str | None = None) -> dict:
-    """AsyncEngineArgs keyword arguments. `drafter` None = plain decoding. `supported` = AsyncEngineArgs' field
-    names; optional arguments this vLLM lacks are left out (None = keep them all). `model`: the folder to load
-    instead of the preset's target id."""
+def engine_kind(drafter: str | None) -> str:
+    """"plain" (drafter None: plain decoding, the live baseline) or "drafter"."""
+    return "plain" if drafter is None else "drafter"
+
+
+def gpu_shares(preset: Preset, alone: bool = False) -> dict[str, float]:
+    """Each engine kind's share of each of its GPUs (gpu_memory_utilization): GPU_SHARES, or the preset's own
+    engine_options["gpu_memory_utilization"] for every engine; `alone` (the app's only engine on its GPUs): the whole
+    GPU_MEMORY_BUDGET, or the preset's own share. GpuMemoryError (one line) where the engines the app may hold at
+    once (GPU_SLOTS; one where `alone`) would add above GPU_MEMORY_BUDGET. Tensor parallelism changes nothing: every
+    engine of a preset spans the same GPUs, and each takes its share of each of them."""
+    own = preset.engine_options.get("gpu_memory_utilization")
+    if own is not None and (isinstance(own, bool) or not isinstance(own, (int, float)) or not 0 < own <= 1):
+        raise GpuMemoryError(f"preset {preset.name}: engine_options gpu_memory_utilization must be a fraction of each "
+                             f"GPU in (0, 1], got {own!r}")
+    if alone:
+        shares = {kind: float(own or GPU_MEMORY_BUDGET) for kind in GPU_SLOTS}
+        held, total = "one engine at a time", max(shares.values())
+    else:
+        shares = {kind: float(own or GPU_SHARES[kind]) for kind in GPU_SLOTS}
+        held = " and ".join(f"{n} {kind} engine{'s' if n > 1 else ''}" for kind, n in GPU_SLOTS.items())
+        total = sum(shares[kind] * n for kind, n in GPU_SLOTS.items())
+    if round(total, 6) > GPU_MEMORY_BUDGET:
+        most = GPU_MEMORY_BUDGET if alone else GPU_MEMORY_BUDGET / sum(GPU_SLOTS.values())
+        given = (f"sets gpu_memory_utilization {own:g} for each vLLM engine" if own is not None else
+                 "gives its vLLM engines gpu_memory_utilization "
+                 + ", ".join(f"{share:g} ({kind})" for kind, share in shares.items()))
+        raise GpuMemoryError(f"preset {preset.name} {given}, and the app holds {held} on a GPU: {total:.2f} of each "
+                             f"GPU, above {GPU_MEMORY_BUDGET:g}; set at most {most:.2f}")
+    return shares
+
+
+def _base_kwargs(preset: Preset, drafter: str | None, k: int, supported: Container[str] | None,
+                 model: str | None) -> dict:
+    """engine_kwargs without the app's GPU share (a `vllm serve` owns its GPUs)."""
     kwargs: dict[str, Any] = {
         "model": model or preset.target,
         "dtype": preset.dtype,
@@ -96,9 +151,222 @@ def engine_kwargs(preset: Preset, drafter: str | None, k: int, supported: Contai
     return kwargs
 
 
+def engine_kwargs(preset: Preset, drafter: str | None, k: int, supported: Container[str] | None = None,
+                  model: str | None = None, alone: bool = False) -> dict:
+    """AsyncEngineArgs keyword arguments. `drafter` None = plain decoding. `supported` = AsyncEngineArgs' field
+    names; optional arguments this vLLM lacks are left out (None = keep them all). `model`: the folder to load
+    instead of the preset's target id. On a GPU, the engine's share of each GPU (`gpu_shares`; `alone`: the only
+    engine on its GPUs); on the CPU, CPU_ENGINE_ARGS."""
+    kwargs = _base_kwargs(preset, drafter, k, supported, model)
+    if preset.device == "cuda":
+        kwargs["gpu_memory_utilization"] = gpu_shares(preset, alone)[engine_kind(drafter)]
+    return kwargs
+
+
+def memory_setting(preset: Preset, environ: dict | None = None, alone: bool = False) -> dict:
+    """What sizes the engines' memory, as vLLM applies it. On the CPU, the KV cache: VLLM_CPU_KVCACHE_SPACE (GiB)
+    where set and not empty (vLLM's CPU platform lets it win over the engine argument), else kv_cache_memory_bytes
+    from the preset's engine_options, else CPU_ENGINE_ARGS. On a GPU: each engine kind's gpu_memory_utilization
+    (`gpu_shares`; `alone` as in engine_kwargs)."""
+    environ = os.environ if environ is None else environ
+    if preset.device == "cuda":
+        return {"gpu_memory_utilization": gpu_shares(preset, alone)}
+    space = environ.get("VLLM_CPU_KVCACHE_SPACE", "")
+    if space != "":
+        return {"kv_cache_memory_bytes": int(space) * 1024**3, "set_by": f"VLLM_CPU_KVCACHE_SPACE={space}"}
+    if "kv_cache_memory_bytes" in preset.engine_options:
+        return {"kv_cache_memory_bytes": preset.engine_options["kv_cache_memory_bytes"],
+                "set_by": f"preset {preset.name}'s engine_options"}
+    return {"kv_cache_memory_bytes": CPU_ENGINE_ARGS["kv_cache_memory_bytes"], "set_by": "CPU_ENGINE_ARGS"}
+
+
+# --- GPU memory: will an engine's share hold the model? -----------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryNeed:
+    """What one engine needs on each of its GPUs at the least, estimated from config.json files: weights and one
+    max_model_len sequence of KV cache (activations and CUDA graphs come on top, and are not estimated)."""
+    plain: int  # bytes per GPU: the target
+    drafter: int  # the target and the largest of the preset's drafters
+    what: str  # how it was counted, for messages ("bf16 weights 15.0 GiB + an 8192-token KV cache 1.0 GiB")
+    lower_bound: bool = False  # quantized weights: counted at the fewest bits their format may use
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def _layer_config(config: dict) -> dict:
+    """The language model's settings: text_config (multimodal wrappers such as Kimi K2.6), or a speculators
+    drafter's transformer_layer_config."""
+    return config.get("text_config") or config.get("transformer_layer_config") or config
+
+
+def parameter_count(config: dict, drafter: bool = False) -> int:
+    """Parameters of a decoder from its config.json: attention (GQA or MLA), MLP (dense, or MoE with routed and
+    shared experts and leading dense layers), embeddings and LM head. An EAGLE-3 drafter (`drafter`): its layer's
+    attention reads [embeddings; hidden state] (twice the width), plus its fc layer and an LM head over
+    draft_vocab_size, without embeddings (vLLM shares the target's where the checkpoint has none, as ours and
+    lightseekorg's). Norms, routers' biases and d2t/t2d maps are left out (well under 1 %)."""
+    c = _layer_config(config)
+    hidden, layers = int(c.get("hidden_size", 0)), int(c.get("num_hidden_layers", 1))
+    heads = int(c.get("num_attention_heads", 1))
+    width_in = 2 * hidden if drafter else hidden  # what q, k and v (MLA: q_a, kv_a) read
+    if c.get("kv_lora_rank"):  # MLA (DeepSeek-V3, Kimi K2)
+        q_lora, kv_lora = int(c.get("q_lora_rank") or 0), int(c["kv_lora_rank"])
+        nope, rope = int(c.get("qk_nope_head_dim", 128)), int(c.get("qk_rope_head_dim", 64))
+        v_dim = int(c.get("v_head_dim", nope))
+        q = width_in * q_lora + q_lora * heads * (nope + rope) if q_lora else width_in * heads * (nope + rope)
+        attention = q + width_in * (kv_lora + rope) + kv_lora * heads * (nope + v_dim) + heads * v_dim * hidden
+    else:
+        kv_heads = int(c.get("num_key_value_heads") or heads)
+        head_dim = int(c.get("head_dim") or hidden // max(heads, 1))
+        attention = (width_in + hidden) * heads * head_dim + width_in * kv_heads * head_dim * 2
+    intermediate = int(c.get("intermediate_size") or 4 * hidden)
+    experts = int(c.get("n_routed_experts") or c.get("num_local_experts") or c.get("num_experts") or 0)
+    mlp = layers * 3 * hidden * intermediate
+    if experts:
+        width = int(c.get("moe_intermediate_size") or intermediate)
+        shared = int(c.get("n_shared_experts") or 0) * width + int(c.get("shared_expert_intermediate_size") or 0)
+        dense = min(layers, int(c.get("first_k_dense_replace") or 0))
+        every = max(1, int(c.get("moe_layer_freq") or c.get("decoder_sparse_step") or 1))
+        sparse = (layers - dense) // every
+        mlp = (layers - sparse) * 3 * hidden * intermediate + sparse * (3 * hidden * (experts * width + shared)
+                                                                       + hidden * experts)
+    vocab = int(c.get("vocab_size") or config.get("vocab_size") or 0)
+    head_vocab = int(config.get("draft_vocab_size") or c.get("draft_vocab_size") or vocab) if drafter else vocab
+    tied = (c.get("tie_word_embeddings") or config.get("tie_word_embeddings")) and head_vocab == vocab
+    embeddings = (0 if drafter else vocab * hidden) + (0 if tied and not drafter else head_vocab * hidden)
+    fc = 3 * int(config.get("target_hidden_size") or c.get("target_hidden_size") or hidden) * hidden if drafter else 0
+    return layers * attention + mlp + embeddings + fc
+
+
+def bytes_per_parameter(config: dict, dtype: str) -> tuple[float, bool]:
+    """(bytes a weight takes, whether that is a lower bound): the engine's dtype, or for a quantized checkpoint
+    (quantization_config) the fewest its format may use (4-bit formats 0.5, FP8 1; unknown formats 0.5), a lower
+    bound since such checkpoints keep some layers (embeddings, norms, often attention) in 16 bits."""
+    quant = config.get("quantization_config") or _layer_config(config).get("quantization_config")
+    if not quant:
+        return float(DTYPE_BYTES.get(dtype, 2)), False
+    text = json.dumps(quant).lower()
+    bits = quant.get("bits") or quant.get("w_bit") or quant.get("weight_bits")
+    if isinstance(bits, (int, float)) and not isinstance(bits, bool) and bits > 0:
+        return bits / 8, True
+    if "fp8" in text and "fp4" not in text and "int4" not in text:
+        return 1.0, True
+    return 0.5, True
+
+
+def kv_bytes_per_token(config: dict, dtype_bytes: float, tensor_parallel_size: int = 1) -> float:
+    """KV cache bytes one token takes on each GPU: MLA keeps one latent (kv_lora_rank + qk_rope_head_dim) a layer,
+    on every GPU; GQA keeps keys and values of its KV heads, split over the GPUs (each keeps at least one head)."""
+    c = _layer_config(config)
+    layers = int(c.get("num_hidden_layers", 1))
+    if c.get("kv_lora_rank"):
+        return layers * (int(c["kv_lora_rank"]) + int(c.get("qk_rope_head_dim", 64))) * dtype_bytes
+    heads = int(c.get("num_attention_heads", 1))
+    kv_heads = int(c.get("num_key_value_heads") or heads)
+    head_dim = int(c.get("head_dim") or int(c.get("hidden_size", 0)) // max(heads, 1))
+    return layers * 2 * max(1.0, kv_heads / tensor_parallel_size) * head_dim * dtype_bytes
+
+
+def memory_need(preset: Preset, target_config: dict, drafter_configs: Iterable[dict] = ()) -> MemoryNeed:
+    """Per GPU, what each engine kind needs at the least: the target's weights (split over tensor_parallel_size
+    GPUs) and one max_model_len sequence of KV cache (the preset's max_model_len, else the model's positions; vLLM
+    refuses to start an engine that cannot hold one), plus, for a drafter engine, the largest drafter's."""
+    tp = preset.tensor_parallel_size
+    weight, lower = bytes_per_parameter(target_config, preset.dtype)
+    kv_dtype = 1.0 if str(preset.engine_options.get("kv_cache_dtype", "auto")).startswith("fp8") \
+        else float(DTYPE_BYTES.get(preset.dtype, 2))
+    positions = int(preset.engine_options.get("max_model_len")
+                    or _layer_config(target_config).get("max_position_embeddings") or 4096)
+    weights = parameter_count(target_config) * weight / tp
+    cache = kv_bytes_per_token(target_config, kv_dtype, tp) * positions
+    extra = 0.0
+    for config in drafter_configs:
+        d_weight, _ = bytes_per_parameter(config, preset.dtype)
+        extra = max(extra, parameter_count(config, drafter=True) * d_weight / tp
+                    + kv_bytes_per_token(config, kv_dtype, tp) * positions)
+    name = f"{preset.dtype} weights" if not lower else f"weights at {8 * weight:g} bits or more"
+    per_gpu = f"on each of {tp} GPUs: " if tp > 1 else ""
+    what = f"{per_gpu}{name} {_gib(weights)} + a KV cache of {positions} tokens {_gib(cache)}"
+    return MemoryNeed(int(weights + cache), int(weights + cache + extra), what, lower)
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuPlan:
+    alone: bool = False  # the GPU has room for one engine: one at a time, the whole budget, no live plain baseline
+    note: str | None = None  # why, in one line (shown where the live baseline would be)
+
+
+def gpu_plan(preset: Preset, need: MemoryNeed | None, gpu_bytes: int | None) -> GpuPlan:
+    """How this preset's engines share a GPU of `gpu_bytes` (the smallest of its GPUs), given what each needs: all
+    together with their shares (GPU_SHARES) where each share holds its engine; one at a time with the whole budget
+    where it does not but the budget does (GpuPlan.alone, with a one-line note naming both figures); GpuMemoryError
+    where even the budget, or the preset's own share, is too small. Without an estimate or a GPU size (None): the
+    shares, and vLLM decides."""
+    shares = gpu_shares(preset)
+    if need is None or not gpu_bytes:
+        return GpuPlan()
+    needs = {"plain": need.plain, "drafter": need.drafter}
+    short = [kind for kind in GPU_SLOTS if shares[kind] * gpu_bytes < needs[kind]]
+    if not short:
+        return GpuPlan()
+    kind = short[0]
+    labels = {"plain": "plain decoding's engine", "drafter": "a drafter engine"}
+
+    def needs_text(kind: str) -> str:
+        drafter = need.drafter - need.plain
+        extra = f" + the drafter's {_gib(drafter)}" if kind == "drafter" and drafter > 0 else ""
+        about = "at least" if need.lower_bound else "about"
+        return f"{preset.target} needs {about} {_gib(needs[kind])} per GPU in {labels[kind]} ({need.what}{extra})"
+
+    gpu = f"this {_gib(gpu_bytes)} GPU"
+    if "gpu_memory_utilization" in preset.engine_options:
+        raise GpuMemoryError(f"preset {preset.name}'s gpu_memory_utilization {shares[kind]:g} gives each vLLM engine "
+                             f"{_gib(shares[kind] * gpu_bytes)} of {gpu}, and {needs_text(kind)}")
+    budget = GPU_MEMORY_BUDGET * gpu_bytes
+    largest = max(needs, key=needs.__getitem__)
+    if budget < needs[largest]:
+        raise GpuMemoryError(f"too big for {gpu} even as its only vLLM engine: {needs_text(largest)}, and "
+                             f"{GPU_MEMORY_BUDGET:g} of it is {_gib(budget)}")
+    return GpuPlan(alone=True, note=f"this GPU has room for one vLLM engine: {needs_text(kind)}, and its share "
+                   f"({shares[kind]:g} of {_gib(gpu_bytes)}) is {_gib(shares[kind] * gpu_bytes)}; one engine runs at "
+                   f"a time with {GPU_MEMORY_BUDGET:g} of the GPU, so plain decoding is not timed beside a run")
+
+
+def gpu_total_bytes(devices: int) -> int | None:
+    """The smallest total memory of the first `devices` GPUs vLLM will use (CUDA_VISIBLE_DEVICES applied), read
+    through NVML so that this process opens no CUDA context (vLLM's engine processes could not fork then); None
+    where it cannot tell (no NVML, not CUDA)."""
+    try:
+        from vllm.platforms import current_platform
+
+        if not current_platform.is_cuda() or type(current_platform).__name__ != "NvmlCudaPlatform":
+            return None
+        return min(int(current_platform.get_device_total_memory(i)) for i in range(devices))
+    except Exception:  # noqa: BLE001 - no GPU information: vLLM decides at start
+        return None
+
+
+def engines_to_stop(live: list[EngineKey], key: EngineKey, on_gpu: bool, alone: bool = False) -> list[EngineKey]:
+    """The live engines (least recently used first) to shut down before `key` starts: on the CPU the least recently
+    used beyond MAX_ENGINES - 1; on a GPU, where each kind has its share, the least recently used of key's kind beyond
+    its GPU_SLOTS, and every other one where the GPU has room for one engine (`alone`)."""
+    live = [k for k in live if k != key]
+    if alone:
+        return live
+    if not on_gpu:
+        return live[:max(0, len(live) - MAX_ENGINES + 1)]
+    same = [k for k in live if engine_kind(k[0]) == engine_kind(key[0])]
+    return same[:max(0, len(same) - GPU_SLOTS[engine_kind(key[0])] + 1)]
+
+
 def offline_llm(preset: Preset, drafter: str | None, k: int, model: str | None = None) -> Any:
     """vLLM's offline `LLM` for this preset (batch jobs and scripts; the app streams through AsyncLLM), built from
-    engine_kwargs. On a CPU preset, CPU_ENVIRONMENT fills what the environment does not set."""
+    engine_kwargs, as the only engine on its GPUs. On a CPU preset, CPU_ENVIRONMENT fills what the environment does
+    not set."""
     if preset.device == "cpu":
         for key, value in CPU_ENVIRONMENT.items():
             os.environ.setdefault(key, value)
@@ -106,13 +374,14 @@ def offline_llm(preset: Preset, drafter: str | None, k: int, model: str | None =
     from vllm.engine.arg_utils import EngineArgs
 
     supported = {f.name for f in dataclasses.fields(EngineArgs)}
-    return LLM(**engine_kwargs(preset, drafter, k, supported, model=model))
+    return LLM(**engine_kwargs(preset, drafter, k, supported, model=model, alone=True))
 
 
 def serve_command(preset: Preset, drafter: str | None, k: int, host: str = "0.0.0.0", port: int = 8000,
                   model: str | None = None) -> list[str]:
-    """The `vllm serve` command line equivalent to this preset (for a remote server); `model` as in engine_kwargs."""
-    kwargs = engine_kwargs(preset, drafter, k, model=model)
+    """The `vllm serve` command line equivalent to this preset (for a remote server); `model` as in engine_kwargs.
+    A server owns its GPUs: no share of them is set, unless the preset sets its own."""
+    kwargs = _base_kwargs(preset, drafter, k, None, model)
     command = ["vllm", "serve", kwargs.pop("model")]
     kwargs.pop("disable_log_stats")  # the server logs stats by default
     spec = kwargs.pop("speculative_config", None)
@@ -260,10 +529,11 @@ EngineKey = tuple[str | None, int]  # (drafter source or None for plain, k or 0)
 
 
 class VllmBackend:
-    """AsyncLLM engines, one per (drafter, k), on one asyncio loop thread; at most MAX_ENGINES alive."""
+    """AsyncLLM engines, one per (drafter, k), on one asyncio loop thread; at most MAX_ENGINES alive (on a GPU: plain
+    decoding's and two drafter engines, each with its share of the GPU; one at a time where the GPU has room for one:
+    `memory_plan`)."""
 
     name = "vllm"
-    missing_fields = dict(MISSING_FIELDS)
     # the engine decodes on without waiting for the consumer: a step's time is its arrival, pauses included, and
     # plain steps are timed after a run (timed during it, they would share the CPU with it)
     paces_itself = True
@@ -275,9 +545,43 @@ class VllmBackend:
         self._tokenizer = None
         self._engines: OrderedDict[EngineKey, Any] = OrderedDict()  # least recently used first
         self._current: tuple[EngineKey, float, str, str] | None = None  # starting: key, since, place, expectation
+        self._gpu_plan: GpuPlan | None = None  # how the engines share the GPU (`memory_plan`), once known
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="vllm-loop", daemon=True).start()
         atexit.register(self.shutdown)  # engine cores are processes: stop them before the interpreter tears down
+
+    @property
+    def missing_fields(self) -> dict[str, str]:
+        """MISSING_FIELDS, and the live baseline where the GPU has room for one engine (`memory_plan`)."""
+        fields = dict(MISSING_FIELDS)
+        try:
+            note = self.memory_plan().note
+        except GpuMemoryError:  # raised again where an engine would start (and at preload)
+            note = None
+        if note:
+            fields["baseline"] = note
+        return fields
+
+    def memory_plan(self) -> GpuPlan:
+        """How this preset's engines share the GPU (`gpu_plan`), worked out once, before the first engine starts: the
+        weights from the configs against the GPU's total memory. GpuMemoryError where they cannot fit. On the CPU:
+        the default plan."""
+        if self._gpu_plan is None:
+            if self.preset.device != "cuda":
+                self._gpu_plan = GpuPlan()
+            else:
+                gpu_shares(self.preset)  # a preset's own share that adds above the budget: refused before any read
+                self._gpu_plan = gpu_plan(self.preset, self._memory_need(),
+                                          gpu_total_bytes(self.preset.tensor_parallel_size))
+        return self._gpu_plan
+
+    def _memory_need(self) -> MemoryNeed | None:
+        """memory_need from the target's and the preset's drafters' config.json; None where one cannot be read."""
+        try:
+            return memory_need(self.preset, read_config(self.model_folder),
+                               [read_config(source) for source in self.preset.drafters.values()])
+        except (CheckpointError, ValueError, TypeError):
+            return None
 
     def submit(self, coroutine) -> "asyncio.Future":
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
@@ -308,14 +612,21 @@ class VllmBackend:
         _ = self.tokenizer
         for source in self.preset.drafters.values():
             check_drafter_fits(self.model_folder, source)
+        self.memory_plan()  # on a GPU: refuse now what cannot fit
 
     def _key(self, drafter: str, k: int) -> EngineKey:
         source = None if drafter == "none" else self.preset.drafters.get(drafter, drafter)
         return (source, k if source else 0)
 
+    def _needed(self, drafter: str) -> list[str]:
+        """The engines a run with this drafter needs: its own, then plain decoding's (the live baseline), which a GPU
+        with room for one engine goes without."""
+        return [drafter] if self.memory_plan().alone else list(dict.fromkeys([drafter, "none"]))
+
     def _missing(self, drafter: str, k: int) -> list[EngineKey]:
-        """The engines a run with this drafter and k needs (its own, then plain decoding's) that are not up."""
-        return [key for key in dict.fromkeys([self._key(drafter, k), self._key("none", 0)]) if key not in self._engines]
+        """The engines a run with this drafter and k needs that are not up."""
+        return [key for key in dict.fromkeys(self._key(name, k) for name in self._needed(drafter))
+                if key not in self._engines]
 
     def _name(self, key: EngineKey) -> str:
         if key[0] is None:
@@ -348,7 +659,9 @@ class VllmBackend:
         if not missing:
             return None
         names = ", then ".join(f"{self._name(key)} ({self._expected(key)})" for key in missing)
-        return f"starting vLLM for {names}{self._measured_on()}. Engines are kept once started…"
+        kept = ("One engine at a time on this GPU: another drafter or k starts its own…" if self.memory_plan().alone
+                else "Engines are kept once started…")
+        return f"starting vLLM for {names}{self._measured_on()}. {kept}"
 
     def start_progress(self) -> str | None:
         """While an engine starts: which, how long so far and what the measurements lead to expect, e.g. "starting
@@ -364,9 +677,10 @@ class VllmBackend:
         return f"starting vLLM for {self._name(key)}{place}: {so_far} so far ({expectation})…"
 
     def prepare(self, drafter: str, k: int) -> None:
-        """Start the engines a run needs: its own and plain decoding's (the baseline)."""
+        """Start the engines a run needs: its own and plain decoding's (the baseline; not where the GPU has room
+        for one engine)."""
         missing = self._missing(drafter, k)
-        for name in dict.fromkeys([drafter, "none"]):
+        for name in self._needed(drafter):
             key = self._key(name, k)
             many = key in missing and len(missing) > 1
             self.engine(name, k, f" ({missing.index(key) + 1} of {len(missing)})" if many else "")
@@ -394,15 +708,17 @@ class VllmBackend:
             raise failure[0]
 
     def engine(self, drafter: str, k: int, place: str = "") -> Any:
-        """The engine for this drafter and k, started if needed; the drafter's fit is checked first. `place`: where
-        this start is among those a run waits for (" (1 of 2)"), for `start_progress`."""
+        """The engine for this drafter and k, started if needed; the drafter's fit and, on a GPU, the memory plan
+        are checked first. Engines make room as `engines_to_stop` says. `place`: where this start is among those a
+        run waits for (" (1 of 2)"), for `start_progress`."""
         key = self._key(drafter, k)
         with self._lock:
             if key not in self._engines:
                 if key[0] is not None:
                     check_drafter_fits(self.model_folder, key[0])
-                while len(self._engines) >= MAX_ENGINES:
-                    _stop(self._engines.popitem(last=False)[1])
+                plan = self.memory_plan()
+                for victim in engines_to_stop(list(self._engines), key, self.preset.device == "cuda", plan.alone):
+                    _stop(self._engines.pop(victim))
                 self._current = (key, time.monotonic(), place, self._expected(key) + self._measured_on())
                 try:
                     self._engines[key] = self.submit(self._start(*key)).result()
@@ -421,10 +737,19 @@ class VllmBackend:
             for key, value in CPU_ENVIRONMENT.items():
                 os.environ.setdefault(key, value)
         supported = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
-        kwargs = engine_kwargs(self.preset, drafter, k, supported, model=self.model_folder)
-        return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**self.engine_kwargs(drafter, k, supported)))
+
+    def engine_kwargs(self, drafter: str | None, k: int, supported: Container[str] | None = None) -> dict:
+        """This backend's arguments for the engine of `drafter` (a source, None = plain) and k (`engine_kwargs`,
+        with the GPU plan's share)."""
+        alone = self.memory_plan().alone
+        return engine_kwargs(self.preset, drafter, k, supported, model=self.model_folder, alone=alone)
 
     def plain_probe(self) -> VllmPlainProbe:
+        """The live baseline's probe; refused where the GPU has room for one engine (it would stop the run's)."""
+        note = self.memory_plan().note
+        if note:
+            raise VllmError(note)
         return VllmPlainProbe(self)
 
     @staticmethod

@@ -174,8 +174,12 @@ def engine_info(engine: str, backend) -> dict:
                 "kernels": target.fast.kernels if target.fast else "transformers"}
     import vllm
 
+    from playground.backends.vllm_backend import memory_setting
+
+    # what sized the engines' memory, as vLLM applies it: on the CPU the KV cache (kv_cache_memory_bytes from the
+    # preset or CPU_ENGINE_ARGS, unless VLLM_CPU_KVCACHE_SPACE overrides it) and what set it; on a GPU each share
     return {"vllm": vllm.__version__, "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
-            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE")}
+            **memory_setting(backend.preset, alone=backend.memory_plan().alone)}
 
 
 def table(result: dict) -> str:
