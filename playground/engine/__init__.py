@@ -7,10 +7,11 @@ from .decode import GenerationConfig, PlainProbe, plain_generate, speculative_ge
 from .drafter import DrafterConfig, Eagle3Drafter
 from .record import RunRecord
 from .target import Target, TargetError
+from .tree import TreeShape, tree_generate
 from .trace import AttentionMass, Baseline, RunMetrics, SpecCounters, StepEvent, emitted_ids, summarize
 
 __all__ = [
     "MAX_K", "AttentionMass", "Baseline", "CheckpointError", "DrafterConfig", "Eagle3Drafter", "GenerationConfig",
-    "PlainProbe", "RunMetrics", "RunRecord", "SpecCounters", "StepEvent", "Target", "TargetError", "emitted_ids",
-    "load_drafter", "plain_generate", "save_drafter", "speculative_generate", "summarize",
+    "PlainProbe", "RunMetrics", "RunRecord", "SpecCounters", "StepEvent", "Target", "TargetError", "TreeShape", "emitted_ids",
+    "load_drafter", "plain_generate", "save_drafter", "speculative_generate", "summarize", "tree_generate",
 ]

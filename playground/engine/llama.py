@@ -79,6 +79,13 @@ class KVCache:
     def rollback(self, length: int) -> None:
         self.length = min(self.length, length)
 
+    def keep(self, start: int, rows: torch.Tensor) -> None:
+        """Keep the entries at `start + rows` (increasing), moved to `start`, `start + 1`, ...; drop the rest."""
+        end = start + rows.shape[0]
+        for buffer in (self.keys, self.values):
+            buffer[:, :, start:end] = buffer[:, :, start + rows]  # the gather copies before the write
+        self.length = end
+
 
 def fast_forward_problem(model) -> str | None:
     """Why this model cannot take the fast path, or None when it can."""
@@ -271,18 +278,25 @@ class FastLlama:
         return KVCache(len(self.layers), self.n_kv, self.head_dim, max_positions, self.embed.dtype, self.embed.device)
 
     @torch.inference_mode()
-    def forward(self, ids: torch.Tensor, cache: KVCache, aux_layers: list[int], last_only: bool
-                ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """ids [t] → (logits [1 or t, vocab], aux states [t, hidden] of `aux_layers`, in their order)."""
+    def forward(self, ids: torch.Tensor, cache: KVCache, aux_layers: list[int], last_only: bool,
+                tree: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """ids [t] → (logits [1 or t, vocab], aux states [t, hidden] of `aux_layers`, in their order).
+
+        `tree` = (positions [t], sees [t, t] bool): a draft tree's verification, where new token i sits at
+        `positions[i]` and attends to the cache and to the new tokens j with sees[i, j] (its ancestors and itself)."""
         t, start = ids.shape[0], cache.length
         end = start + t
         cache.reserve(end)
         x = F.embedding(ids, self.embed)  # [t, H]: one sequence, so no batch dimension
-        cos, signed_sin = self.rope.span(start, end, x)  # [1, t, head_dim]
+        cos, signed_sin = self.rope.span(start, end, x) if tree is None else self.rope(tree[0], x)  # [1, t, head_dim]
         one_query_at_a_time = self.row_exact and 1 < t <= MAX_EXACT_ROWS
-        # new queries see every cached key and the new keys up to their own position
-        mask = (None if t == 1 or one_query_at_a_time
-                else torch.ones(t, end, dtype=torch.bool, device=ids.device).tril(start))
+        # new queries see every cached key and the new keys up to their own position (a tree: their ancestors)
+        sees = torch.ones(t, t, dtype=torch.bool, device=ids.device).tril() if tree is None else tree[1]
+        mask = None if t == 1 or one_query_at_a_time else torch.cat(
+            [torch.ones(t, start, dtype=torch.bool, device=ids.device), sees], dim=1)
+        # row-exact: query j reads the keys plain decoding would have cached, in the same order
+        key_rows = [torch.cat([torch.arange(start, device=ids.device), start + sees[j].nonzero()[:, 0]])
+                    for j in range(t)] if one_query_at_a_time and tree is not None else None
         heads, kv_heads, head_dim = self.n_heads, self.n_kv, self.head_dim
         captured: dict[int, torch.Tensor] = {}
         wanted = set(aux_layers)
@@ -296,7 +310,11 @@ class FastLlama:
             cache.keys[i, :, start:end] = qk[heads:]
             cache.values[i, :, start:end] = v
             keys, values = cache.keys[i : i + 1], cache.values[i : i + 1]
-            if one_query_at_a_time:
+            if key_rows is not None:
+                attn = torch.cat([F.scaled_dot_product_attention(
+                    q[None, :, j : j + 1], keys[:, :, rows], values[:, :, rows],
+                    scale=self.scale, enable_gqa=kv_heads != heads) for j, rows in enumerate(key_rows)], dim=2)
+            elif one_query_at_a_time:
                 attn = torch.cat([F.scaled_dot_product_attention(
                     q[None, :, j : j + 1], keys[:, :, : start + j + 1], values[:, :, : start + j + 1],
                     scale=self.scale, enable_gqa=kv_heads != heads) for j in range(t)], dim=2)

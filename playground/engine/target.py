@@ -164,15 +164,21 @@ class Target:
 
     @torch.inference_mode()
     def forward(self, input_ids: list[int] | torch.Tensor, cache: KVCache | DynamicCache,
-                aux_layers: list[int] | None = None, last_only: bool = False) -> TargetOutput:
-        """Run new tokens through the model, appending to `cache`; capture the aux hidden states of `aux_layers`."""
+                aux_layers: list[int] | None = None, last_only: bool = False,
+                tree: tuple[torch.Tensor, torch.Tensor] | None = None) -> TargetOutput:
+        """Run new tokens through the model, appending to `cache`; capture the aux hidden states of `aux_layers`.
+
+        `tree` = (positions [t], sees [t, t] bool) verifies a draft tree: new token i sits at positions[i] and attends
+        to the cache and to the new tokens j where sees[i, j]."""
         if self.fast is not None:
             ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device).view(-1)
-            logits, aux = self.fast.forward(ids, cache, aux_layers or [], last_only)
+            logits, aux = self.fast.forward(ids, cache, aux_layers or [], last_only, tree)
             return TargetOutput(logits=logits.float(), aux=torch.cat(aux, dim=-1) if aux_layers else None)
         ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device).view(1, -1)
+        extra = {} if tree is None else self._tree_arguments(cache, *tree)
         out, found = self.capture_layers(aux_layers or (), lambda: self.model(
-            input_ids=ids, use_cache=True, logits_to_keep=1 if last_only else 0, **{self.cache_keyword: cache}))
+            input_ids=ids, use_cache=True, logits_to_keep=1 if last_only else 0, **{self.cache_keyword: cache},
+            **extra))
         aux = torch.cat([found[i][0] for i in aux_layers], dim=-1) if aux_layers else None
         return TargetOutput(logits=out.logits[0].float(), aux=aux)
 
@@ -181,6 +187,29 @@ class Target:
         """Batched forward without a cache, for training drafters: logits [b, t, V] and aux [b, t, n*H]."""
         out, found = self.capture_layers(aux_layers, lambda: self.model(input_ids=tokens.to(self.device), use_cache=False))
         return TargetOutput(logits=out.logits.float(), aux=torch.cat([found[i] for i in aux_layers], dim=-1))
+
+    def _tree_arguments(self, cache: DynamicCache, positions: torch.Tensor, sees: torch.Tensor) -> dict:
+        """transformers' position ids and a 4D additive mask (used as given: transformers builds no mask of its own
+        for a 4D one), the cached positions visible to every new token."""
+        t, start = sees.shape[0], cache.get_seq_length()
+        visible = torch.cat([torch.ones(t, start, dtype=torch.bool, device=sees.device), sees], dim=1)
+        mask = torch.zeros(visible.shape, dtype=self.dtype, device=self.device).masked_fill_(
+            ~visible, torch.finfo(self.dtype).min)
+        return {"position_ids": positions.view(1, -1), "attention_mask": mask[None, None]}
+
+    @staticmethod
+    @torch.inference_mode()
+    def keep(cache: KVCache | DynamicCache, start: int, rows: torch.Tensor) -> None:
+        """Keep the cached positions `start + rows` (increasing: an accepted tree path), moved to `start`,
+        `start + 1`, ...; drop every position after them."""
+        if isinstance(cache, KVCache):
+            cache.keep(start, rows)
+            return
+        end = start + rows.shape[0]
+        for layer in cache.layers:
+            layer.keys[:, :, start:end] = layer.keys[:, :, start + rows]
+            layer.values[:, :, start:end] = layer.values[:, :, start + rows]
+        Target.rollback(cache, end)
 
     @staticmethod
     def rollback(cache: KVCache | DynamicCache, length: int) -> None:

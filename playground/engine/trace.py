@@ -54,6 +54,14 @@ class StepEvent:
     elapsed_ms: float = 0.0
     finished: bool = False
     finish_reason: str | None = None  # "eos" | "stop" | "length" | "cancelled" | None while running
+    # Draft trees (engine/tree.py), None for chains and plain steps. Then `drafted` is the tree's branch through the
+    # accepted path (the accepted nodes, then the best-scored kept child at each further depth), so `accepted`,
+    # `emitted` and acceptance length keep their chain meaning: tokens per step.
+    tree_tokens: list[int] | None = None  # every verified node, in depth order
+    tree_parents: list[int] | None = None  # index of each node's parent in tree_tokens; -1 = the last emitted token
+    tree_depths: list[int] | None = None  # 1 = a child of the last emitted token
+    tree_probs: list[float] | None = None  # the drafter's probability of each node given its parent
+    tree_path: list[int] | None = None  # the accepted nodes (indices into tree_tokens), shallowest first
 
     def to_dict(self) -> dict:
         return asdict(self)
