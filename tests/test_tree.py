@@ -1,5 +1,5 @@
 """Draft trees (playground/engine/tree.py) are lossless: greedy output token-identical to plain decoding, on the fast
-and the transformers target path, for several shapes; a tree of topk 1 is a chain of k = depth; the StepEvent carries
+and the transformers target path, for several shapes, with GQA and MLA (kimi-tiny) drafters; a tree of topk 1 is a chain of k = depth; the StepEvent carries
 the tree. A wrong tree mask (a helper, never production code) makes output differ, so the checks can fail."""
 
 from __future__ import annotations
@@ -146,3 +146,21 @@ def test_a_wrong_tree_mask_changes_the_output(tiny: TinyModels, plain: list[list
     differ = sum(flat(run_tree(tiny.target, tiny, "eagle3", prompt, TreeShape(depth=4, topk=4, nodes=16))) != want
                  for prompt, want in zip(prompts(tiny), plain))
     assert differ > 0, "a tree mask that leaks siblings went unnoticed"
+
+
+@pytest.mark.parametrize("variant", ("eagle3", "eagle3.1"))
+def test_mla_drafter_trees_on_the_kimi_tiny_pair(variant: str) -> None:
+    """MLA drafters take the tree mask too; the DeepSeek-V3 target verifies through transformers."""
+    from playground.engine import load_drafter
+    from playground.presets import KIMI_TINY
+
+    target = Target.load(str(KIMI_TINY / "target"))
+    drafter, _ = load_drafter(KIMI_TINY / variant)
+    aux = target.attach(drafter)
+    accepted = 0
+    for prompt in ([1, 500, 300, 20, 77], list(range(100, 140))):
+        cfg = GenerationConfig(max_new_tokens=32)
+        events = list(tree_generate(target, drafter, aux, prompt, cfg, TreeShape(depth=4, topk=3, nodes=12)))
+        assert flat(events) == flat(plain_generate(target, prompt, cfg))
+        accepted += sum(e.accepted for e in events)
+    assert target.forward_path == "transformers" and accepted > 0
