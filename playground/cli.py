@@ -8,8 +8,10 @@ import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import Iterator
 
-from playground.engine import MAX_K, GenerationConfig, RunRecord
+from playground.engine import MAX_K, GenerationConfig, RunRecord, StepEvent, TreeShape, tree_generate
+from playground.engine.tree import tree_problem
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.text import IncrementalDecoder
 from playground.presets import Preset, default_preset_name, engine_presets, get_preset
@@ -81,6 +83,7 @@ def generate(args: argparse.Namespace) -> dict:
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, temperature=args.temperature,
                            top_p=args.top_p, seed=args.seed, stop_strings=tuple(args.stop or ()),
                            instrument=not args.no_instrument, min_draft_prob=args.min_draft_prob)
+    tree = _tree_shape(args, preset, drafter, cfg)
     try:
         cfg.validate()
     except ValueError as err:
@@ -88,7 +91,7 @@ def generate(args: argparse.Namespace) -> dict:
     backend = make_backend(args, preset)
     prompt_ids = backend.encode(_messages(args), chat_template=args.chat_template, raw=args.raw)
     events, ids = [], []
-    stream = backend.stream(prompt_ids, drafter, cfg)
+    stream = tree_stream(backend, prompt_ids, drafter, cfg, tree) if tree else backend.stream(prompt_ids, drafter, cfg)
     decoder = IncrementalDecoder(backend.decode)
     for event in stream:
         events.append(event)
@@ -97,10 +100,11 @@ def generate(args: argparse.Namespace) -> dict:
             sys.stdout.write(decoder.extend(event.emitted) + (decoder.flush() if event.finished else ""))
             sys.stdout.flush()
     record = RunRecord.of(events, backend.decode(ids), len(prompt_ids), drafter, cfg,
-                          getattr(stream, "k", cfg.k))  # vLLM / remote: the engine's k
+                          tree.depth if tree else getattr(stream, "k", cfg.k))  # vLLM / remote: the engine's k
     target = getattr(backend, "target", None)  # the local engine's: which forward ran
     result = {"preset": preset.name, "target": preset.target, "dtype": preset.dtype,
-              "forward": target.forward_path if target is not None else preset.backend, **record.to_dict()}
+              "forward": target.forward_path if target is not None else preset.backend,
+              "tree": asdict(tree) if tree else None, **record.to_dict()}
     if args.json:
         print(json.dumps(result))
     else:
@@ -109,6 +113,30 @@ def generate(args: argparse.Namespace) -> dict:
         print(f"\n\n[{m.generated_tokens} tokens, {m.tokens_per_second:.1f} tok/s, mean acceptance length {al}, "
               f"finish: {record.finish_reason}]", file=sys.stderr)
     return result
+
+
+def _tree_shape(args: argparse.Namespace, preset: Preset, drafter: str, cfg: GenerationConfig) -> TreeShape | None:
+    """The draft tree --tree-nodes asks for (None: chains), refused where it cannot run."""
+    if args.tree_nodes is None:
+        if args.tree_depth is not None or args.tree_topk is not None:
+            raise UsageError("--tree-depth and --tree-topk shape a draft tree: pass --tree-nodes too")
+        return None
+    tree = TreeShape(depth=args.tree_depth or TreeShape.depth, topk=args.tree_topk or TreeShape.topk,
+                     nodes=args.tree_nodes)
+    if preset.backend != "local" or drafter == "none":
+        raise UsageError("draft trees run in the local engine with a drafter (--backend local, a --drafter)")
+    problem = tree_problem(cfg, tree)
+    if problem:
+        raise UsageError(problem)
+    return tree
+
+
+def tree_stream(backend, prompt_ids: list[int], drafter: str, cfg: GenerationConfig, tree: TreeShape
+                ) -> Iterator[StepEvent]:
+    """A draft-tree request on the local backend's own target and drafter (its `stream` runs chains)."""
+    backend.warm_up(prompt_ids, drafter)
+    loaded = backend.drafter(drafter)
+    return tree_generate(backend.target, loaded.drafter, loaded.aux_layers, prompt_ids, cfg, tree)
 
 
 def parse_ks(text: str | None) -> tuple[int, ...] | None:
@@ -142,6 +170,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--drafter", help="none, or a drafter name of the preset (default: eagle3.1 where it has one)")
     p.add_argument("--k", type=int, default=4, help=f"speculative tokens per step, 1..{MAX_K}")
     add_min_draft_prob_flag(p)
+    p.add_argument("--tree-nodes", type=int, help="draft an EAGLE-2-style tree of this many nodes per step instead "
+                   "of a chain (greedy, local engine; docs/trees.md)")
+    p.add_argument("--tree-depth", type=int, help=f"the tree's depth (default {TreeShape.depth})")
+    p.add_argument("--tree-topk", type=int, help=f"children per expanded node (default {TreeShape.topk})")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int)
