@@ -13,9 +13,12 @@ import signal
 import sys
 
 import playground.backends.zerogpu  # noqa: F401 - on a ZeroGPU Space `spaces` must be imported before CUDA is touched
+
+# isort: split
 import torch
 from starlette.middleware import Middleware
 
+from playground import settings
 from playground.playback import load_preset
 from playground.presets import default_preset_name
 from playground.ui import APP_CSS, THEME, build_app
@@ -40,7 +43,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)  # ours at INFO (a refused request is one line); other libraries at WARNING
-    if threads := os.environ.get("PLAYGROUND_THREADS"):
+    if threads := settings.number("PLAYGROUND_THREADS"):
         torch.set_num_threads(int(threads))
     problem = load_preset(default_preset_name())
     if problem:

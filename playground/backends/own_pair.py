@@ -20,14 +20,15 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
-import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from playground import settings
 from playground.engine.checkpoint import CheckpointError
 from playground.presets import Preset, register_pair, unregister_pair
+from playground.settings import public_host
 
 from .fit import drafter_fit, hub_problem, read_config
 
@@ -42,14 +43,6 @@ class PairRefused(ValueError):
     """A pair that cannot be loaded here; the message says why in one line."""
 
 
-def public_host() -> bool:
-    """A Space, or an owner who says the app is public: then visitors name Hub ids only."""
-    return bool(os.environ.get("SPACE_ID")) or os.environ.get("PLAYGROUND_PUBLIC", "") in {"1", "true"}
-
-
-def _gb_setting(name: str, default: float | None) -> float | None:
-    value = os.environ.get(name, "").strip()
-    return float(value) if value else default
 
 
 def _looks_local(source: str) -> bool:
@@ -195,7 +188,7 @@ def check_pair(target: str, drafters: dict[str, str], revision: str = "") -> Pai
         raise PairRefused(f"too big for this machine: the pair needs about {size_text(memory)} (float32 weights and a "
                           f"{CONTEXT_FOR_ESTIMATE}-token cache), and {size_text(available)} of memory is available")
     hub_bytes = {s: _hub_bytes(s, revision if s == target else "") for s in sources if not _looks_local(s)}
-    cap = _gb_setting("PLAYGROUND_MAX_DOWNLOAD_GB", 4.0 if public else None)
+    cap = settings.number("PLAYGROUND_MAX_DOWNLOAD_GB", 4.0 if public else None)
     if cap is not None:
         size = sum(hub_bytes.values()) + sum(_folder_bytes(s) for s in sources if _looks_local(s))
         if size > cap * 2**30:
@@ -220,7 +213,7 @@ class PairShelf:
         self._lock = threading.Lock()
 
     def budget_bytes(self) -> int:
-        gb = _gb_setting("PLAYGROUND_PAIRS_GB", None)
+        gb = settings.number("PLAYGROUND_PAIRS_GB")
         return int(gb * 2**30) if gb is not None else _available_bytes() // 2
 
     def load(self, check: PairCheck, load_weights) -> Preset:

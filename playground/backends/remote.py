@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from typing import Callable, Iterator
 
 import httpx
 
+from playground import settings
 from playground.engine import GenerationConfig, SpecCounters, StepEvent
 from playground.engine.templates import raw_prompt, resolve_template
 from playground.presets import SERVER_DRAFTER, Preset
 
-from . import require_fixed_k_support
+from . import Capabilities, require_fixed_k_support
 from .fit import check_drafter_fits
 from .specstats import counters_from_samples, parse_prometheus
 from .steps import MISSING_FIELDS, DeltaStepper, finish_reason
@@ -134,13 +134,14 @@ class RemoteBackend:
         **MISSING_FIELDS,
         "baseline": "plain decoding needs a second server started without --speculative-config",
     }
+    capabilities = Capabilities(times_plain_steps=False)
 
     def __init__(self, preset: Preset, api_key: str | None = None, timeout_s: float = 600.0) -> None:
         if not preset.url:
             raise RemoteError(f"preset {preset.name!r} has no server URL: set PLAYGROUND_REMOTE_URL")
         self.preset = preset
         self.base = base_url(preset.url)
-        key = api_key if api_key is not None else os.environ.get("PLAYGROUND_REMOTE_API_KEY")
+        key = api_key if api_key is not None else settings.text("PLAYGROUND_REMOTE_API_KEY")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._client = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout_s, connect=10.0))
         self._model: str | None = preset.target or None
@@ -198,6 +199,19 @@ class RemoteBackend:
         if not self._fit_checked and drafter != SERVER_DRAFTER:
             check_drafter_fits(self._served_root(), drafter)
         self._fit_checked = True
+
+    @property
+    def exact_speculation(self) -> bool:
+        return self.preset.dtype == "float32"  # the server's precision, as the preset states it
+
+    def plain_probe(self):
+        raise RemoteError(self.missing_fields["baseline"])
+
+    def starting(self, drafter: str, k: int) -> str | None:
+        return None  # the server is up or it is not: preload says which
+
+    def preparing(self, drafter: str, k: int) -> Iterator[str]:
+        return iter(())
 
     def preload(self) -> None:
         """At start-up: reach the server, learn the served model, check the named drafter (if any) against it."""

@@ -48,7 +48,7 @@ from playground.engine.templates import encode_chat
 from playground.presets import DRAFTER_LABELS, Preset
 from playground.smollm2 import local_folder
 
-from . import require_fixed_k_support
+from . import Capabilities, require_fixed_k_support
 from .fit import check_drafter_fits, read_config
 from .specstats import Sample, counters_from_samples
 from .steps import MISSING_FIELDS, DeltaStepper, finish_reason
@@ -534,9 +534,6 @@ class VllmBackend:
     `memory_plan`)."""
 
     name = "vllm"
-    # the engine decodes on without waiting for the consumer: a step's time is its arrival, pauses included, and
-    # plain steps are timed after a run (timed during it, they would share the CPU with it)
-    paces_itself = True
 
     def __init__(self, preset: Preset) -> None:
         os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout is the CLI's (`--json`)
@@ -561,6 +558,16 @@ class VllmBackend:
         if note:
             fields["baseline"] = note
         return fields
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Its engine decodes on without waiting for the consumer (paces itself); plain steps are timed in plain
+        decoding's engine, except where the GPU has room for one engine (`memory_plan`)."""
+        return Capabilities(times_plain_steps="baseline" not in self.missing_fields, paces_itself=True)
+
+    @property
+    def exact_speculation(self) -> bool:
+        return self.preset.dtype == "float32"
 
     def memory_plan(self) -> GpuPlan:
         """How this preset's engines share the GPU (`gpu_plan`), worked out once, before the first engine starts: the

@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Iterable, Iterator
 
 from playground.backends import Backend
-from playground.backends.availability import on_zerogpu
 from playground.engine import Baseline, RunRecord, StepEvent, emitted_ids
 from playground.viz import ProvenanceBuilder, RunView, TokenPiece, plain_verdict
 
@@ -141,27 +140,19 @@ class RunDriver:
 
     def __init__(self, backend: Backend, settings: RunSettings, prompt_ids: list[int],
                  should_stop: Callable[[], bool]) -> None:
-        self._on_zerogpu = on_zerogpu() and backend.name == "local"  # the GPU exists only inside a spaces.GPU call
-        missing = dict(backend.missing_fields)
-        if self._on_zerogpu:
-            missing["baseline"] = ("on ZeroGPU the GPU exists only inside each request's GPU call, so plain decoding "
-                                   "is not timed beside the run")
-        dtype = backend.preset.dtype  # the local engine knows whether its verification is bit-exact in it; in
-        exact = getattr(backend, "exact_speculation", dtype == "float32")  # the others, float32 only is
-        self.run = Run(settings, len(prompt_ids), missing_fields=missing,
-                       precision=precision_label(dtype, exact, settings.plain))
+        self.run = Run(settings, len(prompt_ids), missing_fields=dict(backend.missing_fields),
+                       precision=precision_label(backend.preset.dtype, backend.exact_speculation, settings.plain))
         self._backend, self._prompt_ids, self._should_stop = backend, prompt_ids, should_stop
-        self.paces_itself = getattr(backend, "paces_itself", False)
+        self.paces_itself = backend.capabilities.paces_itself
         self._provenance = ProvenanceBuilder(backend.decode)
         self._events: _ActiveTimeEvents | None = None
-        self._engine_checks_stop = True
         self._first_step_asked: float | None = None
 
     @property
     def times_plain_steps(self) -> bool:
         """Whether plain steps of this run's target can be timed in this process (not on ZeroGPU, not where the
         backend says it cannot)."""
-        return "baseline" not in self.run.missing_fields
+        return self._backend.capabilities.times_plain_steps
 
     def baseline(self) -> BaselineSampler | None:
         """This run's own plain baseline, timed alongside it (after it on vLLM), where the backend can time plain
@@ -185,18 +176,10 @@ class RunDriver:
     def open(self) -> None:
         """Load the drafter (and check that it fits the target) before anything is measured."""
         s = self.run.settings
-        if self._on_zerogpu:
-            from playground.backends.zerogpu import stream_local
-
-            # the engine runs in a forked worker that cannot see the stop switch: the driver stops pulling instead
-            stream = stream_local(s.preset, self._prompt_ids, s.drafter, s.generation_config())
-            self._engine_checks_stop = False
-        else:
-            stream = self._backend.stream(self._prompt_ids, s.drafter, s.generation_config(), self._should_stop)
+        stream = self._backend.stream(self._prompt_ids, s.drafter, s.generation_config(), self._should_stop)
         self._events = _ActiveTimeEvents(stream, rewrite=not self.paces_itself)
         self.run.opened = True
-        starting = getattr(self._backend, "starting", None)
-        self.run.starting = starting(s.drafter, s.k) if starting else None
+        self.run.starting = self._backend.starting(s.drafter, s.k)
 
     def prepare(self) -> Iterator[None]:
         """Start what the backend needs before the first step (vLLM: this run's engine and the plain one), so that
@@ -205,13 +188,9 @@ class RunDriver:
         if not self.run.starting:
             return
         s = self.run.settings
-        preparing = getattr(self._backend, "preparing", None)
-        if preparing is None:
-            self._backend.prepare(s.drafter, s.k)
-        else:
-            for progress in preparing(s.drafter, s.k):
-                self.run.starting = progress
-                yield
+        for progress in self._backend.preparing(s.drafter, s.k):
+            self.run.starting = progress
+            yield
         self.run.starting = None
 
     def cancel(self) -> None:
@@ -226,7 +205,7 @@ class RunDriver:
         if self.run.finished:
             return False
         assert self._events is not None, "open() first"
-        if not self._engine_checks_stop and self.run.events and self._should_stop():
+        if not self._backend.capabilities.checks_stop and self.run.events and self._should_stop():
             self.cancel()
             return False
         if self._first_step_asked is None:

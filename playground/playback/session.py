@@ -30,10 +30,7 @@ def _nonempty_prompt(prompt: str | None) -> str:
 def load_preset(name: str) -> str | None:
     """Load a preset's models now, so that the first request does not wait; returns what failed, if anything."""
     try:
-        backend = shared_backend(get_preset(name))
-        preload = getattr(backend, "preload", None)  # backends that hold weights in this process
-        if preload is not None:
-            preload()
+        shared_backend(get_preset(name)).preload()
     except (ValueError, OSError) as err:  # BackendUnavailable, TargetError and CheckpointError are ValueErrors
         return str(err)
     return None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import html
 import logging
-import os
 import tempfile
 import threading
 import time
@@ -17,19 +16,26 @@ from typing import Callable, Iterator
 import gradio as gr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from playground import settings
 from playground.backends import backend_unavailable_reason
 from playground.backends.availability import offered_presets
 from playground.engine.templates import CHAT_TEMPLATES
-from playground.playback import (
-    MAX_NEW_TOKENS, EngineLine, RequestError, Run, RunSettings, StopSwitches, export_runs,
-)
 from playground.k_range import MAX_K
+from playground.playback import (
+    MAX_NEW_TOKENS,
+    EngineLine,
+    RequestError,
+    Run,
+    RunSettings,
+    StopSwitches,
+    export_runs,
+)
 from playground.presets import DRAFTER_LABELS, Preset, get_preset
 from playground.viz import TokenPiece, legend_html, provenance_html, rendered_html
 
 log = logging.getLogger("playground")
 ENGINE = "engine"  # concurrency id of every event that runs the model
-ENGINE_SLOTS = int(os.environ.get("PLAYGROUND_CONCURRENCY", "1"))  # model runs at once (the queue's limit)
+ENGINE_SLOTS = int(settings.number("PLAYGROUND_CONCURRENCY", 1))  # model runs at once (the queue's limit)
 STOP_SWITCHES = StopSwitches()
 LINE = EngineLine(ENGINE_SLOTS)
 
