@@ -32,6 +32,7 @@ torch.set_num_threads(int(os.environ["PLAYGROUND_THREADS"]) if os.environ.get("P
 
 
 MARKERS = {
+    "unit": "none of the below: in-process, quick (`-m unit` runs the quick part alone)",
     "browser": "drives the app in Chromium (tests/test_browser.py, test_layout.py, test_bench_tab.py)",
     "vllm": "starts vLLM engines (tests/test_vllm_*.py)",
     "slow": "starts an app or a server in a subprocess, loads the real default pair, or trains",
@@ -55,6 +56,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker("vllm")
         if module in SLOW_MODULES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker("slow")
+        if not any(item.get_closest_marker(name) for name in ("browser", "vllm", "slow")):
+            item.add_marker("unit")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
