@@ -20,6 +20,7 @@ from playground.bench.report import deepest_rows, write_outputs
 from playground.bench.config import ProgressCallback, with_overrides
 from playground.bench.methods import describe_method
 from playground.bench.profiles import DURATIONS, measured_durations, profile_label, profiles
+from playground.bench.public import check_offered
 from playground.bench.rows import BenchResult, BenchRow
 from playground.viz import bench as figures
 from playground.viz.bench import speedup_range_text
@@ -112,6 +113,14 @@ def load_view(path: Path = DRIFT_STUDY, title: str = "The last full drift study"
     return view(BenchResult.from_dict(json.loads(path.read_text())), title)
 
 
+def check_request(profile: str, preset: str) -> None:
+    """Raise ValueError (one line) for a profile the tab does not offer, or one this public host does not run."""
+    if profile not in {name for _, name in TAB_PROFILES}:
+        raise ValueError(f"unknown bench profile {profile!r}; offered: "
+                         f"{', '.join(name for _, name in TAB_PROFILES)}")
+    check_offered(profile, preset)
+
+
 def save_and_view(result: BenchResult, out_dir: Path | None = None) -> BenchView:
     """Write results.csv / results.json / report.html into `out_dir` (a fresh temp folder by default)."""
     profile = result.config.get("profile") or "custom"
@@ -123,12 +132,11 @@ def save_and_view(result: BenchResult, out_dir: Path | None = None) -> BenchView
 def run_and_view(profile: str, preset: str, progress: ProgressCallback | None = None,
                  min_draft_prob: float = 0.0, should_stop: Callable[[], bool] = lambda: False) -> BenchView:
     """Run a profile offered in the tab on a preset, every EAGLE run with `min_draft_prob` (adaptive draft length;
-    0 = k drafts every step); bad names and values raise ValueError."""
+    0 = k drafts every step); bad names and values raise ValueError, and so does a profile a public host does not run
+    (`public.check_offered`)."""
     from playground.bench import get_profile, run_profile
 
-    if profile not in {name for _, name in TAB_PROFILES}:
-        raise ValueError(f"unknown bench profile {profile!r}; offered: "
-                         f"{', '.join(name for _, name in TAB_PROFILES)}")
+    check_request(profile, preset)
     config = with_overrides(get_profile(profile), min_draft_prob=min_draft_prob)  # the bench validates it
     try:
         result = run_profile(config, preset, progress, should_stop)
@@ -150,6 +158,7 @@ def stream_run(profile: str, preset: str, min_draft_prob: float = 0.0,
     """`run_and_view` in a thread of its own, so that its progress can be yielded: a first update at once, one before
     every generation run, then the view. Its errors (BenchStopped included) are raised here. Closing the iterator
     stops the run within a step and waits for it."""
+    check_request(profile, preset)  # refused before it starts, without a first update
     updates: queue.SimpleQueue[BenchUpdate | BaseException] = queue.SimpleQueue()
     closed = threading.Event()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from playground.bench.config import BenchConfig, Sweep
 from playground.bench.progress import format_duration
-from playground.presets import REPO_ROOT
+from playground.presets import DEFAULT, REPO_ROOT
 
 EAGLES = ("eagle3", "eagle3.1")
 PEERS_AND_EAGLES = (*EAGLES, "hf-greedy", "prompt-lookup", "hf-assisted")
@@ -65,6 +65,7 @@ class MeasuredDuration:
     simd: str  # AVX-512 or AVX2: what the CPU's matrix kernels can use
     date: str
     command: str
+    preset: str = DEFAULT  # what it ran on: a run's `preset`, or the command's default
 
     def __str__(self) -> str:
         return f"{format_duration(self.seconds)} measured on a {self.cores}-core {self.cpu} ({self.simd})"
@@ -84,8 +85,8 @@ def _measured(entry: dict) -> MeasuredDuration:
         result = json.loads((REPO_ROOT / entry["result"]).read_text())
         machine = result["machine"]
         entry = {"seconds": result["seconds"], "cpu": machine["cpu"], "cores": machine["cores"],
-                 "date": result["started"], **entry}
-    return MeasuredDuration(**{f.name: entry[f.name] for f in fields(MeasuredDuration)})
+                 "date": result["started"], "preset": result.get("preset", DEFAULT), **entry}
+    return MeasuredDuration(**{f.name: entry[f.name] for f in fields(MeasuredDuration) if f.name in entry})
 
 
 def profile_label(name: str, durations: dict[str, MeasuredDuration]) -> str:

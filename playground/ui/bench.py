@@ -8,6 +8,7 @@ import gradio as gr
 from playground.backends.availability import offered_presets
 from playground.bench import BenchStopped
 from playground.bench.present import TAB_HEADERS, TAB_PROFILES, BenchView, load_view, stream_run
+from playground.bench.public import bench_bound_s, offered_profiles, public_note
 from playground.presets import Preset
 
 from .common import ENGINE, CheckedDropdown, in_line, min_draft_prob_control, report_user_errors, stoppable, wire_stop
@@ -65,23 +66,38 @@ def _results(prefix: str, view: BenchView | None, hint: str) -> list[gr.componen
     return [findings, table, speed, by_k, position]
 
 
+def profile_menu(preset: str) -> tuple[list[tuple[str, str]], str | None]:
+    """The profile menu's (label, name) choices and its value: every profile, or on a public host those it runs
+    (`bench.public`), smoke first where offered."""
+    offered = set(offered_profiles(preset))
+    menu = [(label, name) for label, name in TAB_PROFILES if name in offered]
+    names = [name for _, name in menu]
+    return menu, "smoke" if "smoke" in names else next(iter(names), None)
+
+
 def build_bench_tab(preset: Preset) -> gr.Dropdown:
     """The tab; its preset menu (this machine's local-engine presets; the app adds a session's own pairs)."""
+    menu, value = profile_menu(preset.name)
     with gr.Row():
-        profile = gr.Dropdown([(label, name) for label, name in TAB_PROFILES], value="smoke", label="Profile",
-                              elem_id="bench-profile", scale=3)
+        # unchecked by Gradio: a profile a public host does not run is refused with its reason, in one line
+        profile = CheckedDropdown(menu, value=value, label="Profile", elem_id="bench-profile", scale=3)
         local = [p for p in offered_presets(always=preset.name)[0] if p.backend == "local"]
         preset_menu = CheckedDropdown([(p.title, p.name) for p in local], value=preset.name,
                                   label="Preset (the bench runs on the local engine)", elem_id="bench-preset",
                                   scale=2)
         with gr.Column(scale=1, min_width=140):
-            run_button = gr.Button("Run benchmark", variant="primary", elem_id="bench-run")
+            run_button = gr.Button("Run benchmark", variant="primary", elem_id="bench-run", interactive=bool(menu))
             stop_button = gr.Button("Stop", variant="stop", elem_id="bench-stop")
     min_draft_prob = min_draft_prob_control(elem_id="bench-min-draft-prob",
                                             label="Adaptive: every EAGLE run ends its chain after a draft below")
     gr.Markdown("Runs every method of the profile on this machine, one after another. It holds the model meanwhile: "
                 "chat and compare runs, yours and other users', wait in line and are told so. Speedup = tokens/s over "
                 "plain decoding of the same target in the same run.", elem_classes="status-line")
+    bounded = bench_bound_s() is not None
+    note = gr.Markdown(public_note(preset.name), elem_id="bench-public", visible=bounded)
+    if bounded:  # what is offered depends on the preset: another one (an own pair, say) was not measured
+        preset_menu.change(public_note, preset_menu, note, queue=False, api_visibility="private",
+                           show_progress="hidden")
     status = gr.Markdown(elem_id="bench-status", elem_classes="status-line")
     outputs = _results("bench-", None, "Run a profile to see its findings here.")
     files = gr.File(label="results.csv · results.json · report.html", file_count="multiple",

@@ -8,6 +8,7 @@ from typing import Iterator
 import gradio as gr
 
 from playground.bench.engines import instrumentation_note
+from playground.examples import CHAT_EXAMPLES, EXAMPLES_LABEL
 from playground.playback import ChartPace, Conversation, Run, chat_turn, regenerate_turn
 from playground.playback.baseline import ALONGSIDE, SHARE_IN_CHAT
 from playground.presets import Preset
@@ -137,6 +138,13 @@ def export(system: str, conversation: Conversation) -> list[str]:
     return export_files(runs, conversation.messages(system or ""), TAB)
 
 
+def example_prompts(prompt: gr.Textbox) -> gr.Examples:
+    """One click fills the prompt box with a measured example (playground.examples); Send runs it."""
+    return gr.Examples([[e.prompt] for e in CHAT_EXAMPLES], inputs=prompt, label=EXAMPLES_LABEL,
+                       example_labels=[e.label for e in CHAT_EXAMPLES], examples_per_page=len(CHAT_EXAMPLES),
+                       elem_id="chat-examples", api_visibility="private")
+
+
 def build_chat_tab(preset: Preset) -> tuple[gr.Dropdown, PairPanel]:
     """The tab; its preset menu and the own-pair panel, which the app wires to every tab's menu."""
     # One Conversation object per session, never replaced: handlers change it in place, so no handler's output can
@@ -157,6 +165,7 @@ def build_chat_tab(preset: Preset) -> tuple[gr.Dropdown, PairPanel]:
                 stop_button = gr.Button("Stop", variant="stop", elem_id="stop", scale=1)
                 regenerate_button = gr.Button("Regenerate", elem_id="regenerate", scale=1)
                 clear_button = gr.Button("Clear", elem_id="clear", scale=1)
+            example_prompts(prompt)
             status = gr.Markdown(elem_id="chat-status", elem_classes="status-line")
             stats = gr.HTML(elem_id="chat-stats")
         with gr.Column(scale=3, min_width=280):
