@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-
 CPUINFO = Path("/proc/cpuinfo")
 
 

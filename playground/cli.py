@@ -5,15 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import Iterator
 
 from playground import settings
 from playground.engine import MAX_K, GenerationConfig, RunRecord, StepEvent, TreeShape, tree_generate
-from playground.engine.tree import tree_problem
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.text import IncrementalDecoder
+from playground.engine.tree import tree_problem
 from playground.presets import Preset, default_preset_name, engine_presets, get_preset
 
 

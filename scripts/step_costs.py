@@ -28,8 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from playground.bench.prompts import load_prompt_set  # noqa: E402
 from playground.bench.rows import machine_info  # noqa: E402
-from playground.engine import (GenerationConfig, Target, emitted_ids, load_drafter, plain_generate,  # noqa: E402
-                               speculative_generate)
+from playground.engine import GenerationConfig, Target, emitted_ids, load_drafter, plain_generate, speculative_generate  # noqa: E402
 from playground.engine.llama import native_bfloat16  # noqa: E402
 from playground.presets import get_preset  # noqa: E402
 from playground.smollm2 import local_folder  # noqa: E402
@@ -68,7 +67,7 @@ def main() -> None:
     stats = {name: {"plain_ms": [], "draft_ms": [], "verify_ms": [], "plain_tps": [], "spec_tps": [], "ratios": [],
                     "first_token_ms": [], "identical": True, "accepted": 0, "steps": 0} for name in targets}
     load_seconds = {name: loaded[3] for name, loaded in targets.items()}
-    for name, (target, drafter, aux, _) in targets.items():  # warm-up of both paths
+    for target, drafter, aux, _ in targets.values():  # warm-up of both paths
         list(plain_generate(target, prompts[0], GenerationConfig(max_new_tokens=8)))
         list(speculative_generate(target, drafter, aux, prompts[0], GenerationConfig(max_new_tokens=8, k=args.k)))
     for _ in range(args.repeats):

@@ -13,8 +13,16 @@ import pandas as pd
 import pytest
 
 from playground.__main__ import main
-from playground.bench import (BenchConfig, BenchResult, BenchRow, BenchStopped, Sweep, findings, load_prompt_set,
-                              run_profile)
+from playground.bench import (
+    BenchConfig,
+    BenchResult,
+    BenchRow,
+    BenchStopped,
+    Sweep,
+    findings,
+    load_prompt_set,
+    run_profile,
+)
 from playground.bench.methods import Method
 from playground.bench.plan import make_plan
 from playground.bench.present import STARTING, TAB_PROFILES, stream_run, tab_profiles

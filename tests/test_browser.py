@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -347,7 +347,10 @@ def test_a_pair_loaded_in_the_panel_is_picked_and_answers_losslessly(page, tiny_
 
     page.locator("#own-pair").get_by_text("Your own pair").first.click()
     before = page.locator("#preset input").input_value()
-    fill = lambda elem_id, text: page.locator(f"#{elem_id} textarea, #{elem_id} input").first.fill(text)
+
+    def fill(elem_id: str, text: str) -> None:
+        page.locator(f"#{elem_id} textarea, #{elem_id} input").first.fill(text)
+
     fill("own-target", str(tiny_root / "target"))
     fill("own-eagle3-1", str(Path(__file__).resolve().parents[1] / "assets" / "models" / "kimi-tiny" / "eagle3.1"))
     page.locator("#own-load").click()

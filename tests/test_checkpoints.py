@@ -13,7 +13,14 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from playground.engine import (
-    CheckpointError, DrafterConfig, Eagle3Drafter, GenerationConfig, StepEvent, Target, load_drafter, save_drafter,
+    CheckpointError,
+    DrafterConfig,
+    Eagle3Drafter,
+    GenerationConfig,
+    StepEvent,
+    Target,
+    load_drafter,
+    save_drafter,
     speculative_generate,
 )
 from playground.engine.checkpoint import config_from_dict

@@ -14,8 +14,22 @@ import pytest
 
 from playground.backends import vllm_backend
 from playground.backends.vllm_backend import (
-    CPU_ENGINE_ARGS, GPU_MEMORY_BUDGET, GPU_SHARES, MAX_ENGINES, GpuMemoryError, GpuPlan, VllmBackend, VllmError,
-    engine_kwargs, engines_to_stop, gpu_plan, gpu_shares, memory_need, memory_setting, parameter_count, serve_command,
+    CPU_ENGINE_ARGS,
+    GPU_MEMORY_BUDGET,
+    GPU_SHARES,
+    MAX_ENGINES,
+    GpuMemoryError,
+    GpuPlan,
+    VllmBackend,
+    VllmError,
+    engine_kwargs,
+    engines_to_stop,
+    gpu_plan,
+    gpu_shares,
+    memory_need,
+    memory_setting,
+    parameter_count,
+    serve_command,
 )
 from playground.presets import Preset, get_preset
 

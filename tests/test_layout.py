@@ -29,7 +29,7 @@ SHOWN_WHOLE = """([box, block]) => {
 }"""
 
 
-def test_a_long_code_line_is_shown_whole_in_chat_and_compare(page) -> None:
+def test_a_long_code_line_is_shown_whole_in_chat_and_compare(page) -> None:  # noqa: F811 - the fixture
     """Code wraps instead of scrolling sideways (no scrollbar shows on a phone, and each update of a streaming answer
     starts the block scrolled back to its start). The tiny models write no code: a run gives the chat its answer,
     whose view is then swapped for one with a 200-character code line, in the page's own containers and styles."""
@@ -55,7 +55,7 @@ def test_a_long_code_line_is_shown_whole_in_chat_and_compare(page) -> None:
                 assert shown["block_fits"] and shown["box_fits"] and shown["on_screen"], (width, view, tab, shown)
 
 
-def test_compare_leaves_no_blank_space_before_a_run(page) -> None:
+def test_compare_leaves_no_blank_space_before_a_run(page) -> None:  # noqa: F811 - the fixture
     """Before a run the answer panels are empty: at phone width, where the sides stack, each reserved 250 px."""
     page.set_viewport_size({"width": 390, "height": 900})
     page.get_by_role("tab", name="Compare").click()

@@ -64,7 +64,8 @@ def assert_same_or_near_tie(target: Target, prompt: list[int], got: list[int], w
         f"(speculative {got[i]}, plain {want[i]}), and it is not a float32 near-tie: top-2 logit gap {gap:.3g}, "
         f"top-2 ids {top.indices.tolist()}"
     )
-    warnings.warn(f"{what}: greedy near-tie at generated position {i} (top-2 gap {gap:.2g}); outputs diverge after it")
+    warnings.warn(f"{what}: greedy near-tie at generated position {i} (top-2 gap {gap:.2g}); outputs diverge after it",
+                  stacklevel=2)
     return False
 
 

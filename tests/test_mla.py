@@ -13,7 +13,15 @@ from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Attention, DeepseekV3RotaryEmbedding
 
 from playground.backends.fit import drafter_fit
-from playground.engine import CheckpointError, DrafterConfig, Eagle3Drafter, GenerationConfig, Target, load_drafter, save_drafter
+from playground.engine import (
+    CheckpointError,
+    DrafterConfig,
+    Eagle3Drafter,
+    GenerationConfig,
+    Target,
+    load_drafter,
+    save_drafter,
+)
 from playground.engine.decode import plain_generate, speculative_generate
 from playground.engine.drafter import MLAttention
 from playground.train.drafter import DrafterTrainConfig, DraftVocab, new_drafter

@@ -4,8 +4,8 @@ line, a public host refuses local folders, and a pair that fails to load leaves 
 from __future__ import annotations
 
 import json
-import time
 import shutil
+import time
 from pathlib import Path
 
 import pytest

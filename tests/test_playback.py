@@ -16,8 +16,15 @@ import pytest
 from playground.backends import shared_backend
 from playground.engine import StepEvent
 from playground.playback import (
-    CSV_COLUMNS, Conversation, RequestError, RunSettings, StopSwitches, chat_turn, compare,
-    export_runs, regenerate_turn,
+    CSV_COLUMNS,
+    Conversation,
+    RequestError,
+    RunSettings,
+    StopSwitches,
+    chat_turn,
+    compare,
+    export_runs,
+    regenerate_turn,
 )
 from playground.playback.run import _ActiveTimeEvents
 from playground.presets import get_preset
@@ -132,7 +139,7 @@ def test_compare_fixed_against_adaptive_drafting(pair_models: Path) -> None:
     """The same drafter and k on both sides, one adaptive: labels tell them apart, the answers are the same."""
     fixed = RunSettings(drafter="eagle3.1", k=4, max_new_tokens=40)
     adaptive = RunSettings(drafter="eagle3.1", k=4, max_new_tokens=40, min_draft_prob=0.5)
-    for comparison in compare(PROMPT, fixed, adaptive, NEVER):
+    for comparison in compare(PROMPT, fixed, adaptive, NEVER):  # noqa: B007 - the last one is read below
         pass
     assert comparison.left.view().label == "EAGLE-3.1, k=4"
     assert comparison.right.view().label == "EAGLE-3.1 adaptive 0.5, k=4"

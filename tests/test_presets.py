@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from playground.presets import (
-    DRAFTER_LABELS, SERVER_DRAFTER, Preset, all_presets, default_preset_name, get_preset, presets, validate_preset,
+    DRAFTER_LABELS,
+    SERVER_DRAFTER,
+    Preset,
+    all_presets,
+    default_preset_name,
+    get_preset,
+    presets,
+    validate_preset,
 )
 
 

@@ -229,7 +229,11 @@ def test_the_two_engine_table_is_the_committed_result() -> None:
     """docs/vllm.md and About show `bench-engines`' table of assets/bench/engines-cpu/results.json, rows for both engines ×
     {plain, EAGLE-3, EAGLE-3.1} × {C = 1, 4, 16} from one run."""
     from playground.bench.engines import (
-        COMMITTED, committed_section, instrumentation_label, instrumentation_note, table,
+        COMMITTED,
+        committed_section,
+        instrumentation_label,
+        instrumentation_note,
+        table,
     )
 
     result = _load(COMMITTED)

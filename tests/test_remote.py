@@ -7,8 +7,8 @@ metrics in the usage chunk), so this checks the client end to end; tests/test_vl
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest

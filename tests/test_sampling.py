@@ -22,9 +22,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from playground.engine import DrafterConfig, Eagle3Drafter, GenerationConfig, Target, speculative_generate
+from playground.engine import DrafterConfig, Eagle3Drafter, GenerationConfig, Target, sampling, speculative_generate
 from playground.engine import decode as decode_module
-from playground.engine import sampling
 from playground.engine.sampling import accept_greedy, accept_sampled
 
 ALPHA = 1e-4  # seeds are fixed, so the tests are deterministic; a small alpha keeps them robust across platforms

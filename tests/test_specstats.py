@@ -5,11 +5,15 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from prometheus_client.samples import Sample
 
 from playground.backends.specstats import (
-    ServedCounters, ServedSnapshot, counters_from_samples, parse_prometheus, render_prometheus, request_metrics,
+    ServedCounters,
+    ServedSnapshot,
+    counters_from_samples,
+    parse_prometheus,
+    render_prometheus,
+    request_metrics,
 )
 from playground.engine import SpecCounters, StepEvent, summarize
 

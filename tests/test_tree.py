@@ -1,6 +1,7 @@
 """Draft trees (playground/engine/tree.py) are lossless: greedy output token-identical to plain decoding, on the fast
-and the transformers target path, for several shapes, with GQA and MLA (kimi-tiny) drafters; a tree of topk 1 is a chain of k = depth; the StepEvent carries
-the tree. A wrong tree mask (a helper, never production code) makes output differ, so the checks can fail."""
+and the transformers target path, for several shapes, with GQA and MLA (kimi-tiny) drafters; a tree of topk 1 is a
+chain of k = depth; the StepEvent carries the tree. A wrong tree mask (a helper, never production code) makes output
+differ, so the checks can fail."""
 
 from __future__ import annotations
 
@@ -10,8 +11,15 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
-from playground.engine import (GenerationConfig, StepEvent, Target, TreeShape, plain_generate, speculative_generate,
-                               tree_generate)
+from playground.engine import (
+    GenerationConfig,
+    StepEvent,
+    Target,
+    TreeShape,
+    plain_generate,
+    speculative_generate,
+    tree_generate,
+)
 from playground.engine.tree import DraftTree
 from tests.test_lossless import assert_same_or_near_tie
 
@@ -21,8 +29,8 @@ if TYPE_CHECKING:
     from tests.conftest import TinyModels
 
 NEW_TOKENS = 40
-SHAPES = [TreeShape(depth=4, topk=2, nodes=8), TreeShape(depth=5, topk=4, nodes=16), TreeShape(depth=6, topk=3, nodes=32),
-          TreeShape(depth=3, topk=8, nodes=32)]
+SHAPES = [TreeShape(depth=4, topk=2, nodes=8), TreeShape(depth=5, topk=4, nodes=16),
+          TreeShape(depth=6, topk=3, nodes=32), TreeShape(depth=3, topk=8, nodes=32)]
 
 
 def flat(events: list[StepEvent]) -> list[int]:
@@ -31,10 +39,12 @@ def flat(events: list[StepEvent]) -> list[int]:
 
 def prompts(tiny: TinyModels) -> list[list[int]]:
     g = torch.Generator().manual_seed(99)
-    return [torch.randint(8, tiny.target.vocab_size, (n,), generator=g).tolist() for n in (3, 60)] + tiny.training_prompts[:3]
+    randoms = [torch.randint(8, tiny.target.vocab_size, (n,), generator=g).tolist() for n in (3, 60)]
+    return randoms + tiny.training_prompts[:3]
 
 
-def run_tree(target: Target, tiny: TinyModels, name: str, prompt: list[int], shape: TreeShape, **cfg) -> list[StepEvent]:
+def run_tree(target: Target, tiny: TinyModels, name: str, prompt: list[int], shape: TreeShape, **cfg
+             ) -> list[StepEvent]:
     loaded = tiny.drafters[name]
     config = GenerationConfig(**{"max_new_tokens": NEW_TOKENS, **cfg})
     return list(tree_generate(target, loaded.drafter, loaded.aux_layers, prompt, config, shape))
@@ -109,7 +119,8 @@ def test_step_event_carries_the_tree(tiny: TinyModels) -> None:
             continue
         n = len(e.tree_tokens)
         assert len(e.tree_parents) == len(e.tree_depths) == len(e.tree_probs) == n <= shape.nodes
-        assert all(p < i and (p == -1 or e.tree_depths[p] == e.tree_depths[i] - 1) for i, p in enumerate(e.tree_parents))
+        depths = e.tree_depths
+        assert all(p < i and (p == -1 or depths[p] == depths[i] - 1) for i, p in enumerate(e.tree_parents))
         assert all(0 < p <= 1 for p in e.tree_probs)
         # the accepted path is a root-to-node branch, and `drafted` / `emitted` follow it
         assert [e.tree_depths[i] for i in e.tree_path] == list(range(1, e.accepted + 1))

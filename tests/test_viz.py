@@ -13,13 +13,28 @@ from transformers import AutoTokenizer
 
 from playground.backends import shared_backend
 from playground.engine import Baseline, GenerationConfig, StepEvent
-from playground.engine.trace import window_rates
 from playground.engine.text import IncrementalDecoder
+from playground.engine.trace import window_rates
 from playground.presets import get_preset
 from playground.viz import (
-    MEAN_ACCEPTANCE_LENGTH_HELP, SUMMARY_COLUMNS, RunView, TokenPiece, accepted_per_step_figure,
-    acceptance_by_position_figure, attention_drift_figure, depth_colour, escape_html, hidden_rms_figure, legend_html,
-    provenance_css, provenance_html, rendered_html, speedup_figure, stats_html, summary_table, token_pieces,
+    MEAN_ACCEPTANCE_LENGTH_HELP,
+    SUMMARY_COLUMNS,
+    RunView,
+    TokenPiece,
+    acceptance_by_position_figure,
+    accepted_per_step_figure,
+    attention_drift_figure,
+    depth_colour,
+    escape_html,
+    hidden_rms_figure,
+    legend_html,
+    provenance_css,
+    provenance_html,
+    rendered_html,
+    speedup_figure,
+    stats_html,
+    summary_table,
+    token_pieces,
 )
 from playground.viz.figures import MESSAGE_LINE_CHARS
 from playground.viz.provenance import BIDI_CONTROLS

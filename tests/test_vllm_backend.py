@@ -13,7 +13,12 @@ import pytest
 from playground.backends import vllm_starts
 from playground.backends.steps import UNKNOWN_DRAFT, DeltaStepper, finish_reason
 from playground.backends.vllm_backend import (
-    CPU_ENGINE_ARGS, counters_from_snapshot, engine_kwargs, read_output, sampling_kwargs, serve_command,
+    CPU_ENGINE_ARGS,
+    counters_from_snapshot,
+    engine_kwargs,
+    read_output,
+    sampling_kwargs,
+    serve_command,
     speculative_config,
 )
 from playground.engine import GenerationConfig, SpecCounters, summarize

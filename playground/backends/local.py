@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import torch
 
 from playground.engine import (
-    CheckpointError, Eagle3Drafter, GenerationConfig, PlainProbe, StepEvent, Target, load_drafter, plain_generate,
+    CheckpointError,
+    Eagle3Drafter,
+    GenerationConfig,
+    PlainProbe,
+    StepEvent,
+    Target,
+    load_drafter,
+    plain_generate,
     speculative_generate,
 )
 from playground.presets import Preset

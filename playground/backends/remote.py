@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 
@@ -68,7 +68,7 @@ class RemoteStream:
     """Iterator of StepEvents for one request; after the last event, `server_counters` (the /metrics diff over the
     request) and `request_metrics` (the server's per-request `speculative_decoding` block, if offered) are set."""
 
-    def __init__(self, backend: "RemoteBackend", body: dict, k: int, should_stop: Callable[[], bool] | None) -> None:
+    def __init__(self, backend: RemoteBackend, body: dict, k: int, should_stop: Callable[[], bool] | None) -> None:
         self.k = k
         self.server_counters: SpecCounters | None = None
         self.request_metrics: dict | None = None
@@ -76,7 +76,7 @@ class RemoteStream:
         self._backend, self._body, self._should_stop = backend, body, should_stop
         self._events = self._run()
 
-    def __iter__(self) -> "RemoteStream":
+    def __iter__(self) -> RemoteStream:
         return self
 
     def __next__(self) -> StepEvent:

@@ -16,8 +16,8 @@ What such a backend cannot know is marked, never invented:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from playground.engine.trace import StepEvent
 

@@ -40,7 +40,8 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from typing import Any, Callable, Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
+from typing import Any
 
 from playground.engine import GenerationConfig, SpecCounters, StepEvent
 from playground.engine.checkpoint import CheckpointError
@@ -446,7 +447,7 @@ class VllmStream:
     """Iterator of StepEvents for one request; after the last event `server_counters` (vLLM's spec-decode counters
     over the request) and `request_metrics` (CompletionOutput.spec_decode_metrics, if offered) are set."""
 
-    def __init__(self, backend: "VllmBackend", prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
+    def __init__(self, backend: VllmBackend, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
                  should_stop: Callable[[], bool] | None) -> None:
         self.server_counters: SpecCounters | None = None
         self.request_metrics: dict | None = None
@@ -454,13 +455,13 @@ class VllmStream:
         self.stepper = DeltaStepper(self.k)
         self._events = self._run(backend, prompt_ids, drafter, cfg, should_stop)
 
-    def __iter__(self) -> "VllmStream":
+    def __iter__(self) -> VllmStream:
         return self
 
     def __next__(self) -> StepEvent:
         return next(self._events)
 
-    def _run(self, backend: "VllmBackend", prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
+    def _run(self, backend: VllmBackend, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
              should_stop: Callable[[], bool] | None) -> Iterator[StepEvent]:
         from vllm.sampling_params import RequestOutputKind, SamplingParams
 
@@ -501,7 +502,7 @@ class VllmPlainProbe:
     local engine's `PlainProbe`): a request of the run's context for two tokens on the plain engine, timed from the
     first token's arrival (after the prefill, which prefix caching mostly skips) to the second's."""
 
-    def __init__(self, backend: "VllmBackend") -> None:
+    def __init__(self, backend: VllmBackend) -> None:
         self._backend = backend
 
     def time_step(self, context: list[int]) -> float:
@@ -590,7 +591,7 @@ class VllmBackend:
         except (CheckpointError, ValueError, TypeError):
             return None
 
-    def submit(self, coroutine) -> "asyncio.Future":
+    def submit(self, coroutine) -> asyncio.Future:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     @property

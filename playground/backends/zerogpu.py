@@ -11,8 +11,9 @@ ZeroGPU Space.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from playground.engine import GenerationConfig, StepEvent
 from playground.presets import get_preset
@@ -65,7 +66,7 @@ class ZeroGpuBackend:
 
     name = "local"
 
-    def __init__(self, inner: "LocalBackend") -> None:
+    def __init__(self, inner: LocalBackend) -> None:
         self.inner, self.preset = inner, inner.preset
         self.missing_fields = {**inner.missing_fields, "baseline": (
             "on ZeroGPU the GPU exists only inside each request's GPU call, so plain decoding is not timed beside "

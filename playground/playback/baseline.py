@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from playground.engine import Baseline, PlainProbe
 from playground.engine.trace import MIN_SPEEDUP_GROUPS, decode_seconds

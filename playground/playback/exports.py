@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import csv
 import json
-from datetime import datetime, timezone
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from playground.engine.trace import MIN_SPEEDUP_GROUPS
 from playground.presets import get_preset
@@ -70,7 +70,7 @@ def export_runs(runs: dict[str, Run], messages: list[dict], folder: Path, stem: 
     first = next(iter(runs.values()))
     preset = get_preset(first.settings.preset)
     payload = {
-        "app": "EAGLE Playground", "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "app": "EAGLE Playground", "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "preset": preset.name, "target": _shareable(preset.target), "messages": messages, "timing_note": TIMING_NOTE,
         "runs": [run.record(name) for name, run in runs.items()],
         **({"comparison": comparison} if comparison is not None else {}),

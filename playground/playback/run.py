@@ -10,8 +10,8 @@ not rewritten; its plain baseline is timed after the run, and a comparison plays
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
-from typing import Callable, Iterable, Iterator
 
 from playground.backends import Backend
 from playground.engine import Baseline, RunRecord, StepEvent, emitted_ids
@@ -119,7 +119,7 @@ class _ActiveTimeEvents:
         self._paused_s = 0.0
         self._paused_since: float | None = None
 
-    def __iter__(self) -> "_ActiveTimeEvents":
+    def __iter__(self) -> _ActiveTimeEvents:
         return self
 
     def __next__(self) -> StepEvent:
@@ -162,13 +162,13 @@ class RunDriver:
         return BaselineSampler(self._backend.plain_probe(), [(self._prompt_ids, self.run)], self._should_stop,
                                share_alongside=0.0 if self.paces_itself else SHARE_IN_CHAT)
 
-    def shares_target_with(self, other: "RunDriver") -> bool:
+    def shares_target_with(self, other: RunDriver) -> bool:
         """Both runs decode the same target on the same backend object, which does not decode on between our steps:
         one baseline, timed alongside both, serves them."""
         return (self._backend is other._backend and not self.paces_itself and self.times_plain_steps
                 and other.times_plain_steps)
 
-    def shared_baseline(self, other: "RunDriver") -> BaselineSampler:
+    def shared_baseline(self, other: RunDriver) -> BaselineSampler:
         """One plain baseline for this run and `other` (see shares_target_with), timed alongside their steps."""
         return BaselineSampler(self._backend.plain_probe(), [(self._prompt_ids, self.run), (other._prompt_ids,
                                other.run)], self._should_stop, share_alongside=SHARE)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 from playground.backends import Backend, shared_backend
 from playground.presets import get_preset
@@ -96,7 +96,7 @@ class Conversation:
         with self._lock:
             return self.exchanges.pop() if self._owner == turn and self.exchanges else None
 
-    def __deepcopy__(self, memo: dict) -> "Conversation":  # Gradio deep-copies a State's default per session
+    def __deepcopy__(self, memo: dict) -> Conversation:  # Gradio deep-copies a State's default per session
         return Conversation(copy.deepcopy(self.exchanges, memo))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+
 class StopSwitches:
     """One threading.Event per (session, tab). Stop sets it; the engine checks it between steps.
 

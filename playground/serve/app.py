@@ -14,8 +14,8 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Awaitable, Callable
 
 import anyio
 from fastapi import FastAPI, Request

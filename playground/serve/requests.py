@@ -35,7 +35,7 @@ class Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
 
     @model_validator(mode="after")
-    def _refuse_unsupported(self) -> "Strict":
+    def _refuse_unsupported(self) -> Strict:
         for name, value in (self.model_extra or {}).items():
             if name in UNSUPPORTED and value not in UNSUPPORTED[name]:
                 raise PydanticCustomError("unsupported", "`{param}` is not supported by this server (it serves one "
@@ -133,7 +133,7 @@ class TokenizeRequest(Strict):
     chat_template: str | None = None
 
     @model_validator(mode="after")
-    def _one_input(self) -> "TokenizeRequest":
+    def _one_input(self) -> TokenizeRequest:
         if (self.prompt is None) == (self.messages is None):
             raise ValueError("give exactly one of `prompt` or `messages`")
         return self

@@ -65,8 +65,8 @@ def generate_batch(target: Target, prompts: list[list[int]], aux_layers: list[in
     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     eos = torch.tensor(sorted(target.eos_ids), device=device)
     for _ in range(max_new_tokens):
-        out, states = target.capture_layers(capture, lambda: model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+        out, states = target.capture_layers(capture, lambda: model(  # called at once, in this iteration
+            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,  # noqa: B023
             **{target.cache_keyword: cache}))
         feats.append((torch.cat([states[i] for i in aux_layers], -1).to(FEATURE_DTYPE),
                       states[target.num_layers].to(FEATURE_DTYPE)))

@@ -41,7 +41,7 @@ class DraftVocab:
     t2d: torch.Tensor  # bool[V]: target id is in the draft vocabulary
 
     @classmethod
-    def of(cls, used: torch.Tensor, vocab_size: int) -> "DraftVocab":
+    def of(cls, used: torch.Tensor, vocab_size: int) -> DraftVocab:
         """The draft vocabulary made of the sorted target ids `used`."""
         t2d = torch.zeros(vocab_size, dtype=torch.bool)
         t2d[used] = True

@@ -29,9 +29,9 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 import torch
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from typing import Literal
 
 from playground.train.corpus import build_conversations
@@ -235,7 +235,7 @@ def build_draw(name: str, draw: int) -> list[PromptItem]:
     return [p for p in build_collection(name, draw) if p.messages[-1]["content"] not in asked]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _asked_in(name: str, draw: int) -> tuple[PromptItem, ...]:  # distilling draws 0..n builds each draw once
     return tuple(build_collection(name, draw))
 

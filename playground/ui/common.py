@@ -8,10 +8,10 @@ import logging
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Iterator
 
 import gradio as gr
 from starlette.types import ASGIApp, Receive, Scope, Send

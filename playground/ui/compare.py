@@ -3,20 +3,46 @@
 from __future__ import annotations
 
 import functools
+
 import gradio as gr
 
-from playground.playback import ChartPace, Comparison, Conversation, RequestError, Run, compare
 from playground.backends.availability import unavailable
+from playground.playback import ChartPace, Comparison, Conversation, RequestError, Run, compare
 from playground.presets import ENGINE_LABELS, Preset, engine_presets, get_preset
 from playground.viz import (
-    SUMMARY_COLUMNS, TITLES, RunView, acceptance_by_position_figure, attention_drift_figure, escape_html,
-    message_figure, speedup_figure, stats_html, summary_table,
+    SUMMARY_COLUMNS,
+    TITLES,
+    RunView,
+    acceptance_by_position_figure,
+    attention_drift_figure,
+    escape_html,
+    message_figure,
+    speedup_figure,
+    stats_html,
+    summary_table,
 )
 
 from .common import (
-    ENGINE, AnswerView, CheckedRadio, answer_view_control, compare_drafters, depth_legend, drafter_control,
-    export_files, follow_answer_view, follow_drafter, follow_preset, generation_controls, in_line, k_control,
-    min_draft_prob_control, report_user_errors, run_settings, status_after_failure, stoppable, wire_stop,
+    ENGINE,
+    AnswerView,
+    CheckedRadio,
+    answer_view_control,
+    compare_drafters,
+    depth_legend,
+    drafter_control,
+    export_files,
+    follow_answer_view,
+    follow_drafter,
+    follow_preset,
+    generation_controls,
+    in_line,
+    k_control,
+    min_draft_prob_control,
+    report_user_errors,
+    run_settings,
+    status_after_failure,
+    stoppable,
+    wire_stop,
 )
 
 TAB = "compare"

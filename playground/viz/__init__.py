@@ -4,16 +4,32 @@ Pure functions with no Gradio import, so the app and the benchmark report draw t
 """
 
 from .figures import (
-    TITLES, accepted_per_step_figure, acceptance_by_position_figure, attention_drift_figure, hidden_rms_figure,
-    message_figure, speedup_figure,
+    TITLES,
+    acceptance_by_position_figure,
+    accepted_per_step_figure,
+    attention_drift_figure,
+    hidden_rms_figure,
+    message_figure,
+    speedup_figure,
 )
 from .provenance import (
-    ProvenanceBuilder, TokenPiece, depth_colour, escape_html, legend_html, provenance_css, provenance_html,
+    ProvenanceBuilder,
+    TokenPiece,
+    depth_colour,
+    escape_html,
+    legend_html,
+    provenance_css,
+    provenance_html,
     token_pieces,
 )
 from .rendered import rendered_css, rendered_html
 from .summary import (
-    DRAFT_ACCEPTANCE_RATE_HELP, MEAN_ACCEPTANCE_LENGTH_HELP, SUMMARY_COLUMNS, stats_css, stats_html, summary_table,
+    DRAFT_ACCEPTANCE_RATE_HELP,
+    MEAN_ACCEPTANCE_LENGTH_HELP,
+    SUMMARY_COLUMNS,
+    stats_css,
+    stats_html,
+    summary_table,
 )
 from .verdict import Verdict, comparison_verdict, plain_verdict
 from .view import RunView

@@ -15,7 +15,14 @@ from plotly.subplots import make_subplots
 
 from playground.viz.style import VARIANT_COLORS, two_lines
 from playground.viz.summary import (
-    LENGTH_D3, PERCENT_D3, RATE_D3, RMS_D3, SHARE_D3, length_text, range_text, times_text,
+    LENGTH_D3,
+    PERCENT_D3,
+    RATE_D3,
+    RMS_D3,
+    SHARE_D3,
+    length_text,
+    range_text,
+    times_text,
 )
 
 if TYPE_CHECKING:  # bench draws with viz; viz only reads the row type

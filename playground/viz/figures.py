@@ -12,7 +12,14 @@ import plotly.graph_objects as go
 from .provenance import depth_colour
 from .style import VARIANT_COLORS, two_lines
 from .summary import (
-    PERCENT_D3, RATE_D3, RMS_D3, SHARE_D3, length_text, rate_text, speedup_text, times_text,
+    PERCENT_D3,
+    RATE_D3,
+    RMS_D3,
+    SHARE_D3,
+    length_text,
+    rate_text,
+    speedup_text,
+    times_text,
 )
 from .view import RunView
 

@@ -12,8 +12,8 @@ All model text is HTML-escaped, and bidirectional control characters are shown, 
 from __future__ import annotations
 
 import html
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 from plotly.colors import sample_colorscale
 

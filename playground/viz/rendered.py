@@ -25,8 +25,8 @@ matches per line, one pass over the delimiter runs of each paragraph, and one sp
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from functools import lru_cache
-from typing import Iterable
 
 from .provenance import TokenPiece, escape_text, span_open
 

@@ -22,7 +22,7 @@ class RunView:
     @classmethod
     def from_events(cls, drafter: str, plain: bool, k: int, events: list[StepEvent],
                     baseline: Baseline | None = None, missing: dict[str, str] | None = None,
-                    seen_tokens_per_second: float | None = None) -> "RunView":
+                    seen_tokens_per_second: float | None = None) -> RunView:
         return cls(drafter, plain, k, events, summarize(events, k), baseline, dict(missing or {}),
                    seen_tokens_per_second)
 
