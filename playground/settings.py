@@ -30,7 +30,7 @@ SETTINGS: dict[str, str] = {
                                   "no cap elsewhere)",
     "PLAYGROUND_PAIRS_GB": "memory the loaded own pairs may hold together (default: half the memory available)",
     "PLAYGROUND_PUBLIC_BENCH_S": "on a public host, the longest benchmark profile offered, in seconds of its "
-                                 "measured duration",
+                                 "measured duration (default 240)",
 }
 
 

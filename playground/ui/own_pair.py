@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from playground.backends.own_pair import load_own_pair, public_host, size_text
+from playground.backends.own_pair import load_own_pair, size_text
+from playground.settings import public_host
 
 from .common import report_user_errors
 
