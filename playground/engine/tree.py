@@ -18,8 +18,8 @@ Greedy only: sampling over a tree needs recursive rejection over siblings, which
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator
 
 import torch
 
@@ -240,7 +240,8 @@ def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int],
         target.keep(cache, context, rows)
         pending_aux, pending_start = verify.aux[rows], context
         branch = drafts.branch(path)
-        emitted, reason = stopper.clip(generated, [drafts.tokens[i] for i in path] + [choices[path[-1] + 1 if path else 0]])
+        bonus = choices[path[-1] + 1 if path else 0]
+        emitted, reason = stopper.clip(generated, [drafts.tokens[i] for i in path] + [bonus])
         generated += emitted
         tokens += emitted
         t2 = target.clock()
