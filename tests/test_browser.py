@@ -170,8 +170,8 @@ def card(page, name: str, where: str = "#chat-stats") -> tuple[str, str]:
 
 def test_plain_against_plain_reads_near_one_with_its_range_shown(browser, real_app_url: str) -> None:
     """Plain decoding against the plain baseline timed alongside it, in the app as a user runs it (the real pair; the
-    page renders on the same cores): near 1.00×, inside the range the speedup card shows, turn after turn. The baseline card
-    counts its timed steps, and the rate the user saw stands beside the engine's."""
+    page renders on the same cores): near 1.00×, inside the range the speedup card shows, turn after turn. The baseline
+    card counts its timed steps, and the rate the user saw stands beside the engine's."""
     page = open_page(browser, real_app_url)
     from playwright.sync_api import expect
 
@@ -376,3 +376,35 @@ def test_a_pair_loaded_in_the_panel_is_picked_and_answers_losslessly(page, tiny_
         answers.append("".join(page.locator("#chat .tok-draft, #chat .tok-target").all_text_contents()))
     assert answers[0] == answers[1] and answers[0].strip(), answers
     assert page.locator("#chat .tok-draft").count() == 0  # the plain answer, after Clear, drafted nothing
+
+
+def test_a_link_to_an_answer_opens_the_page_ready_to_repeat_it(browser, app_url: str) -> None:
+    """After an answer the page offers a link holding its prompt and settings; opened in a new tab it fills the prompt
+    box and the controls (a non-default drafter and k too: the preset's change keeps them), and Send gives the same
+    greedy answer. A link with a k out of range says so in one line and leaves the page as it was."""
+    from playwright.sync_api import expect
+
+    page = open_page(browser, app_url)
+    page.locator("#drafter").get_by_text("EAGLE-3", exact=True).click()
+    page.locator("#k input[type=number]").fill("3")
+    page.locator("#prompt textarea").fill("Count to five & back (in words).")
+    page.locator("#send").click()
+    page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
+    link = page.locator("#chat-link a")
+    expect(link).to_have_text("Link to this answer", timeout=TIMEOUT_MS)
+    answer = "".join(page.locator("#chat .tok-draft, #chat .tok-target").all_text_contents())
+    href = link.get_attribute("href")
+    page.close()
+    linked = open_page(browser, app_url.rstrip("/") + "/" + href)
+    expect(linked.locator("#prompt textarea")).to_have_value("Count to five & back (in words).")
+    expect(linked.locator("#k input[type=number]")).to_have_value("3")
+    expect(linked.locator("#drafter input[value=eagle3]")).to_be_checked()
+    expect(linked.locator("#chat-status")).to_contain_text("Opened from a link")
+    linked.locator("#send").click()
+    linked.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
+    assert "".join(linked.locator("#chat .tok-draft, #chat .tok-target").all_text_contents()) == answer
+    linked.close()
+    bad = open_page(browser, app_url.rstrip("/") + "/?prompt=hi&k=50")
+    expect(bad.locator("#chat-status")).to_contain_text("This link cannot run here: k (speculative tokens per step)")
+    assert bad.locator("#prompt textarea").input_value() == ""
+    bad.close()

@@ -127,7 +127,7 @@ def build_app(load_problem: str | None = None) -> gr.Blocks:
                         f"{html.escape(load_problem)}", elem_id="load-problem")
         with gr.Tabs():
             with gr.Tab("Chat", id="chat-tab"):
-                chat_menu, pair_panel = build_chat_tab(preset)
+                chat_menu, pair_panel = build_chat_tab(preset, demo)
             with gr.Tab("Compare", id="compare-tab"):
                 compare_menu = build_compare_tab(preset)
             with gr.Tab("Benchmark", id="bench-tab"):

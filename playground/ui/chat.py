@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Iterator
+from collections.abc import Iterator
 
 import gradio as gr
 
@@ -11,16 +11,43 @@ from playground.bench.engines import instrumentation_note
 from playground.examples import CHAT_EXAMPLES, EXAMPLES_LABEL
 from playground.playback import ChartPace, Conversation, Run, chat_turn, regenerate_turn
 from playground.playback.baseline import ALONGSIDE, SHARE_IN_CHAT
+from playground.playback.settings import RequestError
+from playground.playback.share import settings_from_query, share_query
 from playground.presets import Preset
 from playground.viz import (
-    TITLES, RunView, accepted_per_step_figure, acceptance_by_position_figure, attention_drift_figure, escape_html,
-    hidden_rms_figure, message_figure, plain_verdict, speedup_figure, stats_html,
+    TITLES,
+    RunView,
+    acceptance_by_position_figure,
+    accepted_per_step_figure,
+    attention_drift_figure,
+    escape_html,
+    hidden_rms_figure,
+    message_figure,
+    plain_verdict,
+    speedup_figure,
+    stats_html,
 )
 
 from .common import (
-    ENGINE, AnswerView, answer_view_control, depth_legend, drafter_control, export_files,
-    follow_answer_view, follow_drafter, follow_preset, generation_controls, in_line, k_control, min_draft_prob_control, report_user_errors,
-    run_settings, status_after_failure, stop_tab, stoppable, wire_stop,
+    ENGINE,
+    AnswerView,
+    answer_view_control,
+    depth_legend,
+    drafter_control,
+    export_files,
+    follow_answer_view,
+    follow_drafter,
+    follow_preset,
+    generation_controls,
+    in_line,
+    k_control,
+    min_draft_prob_control,
+    report_user_errors,
+    run_settings,
+    status_after_failure,
+    stop_tab,
+    stoppable,
+    wire_stop,
 )
 from .own_pair import PairPanel, pair_panel
 
@@ -138,6 +165,38 @@ def export(system: str, conversation: Conversation) -> list[str]:
     return export_files(runs, conversation.messages(system or ""), TAB)
 
 
+def link_markdown(conversation: Conversation) -> str:
+    """A link that opens this page on the last prompt with its run's settings (playback.share)."""
+    if not conversation.exchanges:
+        return ""
+    last = conversation.exchanges[-1]
+    query = share_query(last.user, last.run.settings)
+    if query is None:
+        return "No link to this answer: its prompt is too long for an address."
+    earlier = " (earlier turns are not in it)" if len(conversation.exchanges) > 1 else ""
+    repeats = ("the same answer, token for token, on this kind of machine" if last.run.settings.temperature == 0
+               else "the same sample" if last.run.settings.seed is not None else "a new sample (the run had no seed)")
+    return f"[Link to this answer]({query}): the prompt and these settings{earlier}; Send gives {repeats}."
+
+
+def open_link(request: gr.Request) -> tuple:
+    """Fill the prompt box and the controls from the page's address (a link made by link_markdown); nothing is run
+    until the visitor sends it."""
+    try:
+        prompt, settings = settings_from_query(dict(request.query_params))
+    except RequestError as err:
+        return (*(gr.skip() for _ in range(LINKED_CONTROLS)), f"**This link cannot run here:** {escape_html(str(err))}")
+    if settings is None:
+        return tuple(gr.skip() for _ in range(LINKED_CONTROLS + 1))
+    s = settings
+    return (prompt if prompt is not None else gr.skip(), s.drafter, s.k, s.preset, s.temperature, s.top_p,
+            s.max_new_tokens, s.chat_template, s.system, "" if s.seed is None else str(s.seed), s.min_draft_prob,
+            "Opened from a link: press Send to run it.")
+
+
+LINKED_CONTROLS = 11  # open_link's outputs before the status line
+
+
 def example_prompts(prompt: gr.Textbox) -> gr.Examples:
     """One click fills the prompt box with a measured example (playground.examples); Send runs it."""
     return gr.Examples([[e.prompt] for e in CHAT_EXAMPLES], inputs=prompt, label=EXAMPLES_LABEL,
@@ -145,8 +204,9 @@ def example_prompts(prompt: gr.Textbox) -> gr.Examples:
                        elem_id="chat-examples", api_visibility="private")
 
 
-def build_chat_tab(preset: Preset) -> tuple[gr.Dropdown, PairPanel]:
-    """The tab; its preset menu and the own-pair panel, which the app wires to every tab's menu."""
+def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPanel]:
+    """The tab; its preset menu and the own-pair panel, which the app wires to every tab's menu. A page opened from
+    a link to an answer (`demo`'s load) starts with its prompt and settings."""
     # One Conversation object per session, never replaced: handlers change it in place, so no handler's output can
     # put back a conversation that Clear emptied (Gradio passes a State's value by reference).
     conversation = gr.State(Conversation())
@@ -158,8 +218,8 @@ def build_chat_tab(preset: Preset) -> tuple[gr.Dropdown, PairPanel]:
                                  placeholder="Ask something about Python: coloured tokens came from accepted drafts.")
             legend = gr.HTML(depth_legend((preset.default_drafter, 4)), elem_id="chat-legend")
             prompt = gr.Textbox(elem_id="prompt", show_label=False, lines=2, max_lines=8, autofocus=True,
-                                placeholder="Ask anything: code, explanations, writing… (Enter to send, Shift+Enter for "
-                                "a new line)")
+                                placeholder="Ask anything: code, explanations, writing… (Enter to send, "
+                                "Shift+Enter for a new line)")
             with gr.Row():
                 send = gr.Button("Send", variant="primary", elem_id="send", scale=2)
                 stop_button = gr.Button("Stop", variant="stop", elem_id="stop", scale=1)
@@ -168,6 +228,7 @@ def build_chat_tab(preset: Preset) -> tuple[gr.Dropdown, PairPanel]:
             example_prompts(prompt)
             status = gr.Markdown(elem_id="chat-status", elem_classes="status-line")
             stats = gr.HTML(elem_id="chat-stats")
+            link = gr.Markdown(elem_id="chat-link")
         with gr.Column(scale=3, min_width=280):
             answer_view = answer_view_control(elem_id="chat-view")
             drafter = drafter_control(preset, preset.default_drafter, elem_id="drafter")
@@ -204,10 +265,15 @@ def build_chat_tab(preset: Preset) -> tuple[gr.Dropdown, PairPanel]:
     for event in (chat_event, regenerate_event):
         event.failure(show_conversation, [conversation, view], [chatbot, *run_views], queue=False,
                       api_visibility="private")
+        event.then(link_markdown, conversation, link, queue=False, api_visibility="private")
+    linked = [prompt, drafter, k, *controls.components(), min_draft_prob]
+    assert len(linked) == LINKED_CONTROLS
+    demo.load(open_link, None, [*linked, status], queue=False, api_visibility="private")
     follow_answer_view(answer_view, view, show_conversation, [conversation], [chatbot, *run_views])
     wire_stop(stop_button, TAB, status, [chat_event, regenerate_event], api_name="stop")
     clear_button.click(clear, conversation, [chatbot, *run_views], cancels=[chat_event, regenerate_event],
-                       queue=False, api_name="clear")
+                       queue=False, api_name="clear").then(lambda: "", None, link, queue=False,
+                                                           api_visibility="private")
     export_button.click(export, [controls.system, conversation], export_out, api_name="export_chat")
     gr.on([k.change, drafter.change], lambda depth, name: depth_legend((name, depth)), [k, drafter], legend,
           queue=False, api_visibility="private")

@@ -293,15 +293,19 @@ def generation_controls(prefix: str, preset: Preset) -> GenerationControls:
 
 
 def follow_preset(controls: GenerationControls, *drafters: tuple[gr.Radio, Callable[[Preset], str]]) -> None:
-    """When another preset is chosen, show its description and offer its drafters (each radio with its default)."""
+    """When another preset is chosen, show its description and offer its drafters: each radio keeps its choice where
+    the new preset has that drafter too, else takes its default."""
 
-    def update(name: str):
+    def update(name: str, *chosen: str):
         preset = get_preset(name)
-        radios = [gr.Radio(choices=drafter_choices(preset), value=default(preset)) for _, default in drafters]
+        radios = [gr.Radio(choices=drafter_choices(preset),
+                           value=now if now in preset.drafter_names else default(preset))
+                  for (_, default), now in zip(drafters, chosen)]
         return preset_info(preset), *radios
 
-    controls.preset.change(update, controls.preset, [controls.preset_info, *(radio for radio, _ in drafters)],
-                           queue=False, api_visibility="private")
+    radios = [radio for radio, _ in drafters]
+    controls.preset.change(update, [controls.preset, *radios], [controls.preset_info, *radios], queue=False,
+                           api_visibility="private")
 
 
 def depth_legend(*sides: tuple[str, float]) -> str:
