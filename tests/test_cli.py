@@ -67,7 +67,8 @@ def processes(tiny: TinyModels, broken_drafter: Path) -> dict[str, subprocess.Co
     root = tiny.root
     preset = {"PLAYGROUND_MODELS_DIR": str(root)}
     started = {
-        "eagle3-by-path": start_cli(*json_args("--target", str(root / "target"), "--drafter-path", str(root / "eagle3"))),
+        "eagle3-by-path": start_cli(*json_args("--target", str(root / "target"), "--drafter-path",
+                                               str(root / "eagle3"))),
         "eagle3.1-preset": start_cli(*json_args("--drafter", "eagle3.1"), env=preset),
         "broken": start_cli("--target", str(root / "target"), "--drafter-path", str(broken_drafter), "--prompt", PROMPT,
                             "--json"),
@@ -107,7 +108,8 @@ def check_speculative_json(result: dict, tiny: TinyModels) -> None:
         assert {"drafted", "accepted", "emitted", "attention", "hidden_rms", "draft_ms", "verify_ms"} <= set(s)
     for s in drafting:
         n = len(s["drafted"])
-        assert 1 <= n <= K and 0 <= s["accepted"] <= n and s["emitted"][: s["accepted"]] == s["drafted"][: s["accepted"]]
+        assert (1 <= n <= K and 0 <= s["accepted"] <= n
+                and s["emitted"][: s["accepted"]] == s["drafted"][: s["accepted"]])
         assert isinstance(s["draft_ms"], float) and isinstance(s["verify_ms"], float)
         assert isinstance(s["attention"], list) and len(s["attention"]) == n
         for mass in s["attention"]:
@@ -138,7 +140,8 @@ def test_generate_json_with_preset(outputs: dict[str, dict], tiny: TinyModels) -
 
 
 def test_drafter_none_gives_the_same_greedy_tokens(outputs: dict[str, dict], tiny: TinyModels,
-                                                   capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+                                                   capsys: pytest.CaptureFixture,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PLAYGROUND_MODELS_DIR", str(tiny.root))
     plain = parse(run_in_process(capsys, *json_args("--drafter", "none")))
     assert plain["metrics"]["mean_acceptance_length"] is None
@@ -186,21 +189,23 @@ def test_errors_are_one_line_on_stderr(tiny: TinyModels, broken_drafter: Path, t
     not_a_checkpoint = tmp_path / "bad-json"
     not_a_checkpoint.mkdir()
     (not_a_checkpoint / "config.json").write_text("{oops")
-    assert "not valid JSON" in _one_line_error(run_in_process(capsys, *by_path, "--drafter-path", str(not_a_checkpoint)))
-    assert "unknown-drafter" in _one_line_error(run_in_process(capsys, "--prompt", PROMPT, "--drafter", "unknown-drafter"))
+    assert "not valid JSON" in _one_line_error(run_in_process(capsys, *by_path, "--drafter-path",
+                                                              str(not_a_checkpoint)))
+    assert "unknown-drafter" in _one_line_error(run_in_process(capsys, "--prompt", PROMPT, "--drafter",
+                                                               "unknown-drafter"))
     if not torch.cuda.is_available():
         line = _one_line_error(run_in_process(capsys, "--prompt", PROMPT, "--device", "cuda"))
         assert "cuda" in line.lower() or "gpu" in line.lower()
 
 
 def test_the_json_is_a_run_record_that_reads_back_typed(outputs: dict[str, dict]) -> None:
-    """`--json` is `RunRecord.to_dict()` plus preset, target, dtype and forward; `from_dict` gives back the same
-    record, typed."""
+    """`--json` is `RunRecord.to_dict()` plus preset, target, dtype, forward and tree (None for a chain);
+    `from_dict` gives back the same record, typed."""
     from playground.engine import AttentionMass, GenerationConfig, RunRecord, StepEvent
 
     result = dict(outputs["eagle3.1-preset"])
     assert {result.pop("preset"), result.pop("target")} and "metrics" in result
-    assert (result.pop("dtype"), result.pop("forward")) == ("float32", "fast")
+    assert (result.pop("dtype"), result.pop("forward"), result.pop("tree")) == ("float32", "fast", None)
     record = RunRecord.from_dict(result)
     assert json.loads(json.dumps(record.to_dict())) == result
     assert isinstance(record.config, GenerationConfig) and isinstance(record.steps[1], StepEvent)
@@ -215,3 +220,18 @@ def test_distill_draws_parse_numbers_and_ranges() -> None:
     for bad in ("", "a", "-1", "3-x"):
         with pytest.raises(SystemExit, match="--draws"):
             parse_draws(bad)
+
+
+def test_tree_flags_draft_trees_that_equal_plain_decoding(capsys: pytest.CaptureFixture, pair_models: Path) -> None:
+    """`--tree-nodes N` drafts greedy trees (engine.tree); the answer equals plain decoding's, the JSON names the
+    tree's shape, and what trees cannot do yet is refused in one line."""
+    plain = run_in_process(capsys, "--prompt", PROMPT, "--drafter", "none", "--max-new-tokens", "24", "--json")
+    tree = run_in_process(capsys, "--prompt", PROMPT, "--drafter", "eagle3.1", "--max-new-tokens", "24",
+                          "--tree-nodes", "8", "--tree-depth", "3", "--tree-topk", "2", "--json")
+    assert plain.returncode == tree.returncode == 0, tree.stderr
+    result = json.loads(tree.stdout)
+    assert result["token_ids"] == json.loads(plain.stdout)["token_ids"]
+    assert result["tree"] == {"depth": 3, "topk": 2, "nodes": 8}
+    assert any(step["tree_tokens"] for step in result["steps"])
+    line = _one_line_error(run_in_process(capsys, "--prompt", PROMPT, "--tree-nodes", "8", "--temperature", "0.7"))
+    assert "greedy" in line
