@@ -80,7 +80,8 @@ def config_from_dict(raw: dict) -> DrafterConfig:
     archs = set(raw.get("architectures") or [])
     if speculators:
         if raw["speculators_model_type"] != "eagle3":
-            raise CheckpointError(f"unsupported speculators_model_type {raw['speculators_model_type']!r} (want 'eagle3')")
+            raise CheckpointError(f"unsupported speculators_model_type {raw['speculators_model_type']!r} "
+                                  "(want 'eagle3')")
         layer = raw.get("transformer_layer_config")
         if not isinstance(layer, dict):
             raise CheckpointError("speculators config has no transformer_layer_config")
@@ -202,7 +203,8 @@ def resolve_folder(path_or_id: str) -> Path:
 
         return Path(snapshot_download(path_or_id, allow_patterns=["*.json", "*.safetensors", "*.bin"]))
     except Exception as err:
-        raise CheckpointError(f"cannot fetch {path_or_id!r} from the Hugging Face Hub: {type(err).__name__}: {err}") from None
+        raise CheckpointError(f"cannot fetch {path_or_id!r} from the Hugging Face Hub: "
+                              f"{type(err).__name__}: {err}") from None
 
 
 def load_drafter(path_or_id: str | os.PathLike, dtype: torch.dtype = torch.float32) -> tuple[Eagle3Drafter, str]:
@@ -239,7 +241,8 @@ def load_drafter(path_or_id: str | os.PathLike, dtype: torch.dtype = torch.float
         raise CheckpointError(f"drafter checkpoint ({layout} layout) is missing key(s): {spelled(missing)}")
     unexpected = sorted(set(weights) - set(expected))
     if unexpected:
-        hint = " (fc_norm weights but config has fc_norm: false)" if any(k.startswith("fc_norm.") for k in unexpected) else ""
+        norm = any(k.startswith("fc_norm.") for k in unexpected)
+        hint = " (fc_norm weights but config has fc_norm: false)" if norm else ""
         raise CheckpointError(f"drafter checkpoint has unexpected key(s){hint}: {spelled(unexpected)}")
     for key, tensor in expected.items():
         if tuple(weights[key].shape) != tuple(tensor.shape):

@@ -10,8 +10,8 @@ re-fed the target features of the newly accepted positions, so context keys alwa
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import torch
 
@@ -95,6 +95,19 @@ def _generator(cfg: GenerationConfig, device: torch.device) -> torch.Generator |
     generator = torch.Generator(device=device)
     generator.manual_seed(cfg.seed if cfg.seed is not None else torch.seed())
     return generator
+
+
+def prefill_event(generated: list[int], reason: str | None, start: float, now: float) -> StepEvent:
+    """Step 0 of a speculative run: the prefill and the first token, nothing drafted."""
+    return StepEvent(step=0, drafted=[], accepted=0, emitted=list(generated), verify_ms=(now - start) * 1000,
+                     total_tokens=len(generated), elapsed_ms=(now - start) * 1000, finished=reason is not None,
+                     finish_reason=reason)
+
+
+def cancelled_event(step: int, generated: list[int], start: float, now: float) -> StepEvent:
+    """The step a stopped run ends with: nothing new, marked cancelled."""
+    return StepEvent(step=step, drafted=[], accepted=0, emitted=[], total_tokens=len(generated),
+                     elapsed_ms=(now - start) * 1000, finished=True, finish_reason="cancelled")
 
 
 def _check_prompt(target: Target, prompt_ids: list[int]) -> None:
@@ -242,17 +255,12 @@ def speculative_generate(target: Target, drafter: Eagle3Drafter, aux_layers: lis
     prefill = target.forward(prompt_ids, cache, aux_layers, last_only=True)
     tokens = list(prompt_ids) + [_choose(prefill.logits[-1], cfg, generator)]
     generated, reason = stopper.clip([], tokens[-1:])
-    now = target.clock()
-    yield StepEvent(step=0, drafted=[], accepted=0, emitted=list(generated), verify_ms=(now - start) * 1000,
-                    total_tokens=len(generated), elapsed_ms=(now - start) * 1000,
-                    finished=reason is not None, finish_reason=reason)
+    yield prefill_event(generated, reason, start, target.clock())
     pending_aux, pending_start, step = prefill.aux, 0, 0  # target features not yet seen by the drafter
 
     while reason is None:
         if should_stop is not None and should_stop():
-            now = target.clock()
-            yield StepEvent(step=step + 1, drafted=[], accepted=0, emitted=[], total_tokens=len(generated),
-                            elapsed_ms=(now - start) * 1000, finished=True, finish_reason="cancelled")
+            yield cancelled_event(step + 1, generated, start, target.clock())
             return
         step += 1
         context = len(tokens) - 1  # positions the target has cached (and computed features for)

@@ -25,7 +25,6 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from .llama import RotaryTable, rotate
 
-
 MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")  # DeepSeek's names
 
 
@@ -113,7 +112,7 @@ class Attention(nn.Module):
         self,
         x: torch.Tensor,
         rope: tuple[torch.Tensor, torch.Tensor],
-        cache: "LayerCache | None",
+        cache: LayerCache | None,
         mask: torch.Tensor | None,
         want_last_row_probs: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -144,7 +143,8 @@ def last_row_probs(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, 
     small product) so that the attention itself keeps the fused kernel."""
     scores = (q[:, :, -1:] @ k.transpose(-1, -2)) * scale
     if mask is not None:
-        scores = scores.masked_fill(~mask[..., -1:, :], float("-inf")) if mask.dtype == torch.bool else scores + mask[..., -1:, :]
+        last = mask[..., -1:, :]
+        scores = scores.masked_fill(~last, float("-inf")) if mask.dtype == torch.bool else scores + last
     return scores.softmax(-1)[:, :, 0]
 
 
@@ -187,7 +187,8 @@ class MLAttention(nn.Module):
         q = self.q_proj(x) if hasattr(self, "q_proj") else self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
         q = q.view(b, t, self.n_heads, self.nope + self.rope_dim).transpose(1, 2)
         latent, k_rope = self.kv_a_proj_with_mqa(x).split([self.rank, self.rope_dim], dim=-1)
-        kv = self.kv_b_proj(self.kv_a_layernorm(latent)).view(b, t, self.n_heads, self.nope + self.v_dim).transpose(1, 2)
+        kv = self.kv_b_proj(self.kv_a_layernorm(latent))
+        kv = kv.view(b, t, self.n_heads, self.nope + self.v_dim).transpose(1, 2)
         k_nope, v = kv.split([self.nope, self.v_dim], dim=-1)
         cos, signed_sin = rope[0][:, None], rope[1][:, None]
         q_rope = rotate(deinterleave(q[..., self.nope :]), cos, signed_sin)
@@ -264,13 +265,17 @@ class LayerCache:
         end = self.length + k.shape[2]
         if torch.is_grad_enabled() or self.keys is None or self.keys.shape[:2] != k.shape[:2]:
             if self.keys is not None and self.length:
-                k, v = torch.cat([self.keys[:, :, : self.length], k], 2), torch.cat([self.values[:, :, : self.length], v], 2)
+                k = torch.cat([self.keys[:, :, : self.length], k], 2)
+                v = torch.cat([self.values[:, :, : self.length], v], 2)
             self.keys, self.values, self.length = k, v, end
             return k, v
         if end > self.keys.shape[2]:
             grown = max(end, 2 * self.keys.shape[2], 64)
-            self.keys = torch.cat([self.keys[:, :, : self.length], self.keys.new_empty(*k.shape[:2], grown - self.length, k.shape[3])], 2)
-            self.values = torch.cat([self.values[:, :, : self.length], self.values.new_empty(*v.shape[:2], grown - self.length, v.shape[3])], 2)
+            more = grown - self.length
+            self.keys = torch.cat([self.keys[:, :, : self.length],
+                                   self.keys.new_empty(*k.shape[:2], more, k.shape[3])], 2)
+            self.values = torch.cat([self.values[:, :, : self.length],
+                                     self.values.new_empty(*v.shape[:2], more, v.shape[3])], 2)
         self.keys[:, :, self.length : end] = k
         self.values[:, :, self.length : end] = v
         self.length = end

@@ -49,7 +49,8 @@ def native_bfloat16() -> bool:
     """Whether this CPU multiplies bfloat16 in hardware (AVX-512 BF16 or AMX), so oneDNN's bf16 kernels are fast."""
     cpu = torch.cpu
     return bool(torch.backends.mkldnn.is_available() and (
-        getattr(cpu, "_is_avx512_bf16_supported", lambda: False)() or getattr(cpu, "_is_amx_tile_supported", lambda: False)()))
+        getattr(cpu, "_is_avx512_bf16_supported", lambda: False)()
+        or getattr(cpu, "_is_amx_tile_supported", lambda: False)()))
 
 
 class KVCache:
@@ -57,7 +58,8 @@ class KVCache:
 
     def __init__(self, layers: int, kv_heads: int, head_dim: int, max_positions: int, dtype: torch.dtype,
                  device: torch.device) -> None:
-        self.shape, self.max_positions, self.dtype, self.device = (layers, kv_heads, head_dim), max_positions, dtype, device
+        self.shape, self.max_positions = (layers, kv_heads, head_dim), max_positions
+        self.dtype, self.device = dtype, device
         self.keys = self.values = torch.empty(0)
         self.capacity = self.length = 0
 
@@ -249,8 +251,8 @@ class FastLlama:
     def expect_rows(self, rows: int) -> None:
         """Pack the float32 weights for `rows`-row products (a verification's k + 1), within `PACK_SHARE` of the
         available memory; a new row count replaces the pack before it."""
-        if (self.embed.dtype != torch.float32 or self.embed.device.type != "cpu" or not torch.backends.mkl.is_available()
-                or rows < 2):
+        if (self.embed.dtype != torch.float32 or self.embed.device.type != "cpu"
+                or not torch.backends.mkl.is_available() or rows < 2):
             return
         with self._pack_lock:
             if rows == self._packed_rows:

@@ -25,7 +25,7 @@ class RunRecord:
 
     @classmethod
     def of(cls, events: list[StepEvent], text: str, prompt_tokens: int, drafter: str, config: GenerationConfig,
-           k: int | None = None) -> "RunRecord":
+           k: int | None = None) -> RunRecord:
         """The record of `events` (metrics summarised at `k`: the engine's own where it differs from the config)."""
         return cls(text=text, token_ids=emitted_ids(events), prompt_tokens=prompt_tokens,
                    finish_reason=events[-1].finish_reason if events else None, drafter=drafter, config=config,
@@ -40,7 +40,7 @@ class RunRecord:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> "RunRecord":
+    def from_dict(cls, data: dict) -> RunRecord:
         config = dict(data["config"], stop_strings=tuple(data["config"].get("stop_strings", ())))
         metrics = dict(data["metrics"], attention_by_depth=_masses(data["metrics"].get("attention_by_depth")))
         steps = [StepEvent(**dict(s, attention=_masses(s.get("attention")))) for s in data.get("steps", [])]

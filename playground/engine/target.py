@@ -73,7 +73,7 @@ class Target:
 
     @classmethod
     def load(cls, path_or_id: str, device: str = "cpu", dtype: torch.dtype = torch.float32,
-             trust_remote_code: bool = False, fast: bool = True) -> "Target":
+             trust_remote_code: bool = False, fast: bool = True) -> Target:
         hf_logging.disable_progress_bar()
         try:
             tokenizer = AutoTokenizer.from_pretrained(path_or_id, trust_remote_code=trust_remote_code)
@@ -127,17 +127,20 @@ class Target:
         ids = sorted(cfg.aux_layer_ids or self.default_aux_layer_ids())
         problems = []
         if cfg.target_hidden_size != self.hidden_size:
-            problems.append(f"drafter expects target hidden size {cfg.target_hidden_size}, target has {self.hidden_size}")
+            problems.append(f"drafter expects target hidden size {cfg.target_hidden_size}, "
+                            f"target has {self.hidden_size}")
         if cfg.vocab_size != self.vocab_size:
             problems.append(f"drafter vocab_size {cfg.vocab_size} != target vocab_size {self.vocab_size}")
         if len(ids) != cfg.num_aux_hidden_states:
-            problems.append(f"drafter reads {cfg.num_aux_hidden_states} aux hidden states but {len(ids)} layer ids are set")
+            problems.append(f"drafter reads {cfg.num_aux_hidden_states} aux hidden states but {len(ids)} layer ids "
+                            "are set")
         bad = [i for i in ids if not 0 <= i <= self.num_layers]
         if bad:
             problems.append(f"aux layer ids {bad} are outside the target's 0..{self.num_layers}")
         if drafter.embed_tokens is None and cfg.hidden_size != self.hidden_size:
             problems.append(
-                f"drafter ships no embed_tokens and its hidden size {cfg.hidden_size} differs from the target's {self.hidden_size}"
+                f"drafter ships no embed_tokens and its hidden size {cfg.hidden_size} differs from the target's "
+                f"{self.hidden_size}"
             )
         if problems:
             raise CheckpointError("drafter does not fit the target: " + "; ".join(problems))
@@ -185,7 +188,8 @@ class Target:
     @torch.no_grad()
     def features(self, tokens: torch.Tensor, aux_layers: list[int]) -> TargetOutput:
         """Batched forward without a cache, for training drafters: logits [b, t, V] and aux [b, t, n*H]."""
-        out, found = self.capture_layers(aux_layers, lambda: self.model(input_ids=tokens.to(self.device), use_cache=False))
+        out, found = self.capture_layers(aux_layers,
+                                         lambda: self.model(input_ids=tokens.to(self.device), use_cache=False))
         return TargetOutput(logits=out.logits.float(), aux=torch.cat([found[i] for i in aux_layers], dim=-1))
 
     def _tree_arguments(self, cache: DynamicCache, positions: torch.Tensor, sees: torch.Tensor) -> dict:

@@ -7,7 +7,7 @@ multi-byte character contributes no text until the character is complete.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 REPLACEMENT_CHAR = "\ufffd"
 MAX_PENDING_TOKENS = 4  # a UTF-8 character has at most 4 bytes; longer invalid runs are shown as U+FFFD

@@ -19,8 +19,8 @@ A field a backend cannot provide is None, never zero, so that the UI can say why
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Iterable
 
 
 @dataclass
@@ -151,23 +151,23 @@ class SpecCounters:
             self.accepted_per_pos[i] += 1
 
     @classmethod
-    def from_events(cls, events: Iterable[StepEvent], k: int) -> "SpecCounters":
+    def from_events(cls, events: Iterable[StepEvent], k: int) -> SpecCounters:
         counters = cls(accepted_per_pos=[0] * k)
         for event in events:
             counters.observe(event)
         return counters
 
-    def _combine(self, other: "SpecCounters", sign: int) -> "SpecCounters":
+    def _combine(self, other: SpecCounters, sign: int) -> SpecCounters:
         n = max(len(self.accepted_per_pos), len(other.accepted_per_pos))
         mine, theirs = (xs + [0] * (n - len(xs)) for xs in (self.accepted_per_pos, other.accepted_per_pos))
         return SpecCounters(self.drafts + sign * other.drafts, self.draft_tokens + sign * other.draft_tokens,
                             self.accepted_tokens + sign * other.accepted_tokens,
                             [a + sign * b for a, b in zip(mine, theirs, strict=True)])
 
-    def __add__(self, other: "SpecCounters") -> "SpecCounters":
+    def __add__(self, other: SpecCounters) -> SpecCounters:
         return self._combine(other, 1)
 
-    def __sub__(self, before: "SpecCounters") -> "SpecCounters":
+    def __sub__(self, before: SpecCounters) -> SpecCounters:
         return self._combine(before, -1)
 
     @property

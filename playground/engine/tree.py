@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from .decode import GenerationConfig, _check_prompt, _Stopper
+from .decode import GenerationConfig, _check_prompt, _Stopper, cancelled_event, prefill_event
 from .drafter import DrafterCache, Eagle3Drafter
 from .target import Target
 from .trace import StepEvent
@@ -210,17 +210,12 @@ def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int],
     prefill = target.forward(prompt_ids, cache, aux_layers, last_only=True)
     tokens = list(prompt_ids) + [int(prefill.logits[-1].argmax())]
     generated, reason = stopper.clip([], tokens[-1:])
-    now = target.clock()
-    yield StepEvent(step=0, drafted=[], accepted=0, emitted=list(generated), verify_ms=(now - start) * 1000,
-                    total_tokens=len(generated), elapsed_ms=(now - start) * 1000,
-                    finished=reason is not None, finish_reason=reason)
+    yield prefill_event(generated, reason, start, target.clock())
     pending_aux, pending_start, step = prefill.aux, 0, 0
 
     while reason is None:
         if should_stop is not None and should_stop():
-            now = target.clock()
-            yield StepEvent(step=step + 1, drafted=[], accepted=0, emitted=[], total_tokens=len(generated),
-                            elapsed_ms=(now - start) * 1000, finished=True, finish_reason="cancelled")
+            yield cancelled_event(step + 1, generated, start, target.clock())
             return
         step += 1
         context = len(tokens) - 1
