@@ -22,7 +22,7 @@ it (`require_fixed_k_support`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -37,6 +37,16 @@ if TYPE_CHECKING:
 
 class BackendUnavailable(ValueError):
     """A preset that cannot run here (no GPU, no vLLM, no server URL, ...); the message says why."""
+
+
+class StepStream(Protocol):
+    """A backend's step events for one request; close() ends it early (a generator's close, or an engine abort)."""
+
+    def __iter__(self) -> Iterator[StepEvent]: ...
+
+    def __next__(self) -> StepEvent: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -71,7 +81,7 @@ class Backend(Protocol):
     def decode(self, ids: list[int]) -> str: ...
 
     def stream(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
-               should_stop: Callable[[], bool] | None = None) -> Iterable[StepEvent]: ...
+               should_stop: Callable[[], bool] | None = None) -> StepStream: ...
 
     def plain_probe(self): ...  # a PlainProbe-like object with time_step(context) -> seconds
 
@@ -146,5 +156,6 @@ def forget_backend(name: str) -> None:
         _SHARED.pop(name, None)
 
 
-__all__ = ["Backend", "BackendUnavailable", "Capabilities", "backend_unavailable_reason", "forget_backend", "open_backend",
-           "open_local_backend", "require_fixed_k_support", "require_local", "shared_backend"]
+__all__ = ["Backend", "BackendUnavailable", "Capabilities", "StepStream", "backend_unavailable_reason",
+           "forget_backend", "open_backend", "open_local_backend", "require_fixed_k_support", "require_local",
+           "shared_backend"]

@@ -461,6 +461,10 @@ class VllmStream:
     def __next__(self) -> StepEvent:
         return next(self._events)
 
+    def close(self) -> None:
+        """Stop reading: the request is aborted in its engine (the generator's cleanup), freeing its slot now."""
+        self._events.close()
+
     def _run(self, backend: VllmBackend, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
              should_stop: Callable[[], bool] | None) -> Iterator[StepEvent]:
         from vllm.sampling_params import RequestOutputKind, SamplingParams

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 
-from playground.backends import Backend
+from playground.backends import Backend, StepStream
 from playground.engine import Baseline, RunRecord, StepEvent, emitted_ids
 from playground.viz import ProvenanceBuilder, RunView, TokenPiece, plain_verdict
 
@@ -86,7 +86,8 @@ class Run:
 
     @property
     def seen_tokens_per_second(self) -> float | None:
-        """Tokens / wall-clock seconds, rendering pauses included: the rate the user saw (the engine's excludes them)."""
+        """Tokens / wall-clock seconds, rendering pauses included: the rate the user saw (the engine's excludes
+        them)."""
         return len(self.token_ids) / self.seen_seconds if self.seen_seconds else None
 
     def view(self) -> RunView:
@@ -113,8 +114,8 @@ class Run:
 class _ActiveTimeEvents:
     """Rewrites each event's elapsed_ms to exclude the time the decode loop sat paused between steps."""
 
-    def __init__(self, events: Iterable[StepEvent], rewrite: bool = True) -> None:
-        self._events = iter(events)
+    def __init__(self, events: StepStream, rewrite: bool = True) -> None:
+        self._events = events
         self._rewrite = rewrite
         self._paused_s = 0.0
         self._paused_since: float | None = None
@@ -132,7 +133,7 @@ class _ActiveTimeEvents:
         return replace(event, elapsed_ms=max(event.elapsed_ms - self._paused_s * 1000, 0.0))
 
     def close(self) -> None:
-        getattr(self._events, "close", lambda: None)()
+        self._events.close()
 
 
 class RunDriver:
