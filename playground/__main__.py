@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         args.func(args)
-    except (cli.UsageError, space.SpaceError, CheckpointError, TargetError, ValueError, KeyError, FileNotFoundError) as err:
+    except (cli.UsageError, space.SpaceError, CheckpointError, TargetError, ValueError, KeyError,
+            FileNotFoundError) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"error: {message}", file=sys.stderr)
         return 2

@@ -175,9 +175,9 @@ def _kimi() -> Preset:
         engine_options={"max_model_len": 32768, "attention_backend": "tokenspeed_mla", "language_model_only": True},
         server_options={"tool_call_parser": "kimi_k2", "enable_auto_tool_choice": True, "reasoning_parser": "kimi_k2"},
         notes="NVFP4 and the tokenspeed_mla attention backend need Blackwell GPUs (e.g. 4× GB200 or B200); on Hopper "
-        "use moonshotai/Kimi-K2.6 with more GPUs and vLLM's default MLA backend. vLLM documents tokenspeed_mla for an "
-        "FP8 KV cache: add --kv-cache-dtype fp8 if it refuses the default. Not verified here (no GPU cluster); the same "
-        "architecture runs end to end in the kimi-tiny preset. Usually run as a remote server: see "
+        "use moonshotai/Kimi-K2.6 with more GPUs and vLLM's default MLA backend. vLLM documents tokenspeed_mla "
+        "for an FP8 KV cache: add --kv-cache-dtype fp8 if it refuses the default. Not verified here (no GPU cluster); "
+        "the same architecture runs end to end in the kimi-tiny preset. Usually run as a remote server: see "
         "docs/gpu-and-spaces.md.",
     )
 
@@ -238,8 +238,8 @@ def _remote() -> Preset:
 
 def all_presets() -> dict[str, Preset]:
     """Every built-in preset, whatever PLAYGROUND_PRESETS selects (the CLI may name any of them)."""
-    items = [_smollm2(), _smollm2_bf16(), _smollm2_vllm(), _llama("llama-3.1-8b", "local"), _llama("llama-3.1-8b-vllm", "vllm"),
-             _kimi(), _kimi_tiny(), _kimi_tiny_vllm(), _remote()]
+    items = [_smollm2(), _smollm2_bf16(), _smollm2_vllm(), _llama("llama-3.1-8b", "local"),
+             _llama("llama-3.1-8b-vllm", "vllm"), _kimi(), _kimi_tiny(), _kimi_tiny_vllm(), _remote()]
     return {p.name: p for p in items}
 
 

@@ -72,7 +72,8 @@ def requirements(hardware: str) -> str:
                 line = line.split("#")[0].strip() + "+cpu"  # the CPU build, from the CPU index below
             if line and not line.startswith("#"):
                 lines.append(line)
-        return "\n".join([f"--extra-index-url {TORCH_CPU_INDEX}  # torch's CPU build: no CUDA libraries", *lines]) + "\n"
+        return "\n".join([f"--extra-index-url {TORCH_CPU_INDEX}  # torch's CPU build: no CUDA libraries",
+                          *lines]) + "\n"
     if hardware == "zerogpu":
         lines = [line for line in (REPO_ROOT / "requirements-gpu.txt").read_text().splitlines()
                  if line and not line.startswith("#")]

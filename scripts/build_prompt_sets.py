@@ -61,7 +61,8 @@ UNFAMILIAR_SYSTEM_PROMPTS = (
     "Respond as a medieval herald announcing the news to the royal court.",
 )
 LONG_CONTEXT_TOKENS = {"long-1k": 1000, "long-2k": 2000, "long-4k": 4000}
-NUMPY_CONTEXT_TOKENS = {"numpy-1k": 1000, "numpy-2k": 2000, "numpy-4k": 4000, "numpy-8k": 8000}  # 8k: 8192 less the answer
+# 8k: 8192 less the answer
+NUMPY_CONTEXT_TOKENS = {"numpy-1k": 1000, "numpy-2k": 2000, "numpy-4k": 4000, "numpy-8k": 8000}
 EXPLAIN_RE = re.compile(r"^Explain what `([\w.]+)` does\.$")
 N_LONG = 8
 LONG_WRAPPER = "Here is some Python source code:\n\n```python\n{context}```\n\n{question}"

@@ -150,7 +150,8 @@ def parent(args: argparse.Namespace) -> None:
                       "acceptance": {"ours": acceptance(results["ours", method]),
                                      "vllm": acceptance(results["vllm", method])}})
         print(f"| {method} | {ours['median']:.1f} ({ours['min']:.1f}–{ours['max']:.1f}) | {theirs['median']:.1f} "
-              f"({theirs['min']:.1f}–{theirs['max']:.1f}) | {table[-1]['ratio']:.2f}× | {same}/{table[-1]['prompts']} | |")
+              f"({theirs['min']:.1f}–{theirs['max']:.1f}) | {table[-1]['ratio']:.2f}× | "
+              f"{same}/{table[-1]['prompts']} | |")
     for row in table:
         if row["acceptance"]["ours"] and row["acceptance"]["vllm"]:
             mine, theirs = row["acceptance"]["ours"], row["acceptance"]["vllm"]

@@ -1,7 +1,8 @@
 """GPU checks, one part per call (scripts/gpu_check.sh runs them all, each under a time limit).
 
     python scripts/gpu_check.py env             what this machine has, and which presets can run here
-    python scripts/gpu_check.py local-default  the local engine on CUDA, default pair (SmolLM2 + our drafters): float32 lossless, bf16 speed
+    python scripts/gpu_check.py local-default  the local engine on CUDA, default pair (SmolLM2 + our drafters):
+                                                float32 lossless, bf16 speed
     python scripts/gpu_check.py local-llama     Llama-3.1-8B-Instruct + EAGLE-3 on the local engine (needs HF_TOKEN)
     python scripts/gpu_check.py vllm            the vLLM backend, default pair (SmolLM2 from the Hub, no token)
     python scripts/gpu_check.py vllm-llama      the vLLM backend, Llama-3.1-8B + EAGLE-3 (HF_TOKEN; not in the script:
@@ -145,7 +146,8 @@ def part_local_default(args: argparse.Namespace) -> None:
     preset = default_preset()
     exact = replace(preset, device="cuda", dtype="float32")
     rows = measure_local(exact, list(preset.drafters), args.k, args.max_new_tokens, 1)
-    print_table("default pair, float32 on CUDA (greedy should equal plain; kernel differences may flip near-ties)", rows)
+    print_table("default pair, float32 on CUDA (greedy should equal plain; kernel differences may flip near-ties)",
+                rows)
     fast = replace(exact, dtype="bfloat16")
     print_table("default pair, bf16 on CUDA", measure_local(fast, list(preset.drafters), args.k, args.max_new_tokens,
                                                          args.repeats))

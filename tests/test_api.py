@@ -287,7 +287,8 @@ def test_engine_errors_become_messages_not_crashes() -> None:
         next(stream)
 
 
-def test_load_pair_of_ones_own_folders_answers_losslessly_and_refuses_a_misfit(app_url: str, tiny, tmp_path: Path) -> None:
+def test_load_pair_of_ones_own_folders_answers_losslessly_and_refuses_a_misfit(app_url: str, tiny,
+                                                                              tmp_path: Path) -> None:
     """/load_pair on folders the repository does not ship: the tests' random tiny Llama with its drafters in all three
     layouts (EAGLE-3 official then vLLM-export, EAGLE-3.1 speculators), and the shipped kimi-tiny MLA + MoE pair. Each
     becomes a preset that /chat takes, and its greedy EAGLE answers equal its plain one (the drafters drafted; on these
@@ -308,9 +309,11 @@ random tiny models few drafts are accepted on a chat prompt, none for some). A d
         name, status, *_ = client.predict(target, eagle3, eagle3_1, api_name="/load_pair")
         assert name.startswith(f"own:{Path(target).name}@") and "Loaded" in status
         names.add(name)
-        plain = chat(Client(app_url, verbose=False), "Say something.", preset=name, drafter="none", max_new_tokens=24)[-1][-1]["token_ids"]
+        plain = chat(Client(app_url, verbose=False), "Say something.", preset=name, drafter="none",
+                     max_new_tokens=24)[-1][-1]["token_ids"]
         for drafter in drafters:  # each chat in a new session (a fresh Client): no history before the prompt
-            run = chat(Client(app_url, verbose=False), "Say something.", preset=name, drafter=drafter, max_new_tokens=24)[-1][-1]
+            run = chat(Client(app_url, verbose=False), "Say something.", preset=name, drafter=drafter,
+                       max_new_tokens=24)[-1][-1]
             assert run["token_ids"] == plain, (name, drafter)
             assert run["metrics"]["drafted_tokens"] > 0 and run["settings"]["preset"] == name
     assert len(names) == 3  # two pairs of one target are two presets

@@ -34,8 +34,8 @@ from playground.presets import REPO_ROOT, get_preset
 
 ROW_COLUMNS = {
     "drafter", "k", "context_tokens", "template", "prompt_set", "tokens_per_second", "baseline_tokens_per_second",
-    "speedup", "speedup_runs", "mean_acceptance_length", "per_position_acceptance", "attention_by_depth", "hidden_rms_by_depth",
-    "lossless", "note",
+    "speedup", "speedup_runs", "mean_acceptance_length", "per_position_acceptance", "attention_by_depth",
+    "hidden_rms_by_depth", "lossless", "note",
 }
 RECORDS = [
     {"question_id": "q1", "category": "code", "sub_category": None, "turns": ["Write a function `add(a, b)`."],
@@ -110,7 +110,8 @@ def test_prompt_sets_load_from_parquet_and_jsonl(tmp_path: Path) -> None:
         {"role": "assistant", "content": "It joins paths."},
         {"role": "user", "content": "And `os.path.split`?"},
     ]
-    for name in ("held-out", "humaneval", "mt-bench", "long-1k", "long-2k", "long-4k", "numpy-1k", "numpy-8k", "unfamiliar-system"):
+    for name in ("held-out", "humaneval", "mt-bench", "long-1k", "long-2k", "long-4k", "numpy-1k", "numpy-8k",
+                 "unfamiliar-system"):
         assert name in builtin_sets()
     for name in ("numpy-1k", "numpy-2k", "numpy-4k", "numpy-8k"):  # the held-out library, 8 prompts a length
         long = load_prompt_set(name).records
@@ -172,7 +173,8 @@ def test_speed_findings_know_their_noise() -> None:
     close.speedup_runs, close.tokens_per_second = [2.2, 2.4, 2.6], 24.0
     slow.speedup_runs, slow.tokens_per_second = [1.4, 1.5, 1.6], 15.0
     speed = [f for f in findings([fast, close, slow], greedy=True) if "fastest method" in f]
-    assert len(speed) == 1 and "2.50× plain decoding" in speed[0] and "median of 3 passes, which ranged 2.30–2.70×" in speed[0]
+    assert (len(speed) == 1 and "2.50× plain decoding" in speed[0]
+            and "median of 3 passes, which ranged 2.30–2.70×" in speed[0])
     assert "Within noise of EAGLE-3 k=4" in speed[0] and "k=1" not in speed[0].split("Within noise")[1]
     close.speedup_runs = [2.0, 2.1, 2.2]
     apart = [f for f in findings([fast, close, slow], greedy=True) if "fastest method" in f][0]
@@ -192,12 +194,15 @@ def test_the_plan_is_made_without_a_model(tmp_path: Path) -> None:
 
     config = BenchConfig([Sweep((str(prompts),), ("none", "eagle3", "prompt-lookup"), (2,), ("default", "llama3"))],
                          max_new_tokens=8, repeats=3)
-    plan = make_plan(config, encode, max_positions=40, unavailable=lambda m: "no peers here" if m.kind == "peer" else None)
+    plan = make_plan(config, encode, max_positions=40,
+                     unavailable=lambda m: "no peers here" if m.kind == "peer" else None)
     default, llama3 = plan.cells
     assert (len(default.records), default.skipped, default.context_tokens) == (2, 0, 20)
     assert (len(llama3.records), llama3.skipped, llama3.context_tokens) == (1, 1, 15)  # 35 + 8 > 40
-    assert [m.name for m in default.runnable] == ["none", "eagle3"] and "no peers" in default.unavailable[default.methods[2]]
-    # warm-ups: 2 cells' plain + eagle3; timed: 3 repeats x 2 methods per record; one instrumented eagle3 pass per record
+    assert ([m.name for m in default.runnable] == ["none", "eagle3"]
+            and "no peers" in default.unavailable[default.methods[2]])
+    # warm-ups: 2 cells' plain + eagle3; timed: 3 repeats x 2 methods per record; one instrumented eagle3 pass per
+    # record
     assert (plan.count_warmups(), plan.count_runs()) == (2 + 1, (2 + 1) * (3 * 2 + 1))
     run_seconds = plan.run_seconds({0: (1.0, 0.5), 1: (2.0, 0.5)}, {Method("eagle3", 2): 0.5}, all_turns=True)
     # one conversation = turns x (prefill + max_new_tokens x per-token x relative speed); the default cell's mean

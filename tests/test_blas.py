@@ -18,7 +18,8 @@ def _cpuinfo(tmp_path: Path, text: str) -> Path:
 
 
 def test_cpu_flags_reads_the_first_processor(tmp_path: Path) -> None:
-    assert cpu_flags(first_processor(_cpuinfo(tmp_path, AMD))) == ("AuthenticAMD", {"fpu", "sse2", "avx", "fma", "avx2"})
+    assert (cpu_flags(first_processor(_cpuinfo(tmp_path, AMD)))
+            == ("AuthenticAMD", {"fpu", "sse2", "avx", "fma", "avx2"}))
     assert first_processor(_cpuinfo(tmp_path, INTEL + "model name\t: Xeon\n"))["model name"] == "Xeon"
     assert cpu_flags(first_processor(tmp_path / "missing")) == ("", set())
 

@@ -104,7 +104,8 @@ def make_weights(source: dict[str, torch.Tensor], layout: str) -> dict[str, torc
     return out
 
 
-def write(folder: Path, config: dict | str | None, weights: dict[str, torch.Tensor] | None, fmt: str = "safetensors") -> Path:
+def write(folder: Path, config: dict | str | None, weights: dict[str, torch.Tensor] | None,
+          fmt: str = "safetensors") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     if config is not None:
         (folder / "config.json").write_text(config if isinstance(config, str) else json.dumps(config))
@@ -197,7 +198,8 @@ def test_speculators_norm_before_residual_default(tiny: TinyModels) -> None:
 
 
 def test_bin_checkpoint_loads_with_weights_only(tiny: TinyModels, tmp_path: Path) -> None:
-    drafter, aux, layout = load_and_attach(tiny.target, write_layout(tiny, tmp_path / "bin", "eagle3.1", "official", fmt="bin"))
+    drafter, aux, layout = load_and_attach(tiny.target,
+                                           write_layout(tiny, tmp_path / "bin", "eagle3.1", "official", fmt="bin"))
     assert layout == "official"
     ref = tiny.drafters["eagle3.1"]
     assert drafting_trace(tiny, drafter, aux) == drafting_trace(tiny, ref.drafter, ref.aux_layers)
@@ -259,7 +261,8 @@ def test_embed_tokens_absent_or_present(tiny: TinyModels, tmp_path: Path) -> Non
     # its own (different) embedding is really used
     weights = make_weights(source_weights(tiny, "eagle3"), "official")
     weights["embed_tokens.weight"] = torch.randn_like(shared.weight, generator=torch.Generator().manual_seed(0))
-    drafter, aux, _ = load_and_attach(target, write(tmp_path / "own", make_config(tiny, "official", False, False), weights))
+    drafter, aux, _ = load_and_attach(target,
+                                      write(tmp_path / "own", make_config(tiny, "official", False, False), weights))
     assert [t[0] for t in drafting_trace(tiny, drafter, aux)] != [t[0] for t in expected]
 
 
@@ -274,7 +277,8 @@ def test_t2d_is_ignored(tiny: TinyModels, tmp_path: Path) -> None:
             del weights["t2d"]
         else:
             weights["t2d"] = t2d
-        drafter, aux, _ = load_and_attach(tiny.target, write(tmp_path / label, make_config(tiny, "official", True, True), weights))
+        drafter, aux, _ = load_and_attach(tiny.target,
+                                          write(tmp_path / label, make_config(tiny, "official", True, True), weights))
         assert drafting_trace(tiny, drafter, aux) == expected, label
 
 
@@ -360,7 +364,8 @@ def test_broken_checkpoints_have_clear_errors(tiny: TinyModels, tmp_path: Path) 
     assert "lacks 'd2t'" in _error(write(tmp_path / "nod2t", config, no_d2t))
 
     aux = {**config, "num_aux_hidden_states": 3, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 2]}}
-    assert "num_aux_hidden_states is 3 but eagle_aux_hidden_state_layer_ids has 2" in _error(write(tmp_path / "aux", aux, good))
+    assert ("num_aux_hidden_states is 3 but eagle_aux_hidden_state_layer_ids has 2"
+            in _error(write(tmp_path / "aux", aux, good)))
     # two ids and no count: fc would read 2 * 64 features, which the weights contradict
     aux = {**config, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 2]}}
     assert "shape mismatch for fc.weight" in _error(write(tmp_path / "aux2", aux, good))
@@ -383,7 +388,8 @@ def _random_drafter(folder: Path, **overrides) -> Path:
     ({"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1},
      "ships no embed_tokens and its hidden size 32 differs from the target's 64"),
 ])
-def test_attach_rejects_drafters_that_do_not_fit(tiny: TinyModels, tmp_path: Path, overrides: dict, expected: str) -> None:
+def test_attach_rejects_drafters_that_do_not_fit(tiny: TinyModels, tmp_path: Path, overrides: dict,
+                                                  expected: str) -> None:
     drafter, _ = load_drafter(_random_drafter(tmp_path, **overrides))
     with pytest.raises(CheckpointError, match="drafter does not fit the target") as info:
         tiny.target.attach(drafter)

@@ -48,7 +48,8 @@ def test_shipped_drafters_differ_only_in_the_eagle31_flags_and_fit(smollm2: Targ
 def test_greedy_speculative_equals_plain_on_held_out_prompts(smollm2: Target, variant: str) -> None:
     drafter, _ = load_drafter(SHIPPED_DRAFTERS / variant)
     aux = smollm2.attach(drafter)
-    questions = ["Explain how the gears of a bicycle work.", "Write a Python function that returns the median of a list."]
+    questions = ["Explain how the gears of a bicycle work.",
+                 "Write a Python function that returns the median of a list."]
     for question in questions:  # not in the training prompts (playground/train/prompts.py)
         prompt = encode_chat(smollm2.tokenizer, [{"role": "user", "content": question}])
         plain = [t for e in plain_generate(smollm2, prompt, GenerationConfig(max_new_tokens=32)) for t in e.emitted]

@@ -128,7 +128,8 @@ def test_train_drafters_runs_resumes_and_saves_both_variants(tiny_root: Path, tm
     # WiSE-FT: the average of a pair and the pair trained from it, tensor by tensor
     merge(tmp_path / "out", tmp_path / "again", 0.25, tmp_path / "merged")
     for variant in ("eagle3", "eagle3.1"):
-        base, tuned, merged = (load_file(tmp_path / d / variant / "model.safetensors") for d in ("out", "again", "merged"))
+        base, tuned, merged = (load_file(tmp_path / d / variant / "model.safetensors")
+                               for d in ("out", "again", "merged"))
         expected = (0.75 * base["fc.weight"].float() + 0.25 * tuned["fc.weight"].float()).half()
         assert torch.equal(merged["fc.weight"], expected) and not torch.equal(merged["fc.weight"], base["fc.weight"])
         assert torch.equal(merged["t2d"], base["t2d"])
@@ -172,8 +173,10 @@ def test_speed_table_times_every_drafter_and_k_against_plain(pair_models, tiny) 
             assert 0 < low <= m["median_speedup"] <= high
             assert 1 <= m["mean_acceptance_length"] <= int(k) + 1
             by_set = m["mean_acceptance_length_by_set"]
-            assert set(by_set) == {"one", "two"} and min(by_set.values()) <= m["mean_acceptance_length"] <= max(by_set.values())
-            assert m["speedup_per_acceptance_length"] == pytest.approx(m["median_speedup"] / m["mean_acceptance_length"])
+            assert (set(by_set) == {"one", "two"}
+                    and min(by_set.values()) <= m["mean_acceptance_length"] <= max(by_set.values()))
+            assert m["speedup_per_acceptance_length"] == pytest.approx(
+                m["median_speedup"] / m["mean_acceptance_length"])
             assert m["median_draft_ms_per_step"] > 0 and m["median_verify_ms_per_step"] > 0
 
 
@@ -214,7 +217,8 @@ def test_long_context_records_train_one_sequence_per_block(tiny_root: Path, tmp_
     chat = answers["chat-train-0"]  # the third turn's prompt holds the first two answers
     assert all(t["text"] in Target.load(folder).decode(chat[2]["prompt_ids"]) for t in chat[:2] if t["text"].strip())
     write_features(items, folder, tmp_path, threads=1)
-    assert sorted(p.name for p in (tmp_path / "train").iterdir()) == ["long-00000.safetensors", "long-00001.safetensors"]
+    assert (sorted(p.name for p in (tmp_path / "train").iterdir())
+            == ["long-00000.safetensors", "long-00001.safetensors"])
     data = DistilledData(tmp_path / "train", seq_len=512, pack=False)
     assert len(data) == 9 and data.sequences == 9
     first = answers["source-train-0"][-1]

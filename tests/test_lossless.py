@@ -72,7 +72,8 @@ def assert_same_or_near_tie(target: Target, prompt: list[int], got: list[int], w
 @pytest.fixture(scope="module")
 def cases(tiny: TinyModels) -> list[Case]:
     g = torch.Generator().manual_seed(1234)
-    prompts = [(f"random-{n}", torch.randint(8, tiny.target.vocab_size, (n,), generator=g).tolist()) for n in (3, 40, 150)]
+    prompts = [(f"random-{n}", torch.randint(8, tiny.target.vocab_size, (n,), generator=g).tolist())
+               for n in (3, 40, 150)]
     prompts += [(f"training-{i}", p) for i, p in enumerate(tiny.training_prompts[:3])]
     out = []
     for label, prompt in prompts:
@@ -102,7 +103,8 @@ def test_greedy_output_is_token_identical(tiny: TinyModels, cases: list[Case], n
 
 def test_long_accepted_chains_happen(tiny: TinyModels, cases: list[Case]) -> None:
     """On the training prompts whole chains of 8 get accepted, so the k=8 losslessness check covers them."""
-    accepted = [e.accepted for c in cases if c.label.startswith("training") for e in run_spec(tiny, "eagle3", c.prompt, k=8)]
+    accepted = [e.accepted for c in cases if c.label.startswith("training")
+                for e in run_spec(tiny, "eagle3", c.prompt, k=8)]
     assert max(accepted) == 8 and sum(accepted) >= 20, accepted
 
 
@@ -278,7 +280,8 @@ def test_step_events(tiny: TinyModels, cases: list[Case], name: str, k: int) -> 
         bare = run_spec(tiny, name, case.prompt, k=k, instrument=False)
         check_events(bare, k, instrument=False)
         assert flat(bare) == flat(events)
-        assert [(e.drafted, e.accepted, e.emitted) for e in bare] == [(e.drafted, e.accepted, e.emitted) for e in events]
+        assert ([(e.drafted, e.accepted, e.emitted) for e in bare]
+                == [(e.drafted, e.accepted, e.emitted) for e in events])
 
 
 @pytest.mark.parametrize("name", DRAFTER_NAMES)

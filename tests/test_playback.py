@@ -119,7 +119,8 @@ def test_stop_counts_for_a_run_still_queued() -> None:
     switches.trip("session", "chat")  # pressed while the run waited in the queue
     assert switches.arm("session", "chat", queued_at).is_set()
     assert not switches.arm("session", "chat", time.monotonic()).is_set()  # a run sent after Stop runs
-    assert not switches.arm("other", "chat", queued_at).is_set() and not switches.arm("session", "compare", queued_at).is_set()
+    assert (not switches.arm("other", "chat", queued_at).is_set()
+            and not switches.arm("session", "compare", queued_at).is_set())
 
 
 def test_compare_interleaves_both_runs(pair_models: Path) -> None:

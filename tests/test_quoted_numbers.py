@@ -8,8 +8,8 @@ two-engine table in docs/vllm.md, the tiny MLA pair's numbers in docs/kimi.md; t
 The prose is written by hand, the numbers are measured by `train evaluate`, `train speed` and `bench --profile
 drift`; after a re-measurement this test names every quote that was not updated. The About tab is held to every
 measured number it gives, each in its sentence (so a number quoted twice is checked in both places), and the claims
-it makes of them (slower than plain decoding, above 1.0×, under 1 %) are checked against the files too. The model card is checked whole:
-it must be what `train card` renders from the same files.
+it makes of them (slower than plain decoding, above 1.0×, under 1 %) are checked against the files too. The model card
+is checked whole: it must be what `train card` renders from the same files.
 """
 
 from __future__ import annotations
@@ -166,8 +166,8 @@ def _about_speed_quotes() -> list[str]:
 
 @pytest.mark.parametrize("quotes", [_about_drift_quotes, _about_evaluation_quotes, _about_speed_quotes])
 def test_every_number_the_about_tab_quotes_is_in_the_committed_files(quotes) -> None:
-    """Beyond the headline numbers docs/benchmarks.md shares: each figure the About tab gives, in its sentence, from the file
-    it comes from (the k = 1 lengths of both the study and the evaluation, the speedups below 1.0×, ...)."""
+    """Beyond the headline numbers docs/benchmarks.md shares: each figure the About tab gives, in its sentence, from the
+    file it comes from (the k = 1 lengths of both the study and the evaluation, the speedups below 1.0×, ...)."""
     missing = [q for q in quotes() if _flat(q) not in _flat(ABOUT)]
     assert not missing, f"the About tab does not say {missing} ({quotes.__name__})"
 
@@ -177,7 +177,8 @@ def test_the_about_tab_does_not_call_verification_free() -> None:
 
 
 def test_model_card_is_rendered_from_the_committed_files() -> None:
-    assert (ROOT / "assets" / "models" / "README.md").read_text() == render(MODELS), "run: python -m playground train card"
+    committed = (ROOT / "assets" / "models" / "README.md").read_text()
+    assert committed == render(MODELS), "run: python -m playground train card"
 
 
 def _first_stage(log: dict) -> dict:
@@ -193,7 +194,8 @@ def _card_with_logs(root: Path, edit) -> str:
     for variant in ("eagle3", "eagle3.1"):
         (root / variant).mkdir()
         (root / variant / "config.json").write_text((MODELS / variant / "config.json").read_text())
-        (root / variant / "training_log.json").write_text(json.dumps(edit(_load(MODELS / variant / "training_log.json"))))
+        (root / variant / "training_log.json").write_text(
+            json.dumps(edit(_load(MODELS / variant / "training_log.json"))))
     return render(root)
 
 
@@ -226,8 +228,8 @@ def test_model_card_lists_every_training_stage(tmp_path: Path) -> None:
 
 
 def test_the_two_engine_table_is_the_committed_result() -> None:
-    """docs/vllm.md and About show `bench-engines`' table of assets/bench/engines-cpu/results.json, rows for both engines ×
-    {plain, EAGLE-3, EAGLE-3.1} × {C = 1, 4, 16} from one run."""
+    """docs/vllm.md and About show `bench-engines`' table of assets/bench/engines-cpu/results.json, rows for both
+    engines × {plain, EAGLE-3, EAGLE-3.1} × {C = 1, 4, 16} from one run."""
     from playground.bench.engines import (
         COMMITTED,
         committed_section,
@@ -288,8 +290,8 @@ def test_the_kimi_tiny_card_is_rendered_from_its_files() -> None:
 
 
 def test_the_kimi_tiny_measurements_are_of_the_shipped_files_and_quoted() -> None:
-    """evaluation.json measured the shipped MLA drafters; docs/kimi.md and the About tab quote its k = 3 acceptance and the
-    engines' agreement from engines.json: the same tokens on both engines, acceptance above 1.5 at k = 3."""
+    """evaluation.json measured the shipped MLA drafters; docs/kimi.md and the About tab quote its k = 3 acceptance and
+    the engines' agreement from engines.json: the same tokens on both engines, acceptance above 1.5 at k = 3."""
     from playground.train.evaluate_long import drafter_digests
 
     evaluation = _load(KIMI_TINY / "evaluation.json")
@@ -298,8 +300,10 @@ def test_the_kimi_tiny_measurements_are_of_the_shipped_files_and_quoted() -> Non
     assert all(m["lossless"] for m in by_drafter.values())
     engines = _load(KIMI_TINY / "engines.json")
     assert engines["k"] == 3 and all(r["same_ids"] == r["prompts"] for r in engines["rows"])
-    vllm = {r["method"]: r["acceptance"]["vllm"]["mean_acceptance_length"] for r in engines["rows"] if r["method"] != "none"}
-    ours = {r["method"]: r["acceptance"]["ours"]["mean_acceptance_length"] for r in engines["rows"] if r["method"] != "none"}
+    vllm = {r["method"]: r["acceptance"]["vllm"]["mean_acceptance_length"] for r in engines["rows"]
+            if r["method"] != "none"}
+    ours = {r["method"]: r["acceptance"]["ours"]["mean_acceptance_length"] for r in engines["rows"]
+            if r["method"] != "none"}
     assert min(vllm["eagle3.1"], ours["eagle3.1"], by_drafter["eagle3.1"]["mean_acceptance_length"]) > 1.5
     for where, text in (("docs/kimi.md", KIMI_DOC), ("the About tab", ABOUT)):
         quotes = [_al(by_drafter[v]["mean_acceptance_length"]) for v in by_drafter]
@@ -352,7 +356,8 @@ def test_the_readme_speedup_table_is_the_committed_files() -> None:
     speedup = {(r["engine"], r["drafter"], r["concurrency"]): _times(r["speedup"])
                for r in engines["rows"] if not r["instrumented"]}
     quotes.append(f"| {speedup['vllm', 'eagle3', 1]} | {speedup['vllm', 'eagle3.1', 1]} |")
-    quotes.append(f"(our engine in the same run: {speedup['local', 'eagle3', 1]} and {speedup['local', 'eagle3.1', 1]})")
+    quotes.append(f"(our engine in the same run: {speedup['local', 'eagle3', 1]} and "
+                  f"{speedup['local', 'eagle3.1', 1]})")
     quotes.append(f"| {speedup['vllm', 'eagle3', 16]} / {speedup['local', 'eagle3', 16]} | "
                   f"{speedup['vllm', 'eagle3.1', 16]} / {speedup['local', 'eagle3.1', 16]} |")
 

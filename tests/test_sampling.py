@@ -57,7 +57,8 @@ def chi_square_pvalue(counts: torch.Tensor, probs: torch.Tensor, min_expected: f
     if df < 1:
         return 1.0
     stat = sum((o - e) ** 2 / e for o, e in zip(obs, exp))
-    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)))
+    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64),
+                                         torch.tensor(stat / 2, dtype=torch.float64)))
 
 
 def reference_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
@@ -92,7 +93,8 @@ class _GridRandomness:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.values: list[float] = []
         self.sampled_from: list[torch.Tensor] = []
-        proxy = types.SimpleNamespace(**{name: getattr(torch, name) for name in dir(torch) if not name.startswith("__")})
+        proxy = types.SimpleNamespace(**{name: getattr(torch, name) for name in dir(torch)
+                                         if not name.startswith("__")})
         proxy.rand = self._rand
         monkeypatch.setattr(sampling, "torch", proxy)
         monkeypatch.setattr(sampling, "sample", self._sample)

@@ -3,10 +3,10 @@ the CLI (the app's API: tests/test_vllm_app.py; `vllm serve`: tests/test_vllm_se
 
 Each vLLM engine costs a start (minutes on 2 cores, fewer once vLLM's compile cache holds its graphs:
 assets/bench/vllm-start-cpu.json) and holds ~3 GB, so the tests share them within a module and stop them at its
-end: here one in-process backend (EAGLE-3.1 k=4) for the in-process tests; the app's (that and plain decoding, the live speedup's baseline) for
-the API tests; one `vllm serve`. The CLI test runs `generate` in this process, on the fixture's backend (the CLI keeps
-one backend per preset). The plain probe is checked through the app's measured speedup. Where vLLM is not installed
-these tests are skipped with the reason; CI (PLAYGROUND_REQUIRE_VLLM=1) fails instead (conftest).
+end: here one in-process backend (EAGLE-3.1 k=4) for the in-process tests; the app's (that and plain decoding, the live
+speedup's baseline) for the API tests; one `vllm serve`. The CLI test runs `generate` in this process, on the fixture's
+backend (the CLI keeps one backend per preset). The plain probe is checked through the app's measured speedup. Where
+vLLM is not installed these tests are skipped with the reason; CI (PLAYGROUND_REQUIRE_VLLM=1) fails instead (conftest).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 (`Eagle3DeepseekV2ForCausalLM`, vLLM's deepseek_eagle3), beside our engine on the same weights.
 
 One vLLM backend serves every test here (plain decoding and EAGLE-3.1 at k = 3: an engine start costs minutes on
-2 cores, assets/bench/vllm-start-cpu.json). Skipped where vLLM is not installed; CI (PLAYGROUND_REQUIRE_VLLM=1) fails instead (conftest)."""
+2 cores, assets/bench/vllm-start-cpu.json). Skipped where vLLM is not installed; CI (PLAYGROUND_REQUIRE_VLLM=1) fails
+instead (conftest)."""
 
 from __future__ import annotations
 

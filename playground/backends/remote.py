@@ -8,7 +8,8 @@ numbers ride the final usage chunk where the server offers them (`--per-request-
 
 Start a matching vLLM server (not verified on GPU here; Kimi K2.6 on 4 GPUs), then point the app at it:
 
-    python -m playground vllm-command --preset kimi-k2.6 --drafter eagle3.1 --k 3   # checks the fit, prints `vllm serve …`
+    # checks the fit, prints `vllm serve …`
+    python -m playground vllm-command --preset kimi-k2.6 --drafter eagle3.1 --k 3
     PLAYGROUND_REMOTE_URL=http://HOST:8000 PLAYGROUND_REMOTE_K=3 python app.py
 """
 

@@ -5,8 +5,8 @@ arguments and yielded values must pickle (StepEvent and GenerationConfig are pla
 change in globals is lost. Hence, in app.py: import this module before anything touches CUDA, load the models at
 start-up (`shared_backend(preset).preload()`, on "cuda" — ZeroGPU emulates it outside the calls), and stream
 through `stream_local`, not the local backend directly: `open_backend` wraps the local backend in `ZeroGpuBackend`,
-whose stream does so, and whose capabilities say what a GPU call cannot do (see the stop switch, time plain steps). vLLM does not run on ZeroGPU (vLLM #3510). Not verified on a
-ZeroGPU Space.
+whose stream does so, and whose capabilities say what a GPU call cannot do (see the stop switch, time plain steps).
+vLLM does not run on ZeroGPU (vLLM #3510). Not verified on a ZeroGPU Space.
 """
 
 from __future__ import annotations

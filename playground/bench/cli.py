@@ -10,11 +10,11 @@ from tqdm import tqdm
 
 from playground.backends import open_local_backend
 from playground.bench import BENCH_NEEDS_WEIGHTS
+from playground.bench.config import TEMPLATES_HELP, BenchConfig, with_overrides
 from playground.bench.methods import PEERS, Runner
 from playground.bench.profiles import get_profile, measured_durations, profile_label, profiles
 from playground.bench.prompts import builtin_sets
 from playground.bench.report import write_outputs
-from playground.bench.config import TEMPLATES_HELP, BenchConfig, with_overrides
 from playground.bench.runner import Bench, run_bench
 from playground.cli import UsageError, add_min_draft_prob_flag, add_threads_flag, parse_ks, resolve_preset
 from playground.engine import MAX_K
@@ -35,8 +35,9 @@ def _check_drafters(config: BenchConfig, preset: Preset) -> None:
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     config = with_overrides(
-        get_profile(args.profile), prompt_sets=_names(args.prompts), drafters=_names(args.drafters), ks=parse_ks(args.k),
-        templates=_names(args.templates), max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+        get_profile(args.profile), prompt_sets=_names(args.prompts), drafters=_names(args.drafters),
+        ks=parse_ks(args.k), templates=_names(args.templates), max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
         top_p=args.top_p, min_draft_prob=args.min_draft_prob, repeats=args.repeats, limit=args.limit, turns=args.turns,
         seed=args.seed, assistant=args.assistant)
     try:

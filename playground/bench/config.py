@@ -8,7 +8,8 @@ from dataclasses import dataclass, replace
 from playground.engine import GenerationConfig
 
 ProgressCallback = Callable[[int, int, str], None]
-TEMPLATES_HELP = "default (the tokenizer's), raw (no template), or llama3 (Llama-3-style headers, unfamiliar to SmolLM2)"
+TEMPLATES_HELP = ("default (the tokenizer's), raw (no template), or llama3 (Llama-3-style headers, unfamiliar to "
+                  "SmolLM2)")
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,10 @@ import json
 import os
 import statistics
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 from playground.bench.prompts import load_prompt_set
 from playground.bench.rows import machine_info

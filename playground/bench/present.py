@@ -15,12 +15,12 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from playground.bench.findings import deepest_pairs, findings, pairs, study_rows
-from playground.bench.report import deepest_rows, write_outputs
 from playground.bench.config import ProgressCallback, with_overrides
+from playground.bench.findings import deepest_pairs, findings, pairs, study_rows
 from playground.bench.methods import describe_method
 from playground.bench.profiles import DURATIONS, measured_durations, profile_label, profiles
 from playground.bench.public import check_offered
+from playground.bench.report import deepest_rows, write_outputs
 from playground.bench.rows import BenchResult, BenchRow
 from playground.viz import bench as figures
 from playground.viz.bench import speedup_range_text
@@ -61,7 +61,8 @@ def _cell(value):
 
 
 def table_rows(rows: list[BenchRow]) -> list[list]:
-    return [[speedup_range_text(r) if field == "speedup_range" else _cell(getattr(r, field)) for field, _ in TAB_COLUMNS]
+    return [[speedup_range_text(r) if field == "speedup_range" else _cell(getattr(r, field))
+             for field, _ in TAB_COLUMNS]
             for r in rows]
 
 
@@ -69,7 +70,8 @@ def findings_markdown(result: BenchResult, title: str) -> str:
     adaptive = result.config.get("min_draft_prob") or 0.0
     settings = f" · adaptive drafting: a chain ends after a draft below **{adaptive:g}**" if adaptive else ""
     head = (f"### {title}\nprofile **{result.config.get('profile')}** · preset **{result.preset}**{settings} · "
-            f"{result.seconds / 60:.1f} min · started {result.started} · {result.machine.get('cpu', 'unknown machine')}")
+            f"{result.seconds / 60:.1f} min · started {result.started} · "
+            f"{result.machine.get('cpu', 'unknown machine')}")
     return (head + "\n\n" + "\n".join(f"- {f}" for f in findings(result.rows, greedy=result.greedy))
             + "\n\n" + methods_markdown(result.rows))
 

@@ -49,7 +49,7 @@ class BenchRow:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "BenchRow":
+    def from_dict(cls, data: dict) -> BenchRow:
         known = {f.name for f in fields(cls)}
         row = cls(**{k: v for k, v in data.items() if k in known})
         if row.attention_by_depth is not None:
@@ -72,7 +72,7 @@ class BenchResult:
                 "preset": self.preset, "target": self.target, "started": self.started, "seconds": self.seconds}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "BenchResult":
+    def from_dict(cls, data: dict) -> BenchResult:
         return cls(rows=[BenchRow.from_dict(r) for r in data["rows"]], config=data["config"], machine=data["machine"],
                    preset=data["preset"], target=data["target"], started=data["started"], seconds=data["seconds"])
 

@@ -14,7 +14,7 @@ from .settings import MAX_NEW_TOKENS, RequestError, RunSettings
 from .stop import StopSwitches
 
 __all__ = [
-    "CSV_COLUMNS", "ChartPace", "FINISH_REASONS", "EngineLine", "MAX_NEW_TOKENS", "RENDER_INTERVAL_S", "TIMING_NOTE", "Comparison",
-    "Conversation", "Exchange", "RequestError", "Run", "RunDriver", "RunSettings", "StopSwitches", "chat_turn",
-    "compare", "export_runs", "load_preset", "play", "regenerate_turn",
+    "CSV_COLUMNS", "ChartPace", "FINISH_REASONS", "EngineLine", "MAX_NEW_TOKENS", "RENDER_INTERVAL_S", "TIMING_NOTE",
+    "Comparison", "Conversation", "Exchange", "RequestError", "Run", "RunDriver", "RunSettings", "StopSwitches",
+    "chat_turn", "compare", "export_runs", "load_preset", "play", "regenerate_turn",
 ]

@@ -1,4 +1,5 @@
-"""A session's runs as files a user can keep: JSON (text, config, metrics, per-step trace) and CSV (one row per step)."""
+"""A session's runs as files a user can keep: JSON (text, config, metrics, per-step trace) and CSV (one row per
+step)."""
 
 from __future__ import annotations
 

@@ -76,7 +76,8 @@ class Guard:
                 with anyio.fail_after(self.limits.body_timeout_s):
                     message = await receive()
             except TimeoutError:
-                raise ApiError(408, f"the request body did not arrive within {self.limits.body_timeout_s:g} s") from None
+                raise ApiError(408, "the request body did not arrive within "
+                                    f"{self.limits.body_timeout_s:g} s") from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.limits.max_body_bytes:

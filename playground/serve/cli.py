@@ -1,8 +1,8 @@
 """``python -m playground serve``: an OpenAI-compatible server over the local engine, speaking vLLM's dialect.
 
-It serves one preset (or `--target` with `--drafter-path`: a pair of one's own) with one drafter and a fixed k, like `vllm serve … --speculative-config …` (plus, with
-`--min-draft-prob`, adaptive draft length for every request), so the remote backend (and any OpenAI client) can be
-tried and tested without a GPU:
+It serves one preset (or `--target` with `--drafter-path`: a pair of one's own) with one drafter and a fixed k, like
+`vllm serve … --speculative-config …` (plus, with `--min-draft-prob`, adaptive draft length for every request), so
+the remote backend (and any OpenAI client) can be tried and tested without a GPU:
 
 - POST /v1/completions, /v1/chat/completions: streaming (SSE, one chunk per engine step) or not; `return_token_ids`
   adds each chunk's token ids; `stream_options.include_usage` adds a final usage chunk with vLLM's per-request

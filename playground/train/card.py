@@ -16,7 +16,8 @@ def _fmt(x, digits: int = 2) -> str:
 
 
 def _acceptance_rows(acceptance: dict) -> list[str]:
-    rows = ["| drafter | k | mean acceptance length | per-position acceptance | lossless vs plain |", "|---|---|---|---|---|"]
+    rows = ["| drafter | k | mean acceptance length | per-position acceptance | lossless vs plain |",
+            "|---|---|---|---|---|"]
     for drafter, by_k in acceptance.items():
         for k, m in by_k.items():
             per_pos = " / ".join(_fmt(p) for p in m["per_position_acceptance"] or [])
@@ -25,7 +26,8 @@ def _acceptance_rows(acceptance: dict) -> list[str]:
 
 
 def _depth_rows(acceptance: dict) -> list[str]:
-    rows = ["| drafter | depth | attention on sink | on context | on own drafts | hidden RMS |", "|---|---|---|---|---|---|"]
+    rows = ["| drafter | depth | attention on sink | on context | on own drafts | hidden RMS |",
+            "|---|---|---|---|---|---|"]
     for drafter, by_k in acceptance.items():
         deepest = by_k[max(by_k, key=int)]
         for depth, (a, rms) in enumerate(zip(deepest["attention_by_depth"], deepest["hidden_rms_by_depth"] or []), 1):
@@ -55,7 +57,8 @@ def _speed_rows(speed: dict) -> list[str]:
             drafts = _fmt(m["mean_drafts_per_step"]) if "mean_drafts_per_step" in m else "–"
             rows.append(f"| {d} | {k} | {drafts} | {_fmt(m['median_tokens_per_second'], 1)} | "
                         f"{_fmt(m['median_speedup'])}× ({_fmt(low)}–{_fmt(high)}) | {_fmt(m['pooled_speedup'])}× | "
-                        f"{_fmt(m['mean_acceptance_length'])} | {_by_set(m)} | {_fmt(m['speedup_per_acceptance_length'])} | "
+                        f"{_fmt(m['mean_acceptance_length'])} | {_by_set(m)} | "
+                        f"{_fmt(m['speedup_per_acceptance_length'])} | "
                         f"{_fmt(m['median_draft_ms_per_step'], 1)} | {_fmt(m['median_verify_ms_per_step'], 1)} |")
     return rows
 
@@ -69,13 +72,14 @@ def _where_trained(log: dict) -> str:
 
 
 def _long_context_rows(long: dict) -> list[str]:
-    rows = ["| prompts | prompt tokens (median) | drafter | acceptance length: median (min–max) over prompts | pooled | "
-            "per-position acceptance | lossless | EAGLE-3.1 / EAGLE-3 (of medians; median of ratios) |",
+    rows = ["| prompts | prompt tokens (median) | drafter | acceptance length: median (min–max) over prompts | "
+            "pooled | per-position acceptance | lossless | EAGLE-3.1 / EAGLE-3 (of medians; median of ratios) |",
             "|---|---|---|---|---|---|---|---|"]
     for name, cell in long["sets"].items():
         ratio = cell.get("eagle3.1_over_eagle3")
         for drafter, m in cell["drafters"].items():
-            shown = f"{_fmt(ratio['ratio_of_medians'])}×; {_fmt(ratio['median_of_ratios'])}×" if ratio and drafter == "eagle3.1" else ""
+            shown = (f"{_fmt(ratio['ratio_of_medians'])}×; {_fmt(ratio['median_of_ratios'])}×"
+                     if ratio and drafter == "eagle3.1" else "")
             per_pos = " / ".join(_fmt(p) for p in m["per_position_acceptance"] or [])
             rows.append(f"| {name} ({len(cell['prompts'])}) | {cell['median_prompt_tokens']:.0f} | {drafter} | "
                         f"{_fmt(m['median_acceptance_length'])} ({_fmt(m['min'])}–{_fmt(m['max'])}) | "
@@ -146,7 +150,8 @@ def render(root: Path) -> str:
     measured_speed = json.loads((root / "speed.json").read_text())
     stages = training_stages(drafters["eagle3"])
     d = stages[0]
-    aux_layers = json.loads((root / "eagle3" / "config.json").read_text())["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    eagle_config = json.loads((root / "eagle3" / "config.json").read_text())["eagle_config"]
+    aux_layers = eagle_config["eagle_aux_hidden_state_layer_ids"]
     lines = [
         "# Default pair: SmolLM2-135M-Instruct with our EAGLE-3 / EAGLE-3.1 drafters",
         "",
@@ -169,9 +174,9 @@ def render(root: Path) -> str:
         "`LlamaForCausalLMEagle3` layout, float16 on disk.",
         "",
         f"Data: the target's own greedy answers (self-distillation) to {d['train_answers']} training conversations "
-        f"({d['train_answer_tokens']:,} answer tokens) of the offline prompt collections (`playground/train/prompts.py` "
-        "and the benchmark-shaped `task_prompts.py`; docs/training.md says which steps saw which); the "
-        "held-out 4 %, MT-Bench and HumanEval never enter training.",
+        f"({d['train_answer_tokens']:,} answer tokens) of the offline prompt collections "
+        "(`playground/train/prompts.py` and the benchmark-shaped `task_prompts.py`; docs/training.md says which steps "
+        "saw which); the held-out 4 %, MT-Bench and HumanEval never enter training.",
         "",
         f"Training: same initial weights, same batches in the same order, same {d['steps']} steps of "
         f"{d['config']['batch_size']} × {d['config']['seq_len']} tokens ({d['tokens_seen']:,} tokens), TTT depth "
@@ -245,7 +250,8 @@ def _engine_rows(engines: dict) -> list[str]:
         rows.append(f"| {row['method']} | {row['same_ids']}/{row['prompts']} | "
                     f"{_fmt(ours['mean_acceptance_length'], 3)} / {_fmt(theirs['mean_acceptance_length'], 3)} | "
                     f"{' / '.join(_fmt(p, 3) for p in ours['per_position'])} | "
-                    f"{' / '.join(_fmt(p, 3) for p in theirs['per_position'])} | {ours['drafts']} / {theirs['drafts']} |")
+                    f"{' / '.join(_fmt(p, 3) for p in theirs['per_position'])} | "
+                    f"{ours['drafts']} / {theirs['drafts']} |")
     return rows
 
 

@@ -147,8 +147,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = stages.add_parser("drafter", help="train EAGLE-3 and EAGLE-3.1 drafters (TTT) on distilled records")
     p.add_argument("--target", default=HUB_ID, help="the target the records came from (default: SmolLM2-135M-Instruct)")
-    p.add_argument("--data", type=Path, default=Path("runs/smollm2/distill"), help="distill's OUT (train/, validation/)")
-    p.add_argument("--out", type=Path, default=Path("assets/models/smollm2-135m"), help="writes OUT/eagle3, OUT/eagle3.1")
+    p.add_argument("--data", type=Path, default=Path("runs/smollm2/distill"),
+                   help="distill's OUT (train/, validation/)")
+    p.add_argument("--out", type=Path, default=Path("assets/models/smollm2-135m"),
+                   help="writes OUT/eagle3, OUT/eagle3.1")
     p.add_argument("--run-dir", type=Path, default=Path("runs/smollm2/drafters"))
     budget = p.add_mutually_exclusive_group(required=True)
     budget.add_argument("--minutes", type=float, help="wall-clock training budget (shared by all variants)")
@@ -170,7 +172,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_drafter)
 
     p = stages.add_parser("distill", help="the target answers the prompt set; keep its features for drafter training")
-    p.add_argument("--target", default=HUB_ID, help="the target: an HF folder or Hub id (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--target", default=HUB_ID,
+                   help="the target: an HF folder or Hub id (default: SmolLM2-135M-Instruct)")
     p.add_argument("--out", type=Path, default=Path("runs/smollm2/distill"), help="writes OUT/<split>/*.safetensors")
     p.add_argument("--splits", default="train,validation", help="comma list of prompt-set splits to answer")
     p.add_argument("--collection", default="base",

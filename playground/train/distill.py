@@ -50,7 +50,8 @@ class Sequence:
 
 
 @torch.inference_mode()
-def generate_batch(target: Target, prompts: list[list[int]], aux_layers: list[int], max_new_tokens: int) -> list[Sequence]:
+def generate_batch(target: Target, prompts: list[list[int]], aux_layers: list[int],
+                   max_new_tokens: int) -> list[Sequence]:
     """Greedy answers for a batch of prompts, with the features of every fed position."""
     model, device = target.model, target.device
     capture = [*aux_layers, target.num_layers]
@@ -129,7 +130,8 @@ def distill(target: Target | str, out: Path, split: str, cfg: DistillConfig, cha
         if c % cfg.shards != cfg.shard:
             continue
         path = out / f"{prefix}turn2-{c:05d}.safetensors"
-        sources = [out / f"{prefix}turn1-{i:05d}.safetensors" for i in range(first, min(first + FOLLOW_UP_GROUP, len(batches)))]
+        sources = [out / f"{prefix}turn1-{i:05d}.safetensors"
+                   for i in range(first, min(first + FOLLOW_UP_GROUP, len(batches)))]
         if path.exists() or not all(p.exists() for p in sources):
             continue  # done, or another process has not written its first turns yet (run again to finish)
         second = []

@@ -295,7 +295,8 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
         drafters[v].load_state_dict({k: x.float() for k, x in weights.state_dict().items()}, strict=False)
     for drafter in drafters.values():
         target.attach(drafter)
-    trainable = {v: [p for n, p in d.named_parameters() if not n.startswith("embed_tokens")] for v, d in drafters.items()}
+    trainable = {v: [p for n, p in d.named_parameters() if not n.startswith("embed_tokens")]
+                 for v, d in drafters.items()}
     opts = {v: torch.optim.AdamW(trainable[v], lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0) for v in drafters}
     state = {"step": 0, "elapsed_s": 0.0, "tokens_seen": 0, "history": []}
     ckpt_path = run_dir / CHECKPOINT_NAME
@@ -312,7 +313,8 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
           flush=True)
 
     def save_checkpoint() -> None:
-        own = {v: {k: x for k, x in d.state_dict().items() if not k.startswith("embed_tokens")} for v, d in drafters.items()}
+        own = {v: {k: x for k, x in d.state_dict().items() if not k.startswith("embed_tokens")}
+               for v, d in drafters.items()}
         torch.save({"drafters": own, "optimizers": {v: o.state_dict() for v, o in opts.items()}, "state": state},
                    ckpt_path.with_suffix(".tmp"))
         ckpt_path.with_suffix(".tmp").replace(ckpt_path)
@@ -353,7 +355,8 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
             for v, drafter in drafters.items():
                 val_loss, val_acc = evaluate_ttt(drafter, val, head, t2d, cfg.ttt_depth, cfg.eval_blocks,
                                                  cfg.batch_size)
-                row[v] = {"train_loss": sum(recent[v]) / len(recent[v]), "val_loss": val_loss, "val_top1_by_step": val_acc}
+                row[v] = {"train_loss": sum(recent[v]) / len(recent[v]), "val_loss": val_loss,
+                          "val_top1_by_step": val_acc}
             state["elapsed_s"] += time.monotonic() - t_eval
             state["history"].append(row)
             tqdm.write(json.dumps(row), file=sys.stderr)  # beside the bar, unbuffered

@@ -11,8 +11,9 @@ EAGLE-3 ratio (of the medians, and the median of the per-prompt ratios), and, po
 acceptance by position, attention on the context and hidden-state RMS by depth.
 
 `--update` adds the sets it ran to an existing file of the same pair and settings (a long evaluation can run set by
-set, in several processes). Plain decoding does not depend on the drafters, so `--reuse-plain EARLIER.json` takes the plain answers from an
-earlier evaluation of the same prompts (checked by the prompts' token ids) instead of decoding them again.
+set, in several processes). Plain decoding does not depend on the drafters, so `--reuse-plain EARLIER.json` takes the
+plain answers from an earlier evaluation of the same prompts (checked by the prompts' token ids) instead of decoding
+them again.
 """
 
 from __future__ import annotations

@@ -323,7 +323,7 @@ def build(out: Path, folder: str, cfg: LongDataConfig) -> None:
     out.mkdir(parents=True, exist_ok=True)
     items = build_items(AutoTokenizer.from_pretrained(folder), cfg)
     (out / "items.json").write_text(json.dumps({"config": asdict(cfg), "items": [asdict(i) for i in items]}))
-    print(f"{len(items)} items: " + ", ".join(f"{k} {sum(i.kind == k for i in items)}" for k in ("source", "docs", "chat")),
-          flush=True)
+    print(f"{len(items)} items: "
+          + ", ".join(f"{k} {sum(i.kind == k for i in items)}" for k in ("source", "docs", "chat")), flush=True)
     answer_items(items, folder, out, cfg)
     write_features(items, folder, out, cfg.threads)

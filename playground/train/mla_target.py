@@ -159,7 +159,8 @@ def build(out: Path, smollm2_folder: str, cfg: MlaTargetConfig, init_from: Path 
     while elapsed < budget:
         t0 = time.monotonic()
         rows = order[(torch.arange(cfg.batch_size) + step * cfg.batch_size) % len(train)]
-        lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) * 0.5 * (1 + math.cos(math.pi * min(1.0, elapsed / budget)))
+        lr = (cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) * 0.5
+              * (1 + math.cos(math.pi * min(1.0, elapsed / budget))))
         for group in optimizer.param_groups:
             group["lr"] = lr
         with torch.autocast("cpu", dtype=torch.bfloat16):

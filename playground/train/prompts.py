@@ -40,7 +40,8 @@ CODE_TASKS = (
     "finds the greatest common divisor of two numbers", "flattens a nested list", "computes the average of a list",
     "implements binary search", "counts word frequencies in a text", "validates an email address",
     "generates all permutations of a list", "transposes a matrix", "checks whether two strings are anagrams",
-    "implements a stack with push and pop", "returns the sum of the digits of a number", "finds the second largest number",
+    "implements a stack with push and pop", "returns the sum of the digits of a number",
+    "finds the second largest number",
     "converts a decimal number to binary", "capitalizes every word in a sentence", "rotates a list by k positions",
     "finds the intersection of two lists", "implements a queue using two stacks", "parses a CSV line into fields",
     "checks whether a year is a leap year", "computes the power set of a set", "implements quicksort",
@@ -101,7 +102,8 @@ ADVICE = (
 REWRITES = (
     "Rewrite this sentence to be more formal: \"hey, can u send me the report asap?\"",
     "Correct the grammar: \"She don't like apples and he have three cat.\"",
-    "Make this shorter: \"In my personal opinion, I think that we should probably consider the option of leaving early.\"",
+    ("Make this shorter: \"In my personal opinion, I think that we should probably consider the option of leaving "
+     "early.\""),
     "Rewrite in the passive voice: \"The committee approved the new budget.\"",
     "Turn this into a bullet list: eggs, milk, bread, butter and coffee.",
     "Summarize in one sentence: \"The meeting covered the quarterly results, the hiring plan and the new office.\"",
@@ -161,7 +163,8 @@ def _reasoning(rng: random.Random) -> str:
         "What comes next in the sequence 2, 4, 8, 16, ...? Explain the pattern.",
         "A bat and a ball cost $1.10 in total. The bat costs $1.00 more than the ball. How much does the ball cost?",
         "Give me three pros and three cons of working from home.",
-        f"{x} has twice as many books as {y}. Together they have {3 * rng.randint(3, 30)} books. How many does each have?",
+        (f"{x} has twice as many books as {y}. Together they have {3 * rng.randint(3, 30)} books. How many does "
+         "each have?"),
         "Which is heavier, a kilogram of feathers or a kilogram of steel?",
         "Compare cats and dogs as pets.",
     ])
@@ -204,7 +207,8 @@ def as_items(raw: list[tuple[str, str]], rng: random.Random, no_system_fraction:
         if text in seen:
             continue
         seen.add(text)
-        system = [] if rng.random() < no_system_fraction else [{"role": "system", "content": rng.choice(SYSTEM_PROMPTS)}]
+        system = ([] if rng.random() < no_system_fraction
+                  else [{"role": "system", "content": rng.choice(SYSTEM_PROMPTS)}])
         follow_up = rng.choice(follow_ups) if rng.random() < follow_up_fraction else None
         items.append(PromptItem(kind, system + [{"role": "user", "content": text}], follow_up))
     rng.shuffle(items)

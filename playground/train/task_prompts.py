@@ -36,7 +36,8 @@ TASK_FOLLOW_UPS = (
 )
 PERSONAS = (
     "a pirate captain", "Sherlock Holmes", "a medieval knight", "a tour guide in Rome", "a friendly robot",
-    "a grumpy chef", "a sports commentator", "a NASA engineer", "a kindergarten teacher", "a detective in 1920s Chicago",
+    "a grumpy chef", "a sports commentator", "a NASA engineer", "a kindergarten teacher",
+    "a detective in 1920s Chicago",
     "a wise old wizard", "a startup founder", "a marine biologist", "a stand-up comedian", "a librarian",
 )
 AUDIENCES = ("a five-year-old", "a high-school student", "a busy executive", "a new employee", "a skeptical friend")

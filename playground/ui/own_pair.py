@@ -69,7 +69,8 @@ def wire_pair_panel(panel: PairPanel, menus: list[gr.Dropdown]) -> None:
 
     panel.load.click(load, [panel.target, panel.eagle3, panel.eagle3_1, panel.loaded, panel.revision],
                      [panel.name, panel.status, panel.loaded, *menus], api_name="load_pair",
-                     concurrency_id="load_pair", concurrency_limit=1, show_progress_on=panel.name)  # not over the status
+                     concurrency_id="load_pair", concurrency_limit=1,
+                     show_progress_on=panel.name)  # not over the status
 
 
 def _choices(menu: gr.Dropdown, loaded: list[str]) -> list[tuple[str, str]]:
