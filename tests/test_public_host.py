@@ -216,7 +216,7 @@ def _chat_tab() -> gr.Blocks:
     from playground.ui.chat import build_chat_tab
 
     with gr.Blocks() as demo:
-        build_chat_tab(get_preset(DEFAULT))
+        build_chat_tab(get_preset(DEFAULT), demo)
     return demo
 
 
