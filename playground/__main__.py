@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from playground import cli, serve, settings, space
+from playground import cli, flags, serve, settings, space
 from playground.bench import cli as bench_cli
 from playground.bench import engines as bench_engines
 from playground.train import cli as train_cli
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         args.func(args)
-    except (cli.UsageError, space.SpaceError, CheckpointError, TargetError, ValueError, KeyError,
+    except (flags.UsageError, space.SpaceError, CheckpointError, TargetError, ValueError, KeyError,
             FileNotFoundError) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"error: {message}", file=sys.stderr)

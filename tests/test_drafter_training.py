@@ -12,8 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from playground.bench.prompts import load_prompt_set
 from playground.engine import Target, load_drafter
+from playground.prompt_sets import load_prompt_set
 from playground.train.distill import DistillConfig, distill
 from playground.train.drafter import DrafterTrainConfig, train_drafters
 from playground.train.merge import merge

@@ -12,11 +12,11 @@ from playground.bench.config import BenchConfig, ProgressCallback, Sweep
 from playground.bench.findings import findings
 from playground.bench.methods import Runner
 from playground.bench.profiles import get_profile, profiles
-from playground.bench.prompts import PromptRecord, PromptSet, builtin_sets, load_prompt_set
 from playground.bench.report import write_outputs
 from playground.bench.rows import BenchResult, BenchRow
 from playground.bench.runner import BenchStopped, run_bench
 from playground.presets import DEFAULT, Preset, get_preset
+from playground.prompt_sets import PromptRecord, PromptSet, builtin_sets, load_prompt_set
 
 BENCH_NEEDS_WEIGHTS = "peers and drift need the target's weights in this process"
 

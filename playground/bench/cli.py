@@ -13,12 +13,12 @@ from playground.bench import BENCH_NEEDS_WEIGHTS
 from playground.bench.config import TEMPLATES_HELP, BenchConfig, with_overrides
 from playground.bench.methods import PEERS, Runner
 from playground.bench.profiles import get_profile, measured_durations, profile_label, profiles
-from playground.bench.prompts import builtin_sets
 from playground.bench.report import write_outputs
 from playground.bench.runner import Bench, run_bench
-from playground.cli import UsageError, add_min_draft_prob_flag, add_threads_flag, parse_ks, resolve_preset
 from playground.engine import MAX_K
+from playground.flags import UsageError, add_min_draft_prob_flag, add_threads_flag, parse_ks, resolve_preset
 from playground.presets import DEVICES, DTYPES, REPO_ROOT, Preset
+from playground.prompt_sets import builtin_sets
 
 
 def _names(text: str | None) -> tuple[str, ...] | None:

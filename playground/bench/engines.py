@@ -31,10 +31,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from playground.bench.prompts import load_prompt_set
-from playground.bench.rows import machine_info
 from playground.engine import GenerationConfig, SpecCounters, emitted_ids
+from playground.machine import machine_info
 from playground.presets import DEFAULT, DRAFTER_LABELS, REPO_ROOT, get_preset
+from playground.prompt_sets import load_prompt_set
 
 ENGINES = ("local", "vllm")
 PRESETS = {"local": DEFAULT, "vllm": f"{DEFAULT}-vllm"}

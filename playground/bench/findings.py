@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from playground.bench.figures import condition, method_name, speedup_range, speedup_range_text
 from playground.bench.rows import BenchRow
-from playground.viz.bench import condition, method_name, speedup_range, speedup_range_text
 from playground.viz.verdict import ranges_overlap
 
 STUDIES = ("k", "context", "template")

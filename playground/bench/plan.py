@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from playground.bench.config import BenchConfig
 from playground.bench.methods import Method, methods_for
-from playground.bench.prompts import PromptRecord, PromptSet, load_prompt_set
+from playground.prompt_sets import PromptRecord, PromptSet, load_prompt_set
 
 Encode = Callable[[list[dict], str], list[int]]  # (messages, template) -> prompt token ids
 RunKey = tuple[int, Method]  # (cell index, method): the runs an estimate tells apart

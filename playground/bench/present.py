@@ -15,15 +15,15 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from playground.bench import figures
 from playground.bench.config import ProgressCallback, with_overrides
+from playground.bench.figures import speedup_range_text
 from playground.bench.findings import deepest_pairs, findings, pairs, study_rows
 from playground.bench.methods import describe_method
 from playground.bench.profiles import DURATIONS, measured_durations, profile_label, profiles
 from playground.bench.public import check_offered
 from playground.bench.report import deepest_rows, write_outputs
 from playground.bench.rows import BenchResult, BenchRow
-from playground.viz import bench as figures
-from playground.viz.bench import speedup_range_text
 from playground.viz.figures import message_figure
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

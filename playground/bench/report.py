@@ -11,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
+from playground.bench import figures
+from playground.bench.figures import condition, method_name
 from playground.bench.findings import deepest_pairs, eagles_and_peers, findings, pairs, study_rows
 from playground.bench.rows import BenchResult, BenchRow
-from playground.viz import bench as figures
-from playground.viz.bench import condition, method_name
 
 TABLE_COLUMNS = ("label", "k", "prompt_set", "template", "context_tokens", "prompts", "turns", "tokens_per_second",
                  "baseline_tokens_per_second", "speedup", "mean_acceptance_length", "draft_acceptance_rate",

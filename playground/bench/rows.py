@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import platform
 from dataclasses import asdict, dataclass, field, fields
 
-import torch
-import transformers
-
-from playground.blas import first_processor
 from playground.engine import AttentionMass
 
 
@@ -81,12 +75,3 @@ class BenchResult:
         return self.config.get("temperature", 0) == 0
 
 
-def machine_info(device: str) -> dict:
-    cpu = first_processor().get("model name") or platform.processor()
-    info = {"cpu": cpu or "unknown", "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__, "transformers": transformers.__version__,
-            "python": platform.python_version(), "platform": platform.platform(), "device": device,
-            "mkl_cbwr": os.environ.get("MKL_CBWR")}
-    if device.startswith("cuda") and torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name()
-    return info

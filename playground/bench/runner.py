@@ -15,7 +15,8 @@ from playground.bench.execute import Executor
 from playground.bench.methods import Runner
 from playground.bench.plan import PromptEncoder, make_plan
 from playground.bench.progress import BenchProgress, Run, format_duration
-from playground.bench.rows import BenchResult, BenchRow, machine_info
+from playground.bench.rows import BenchResult, BenchRow
+from playground.machine import machine_info
 
 
 class BenchStopped(Exception):

@@ -24,7 +24,7 @@ import asyncio
 import shlex
 import sys
 
-from playground.cli import add_min_draft_prob_flag, add_pair_flags, add_threads_flag, target_preset
+from playground.flags import add_min_draft_prob_flag, add_pair_flags, add_threads_flag, target_preset
 from playground.presets import DEFAULT, get_preset
 
 from .engine import Limits, load_engine

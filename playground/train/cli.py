@@ -7,8 +7,8 @@ import argparse
 import json
 from pathlib import Path
 
-from playground.cli import parse_ks
 from playground.engine import GenerationConfig
+from playground.flags import parse_ks
 from playground.smollm2 import HUB_ID, local_folder
 from playground.train.mla_target import MlaTargetConfig
 from playground.train.prompts import COLLECTIONS

@@ -17,10 +17,10 @@ import torch
 from tqdm import tqdm
 
 from playground.backends.local import LocalBackend
-from playground.bench.prompts import load_prompt_set
-from playground.bench.rows import machine_info
 from playground.engine import GenerationConfig, StepEvent, emitted_ids, summarize
+from playground.machine import machine_info
 from playground.presets import get_preset, with_drafters
+from playground.prompt_sets import load_prompt_set
 from playground.train.evaluate_long import drafter_digests
 
 HELD_OUT_PROMPTS = 12  # `train evaluate`'s default number of held-out prompts

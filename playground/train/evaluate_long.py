@@ -28,10 +28,10 @@ import torch
 from tqdm import tqdm
 
 from playground.backends.local import LocalBackend
-from playground.bench.prompts import load_prompt_set
-from playground.bench.rows import machine_info
 from playground.engine import GenerationConfig, emitted_ids, summarize
+from playground.machine import machine_info
 from playground.presets import get_preset, with_drafters
+from playground.prompt_sets import load_prompt_set
 
 LONG_SETS = ("numpy-1k", "numpy-2k", "numpy-4k", "numpy-8k")
 LONG_K = 8

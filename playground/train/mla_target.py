@@ -128,7 +128,7 @@ def build(out: Path, smollm2_folder: str, cfg: MlaTargetConfig, init_from: Path 
     visited in another order), its log kept as `continued_from`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, DeepseekV3ForCausalLM
 
-    from playground.bench.rows import machine_info
+    from playground.machine import machine_info
     from playground.train.card import training_stages
 
     torch.set_num_threads(cfg.threads)

@@ -18,10 +18,10 @@ import torch
 from tqdm import tqdm
 
 from playground.backends.local import LocalBackend
-from playground.bench.prompts import load_prompt_set
-from playground.bench.rows import machine_info
 from playground.engine import GenerationConfig, StepEvent, summarize
+from playground.machine import machine_info
 from playground.presets import get_preset
+from playground.prompt_sets import load_prompt_set
 from playground.train.evaluate import run_events
 
 SPEED_SETS = ("held-out", "mt-bench", "humaneval")
