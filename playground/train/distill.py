@@ -25,7 +25,8 @@ from safetensors.torch import load_file, save_file
 from transformers import DynamicCache
 
 from playground.engine import Target
-from playground.train.prompts import PromptItem, prompts_for
+from playground.train.draws import prompts_for
+from playground.train.prompts import PromptItem
 
 FEATURE_DTYPE = torch.bfloat16
 FOLLOW_UP_GROUP = 5  # first-turn batches whose follow-ups make one second-turn batch

@@ -38,7 +38,7 @@ import torch
 from playground.engine import GenerationConfig, Target, emitted_ids, plain_generate
 from playground.train.corpus import Split, split_of, stdlib_files
 from playground.train.distill import FEATURE_DTYPE, Sequence, save_shard
-from playground.train.prompts import prompts_for
+from playground.train.draws import prompts_for
 
 MIN_CONTEXT_TOKENS = 600
 MAX_CONTEXT_TOKENS = 3600  # + an answer of up to MAX_ANSWER_TOKENS stays inside a 4096-token training block

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Literal
 
 from playground.train.corpus import build_conversations
@@ -213,37 +212,3 @@ def as_items(raw: list[tuple[str, str]], rng: random.Random, no_system_fraction:
         items.append(PromptItem(kind, system + [{"role": "user", "content": text}], follow_up))
     rng.shuffle(items)
     return items
-
-
-COLLECTIONS = ("base", "tasks", "tasks2")
-
-
-def build_collection(name: str, seed: int = 0) -> list[PromptItem]:
-    """`base` (this module), `tasks` (task_prompts.py: benchmark-shaped requests, distilled in a second round) or
-    `tasks2` (a second draw of those templates, none of the first's prompts: the third round)."""
-    if name == "base":
-        return build_prompts(seed)
-    from playground.train.task_prompts import build_second_draw, build_task_prompts  # they use this vocabulary
-
-    if name == "tasks":
-        return build_task_prompts(seed)
-    if name == "tasks2":
-        return build_second_draw(seed)
-    raise ValueError(f"unknown prompt collection {name!r}; choose from {', '.join(COLLECTIONS)}")
-
-
-def build_draw(name: str, draw: int) -> list[PromptItem]:
-    """Draw `draw` of a collection: its templates filled with the random choices of seed `draw`, less every prompt
-    an earlier draw (0 .. draw-1) already asked, so more draws mean more distinct prompts, never repeats."""
-    asked = {p.messages[-1]["content"] for earlier in range(draw) for p in _asked_in(name, earlier)}
-    return [p for p in build_collection(name, draw) if p.messages[-1]["content"] not in asked]
-
-
-@cache
-def _asked_in(name: str, draw: int) -> tuple[PromptItem, ...]:  # distilling draws 0..n builds each draw once
-    return tuple(build_collection(name, draw))
-
-
-def prompts_for(split: Split, seed: int = 0, collection: str = "base") -> list[PromptItem]:
-    """The `split` of draw `seed` of a collection (the split hashes the prompt text, so it holds across draws)."""
-    return [p for p in build_draw(collection, seed) if split_of(p.messages[-1]["content"]) == split]
