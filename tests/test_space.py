@@ -161,14 +161,16 @@ PROMPT = "Write a Python function that returns the squares of a list of numbers.
 
 @pytest.mark.slow
 def test_the_cpu_space_installs_alone_starts_as_a_space_and_answers_on_the_measured_pair(
-        folders: dict[str, Path], space_python: Path, tmp_path: Path) -> None:
+        folders: dict[str, Path], space_python: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CPU Space folder as Spaces runs it: its requirements alone (space_python), app.py started with a Space's
     environment and an empty home, so the GGUF the folder carries is converted at first start; a greedy EAGLE-3.1
     chat through gradio_client comes with provenance (drafts accepted, step by step), and its tokens equal this
     repository's default pair's on the same prompt."""
-    from playground.backends import shared_backend
+    from playground.backends import open_backend
     from playground.engine import GenerationConfig
     from playground.presets import get_preset
+
+    monkeypatch.delenv("PLAYGROUND_MODELS_DIR", raising=False)  # other tests point the default preset at tiny models
 
     outputs = run_space(space_python, folders["cpu"], tmp_path / "home", PROMPT, 48)
     run = outputs[-1]
@@ -177,7 +179,7 @@ def test_the_cpu_space_installs_alone_starts_as_a_space_and_answers_on_the_measu
     conversion = json.loads(next((tmp_path / "home" / ".cache" / "eagle-playground").glob("*/conversion.json"))
                             .read_text())
     assert conversion["source"].endswith("assets/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")  # the carried file
-    backend = shared_backend(get_preset("smollm2-135m"))
+    backend = open_backend(get_preset("smollm2-135m"))  # this repository's pair, not the shared (maybe tiny) one
     ids = backend.encode([{"role": "user", "content": PROMPT}])
     ours = [t for e in backend.stream(ids, "eagle3.1", GenerationConfig(max_new_tokens=48, k=4)) for t in e.emitted]
     assert run["token_ids"] == ours
