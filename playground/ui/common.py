@@ -89,18 +89,26 @@ def wire_stop(button: gr.Button, tab: str, status: gr.components.Component, runs
     """Stop trips the run's switch rather than cancelling its event: the run then ends within a step and still sends
     its last update (status "stopped", final numbers), which a cancelled event would drop. A run still waiting in the
     queue is cancelled as well: Gradio's page ignores a button's next click while its last run is pending, so a
-    stopped run left in the queue would swallow the user's next Send until the model came free."""
+    stopped run left in the queue would swallow the user's next Send until the model came free.
+
+    Gradio 6 acts on `cancels` only for a listener of the trigger itself (on one chained with .then or .success it
+    cancels nothing), so the page presses a hidden button whose click cancels the tab's runs, and only when the
+    server says that Stop found the run waiting in line."""
+    cancel_button = gr.Button(visible="hidden", elem_id=f"{tab}-cancel-queued")
+    cancelled_in_line = gr.Textbox(visible="hidden", elem_id=f"{tab}-cancelled-in-line")
 
     def stop(request: gr.Request):
         return stop_tab(request, tab) or gr.skip()
 
-    def only_a_queued_run(request: gr.Request) -> None:
-        if not LINE.was_cancelled_in_line(session_id(request), tab):  # an invisible error ends the chain here
-            raise gr.Error("no queued run to cancel", visible=False, print_exception=False)
+    def whether_cancelled_in_line(request: gr.Request) -> str:
+        return "yes" if LINE.was_cancelled_in_line(session_id(request), tab) else ""
 
     button.click(stop, None, status, queue=False, api_name=api_name, show_progress="hidden").then(
-        only_a_queued_run, None, None, queue=False, api_visibility="private", show_progress="hidden",
-    ).success(None, None, None, cancels=runs, queue=False, api_visibility="private")
+        whether_cancelled_in_line, None, cancelled_in_line, queue=False, api_visibility="private",
+        show_progress="hidden",
+    ).then(None, cancelled_in_line, None, api_visibility="private",
+           js=f"(cancelled) => {{ if (cancelled) document.getElementById('{tab}-cancel-queued').click(); }}")
+    cancel_button.click(None, None, None, cancels=runs, queue=False, api_visibility="private")
 
 
 def status_after_failure(request: gr.Request | None, tab: str, status: str) -> str:
