@@ -7,12 +7,12 @@ from .decode import GenerationConfig, PlainProbe, plain_generate, speculative_ge
 from .drafter import DrafterConfig, Eagle3Drafter
 from .record import RunRecord
 from .target import Target, TargetError
-from .trace import AttentionMass, Baseline, RunMetrics, SpecCounters, StepEvent, emitted_ids, summarize
+from .trace import AttentionMass, Baseline, RunMetrics, RunTally, SpecCounters, StepEvent, emitted_ids, summarize
 from .tree import TreeShape, tree_generate
 
 __all__ = [
     "MAX_K", "AttentionMass", "Baseline", "CheckpointError", "DrafterConfig", "Eagle3Drafter", "GenerationConfig",
-    "PlainProbe", "RunMetrics", "RunRecord", "SpecCounters", "StepEvent", "Target", "TargetError", "TreeShape",
-    "emitted_ids",
+    "PlainProbe", "RunMetrics", "RunRecord", "RunTally", "SpecCounters", "StepEvent", "Target", "TargetError",
+    "TreeShape", "emitted_ids",
     "load_drafter", "plain_generate", "save_drafter", "speculative_generate", "summarize", "tree_generate",
 ]

@@ -209,47 +209,86 @@ def window_rates(events: list[StepEvent], windows: int) -> list[float]:
     return rates
 
 
-def _mean_by_depth(rows: list[list[float]], k: int) -> list[float | None]:
-    out: list[float | None] = []
-    for d in range(k):
-        values = [row[d] for row in rows if len(row) > d]
-        out.append(sum(values) / len(values) if values else None)
-    return out
+@dataclass
+class _DepthMeans:
+    """Running means by draft depth, of rows that may be shorter than the deepest (a step drafted fewer tokens)."""
+
+    sums: list[list[float]] = field(default_factory=list)  # [depth][component]
+    counts: list[int] = field(default_factory=list)
+
+    def add(self, row: list[tuple[float, ...]]) -> None:
+        for depth, values in enumerate(row):
+            if depth == len(self.counts):
+                self.sums.append([0.0] * len(values))
+                self.counts.append(0)
+            self.sums[depth] = [total + v for total, v in zip(self.sums[depth], values, strict=True)]
+            self.counts[depth] += 1
+
+    def means(self, k: int) -> list[tuple[float, ...]] | None:
+        if not self.counts:
+            return None
+        return [tuple(total / n for total in sums) for sums, n in zip(self.sums[:k], self.counts[:k], strict=True)]
+
+
+@dataclass
+class RunTally:
+    """A run's totals, kept as its events arrive, so that a live view reads them instead of re-reading every event:
+    `observe` each step once, then `metrics()` whenever a view needs them (definitions in the module docstring)."""
+
+    k: int
+    counters: SpecCounters = field(default_factory=SpecCounters)
+    steps: int = 0
+    generated: int = 0
+    first_step_tokens: int = 0  # the first step holds the prefill: decode rates leave it out
+    first_ms: float = 0.0
+    last_ms: float = 0.0
+    attention: _DepthMeans = field(default_factory=_DepthMeans)
+    hidden_rms: _DepthMeans = field(default_factory=_DepthMeans)
+
+    def __post_init__(self) -> None:
+        self.counters.accepted_per_pos += [0] * (self.k - len(self.counters.accepted_per_pos))
+
+    @classmethod
+    def of(cls, events: Iterable[StepEvent], k: int) -> RunTally:
+        tally = cls(k)
+        for event in events:
+            tally.observe(event)
+        return tally
+
+    def observe(self, event: StepEvent) -> None:
+        if self.steps == 0:
+            self.first_step_tokens, self.first_ms = len(event.emitted), event.elapsed_ms
+        self.steps += 1
+        self.generated += len(event.emitted)
+        self.last_ms = event.elapsed_ms
+        self.counters.observe(event)
+        if event.drafted and event.attention:
+            self.attention.add([(a.sink, a.context, a.draft) for a in event.attention])
+        if event.drafted and event.hidden_rms:
+            self.hidden_rms.add([(v,) for v in event.hidden_rms])
+
+    def metrics(self) -> RunMetrics:
+        counters, decode_s = self.counters, (self.last_ms - self.first_ms) / 1000
+        attention, hidden = self.attention.means(self.k), self.hidden_rms.means(self.k)
+        return RunMetrics(
+            k=self.k,
+            steps=self.steps,
+            drafting_steps=counters.drafts,
+            drafted_tokens=counters.draft_tokens,
+            accepted_tokens=counters.accepted_tokens,
+            generated_tokens=self.generated,
+            mean_acceptance_length=counters.mean_acceptance_length,
+            per_position_acceptance=counters.per_position_acceptance,
+            draft_acceptance_rate=counters.draft_acceptance_rate,
+            tokens_per_second=self.generated / (self.last_ms / 1000) if self.last_ms > 0 else None,
+            decode_tokens_per_second=(self.generated - self.first_step_tokens) / decode_s if decode_s > 0 else None,
+            elapsed_ms=self.last_ms,
+            attention_by_depth=[AttentionMass(*means) for means in attention] if attention is not None else None,
+            hidden_rms_by_depth=[means[0] for means in hidden] if hidden is not None else None,
+            per_position_counts=list(counters.accepted_per_pos),
+        )
 
 
 def summarize(events: list[StepEvent], k: int) -> RunMetrics:
     """Aggregate step events into run-level metrics."""
-    counters = SpecCounters.from_events(events, k)
-    drafting = [e for e in events if e.drafted]
-    generated = sum(len(e.emitted) for e in events)
-    elapsed_ms = events[-1].elapsed_ms if events else 0.0
-    decode_s = decode_seconds(events)
-
-    attention = hidden = None
-    with_attention = [e.attention for e in drafting if e.attention]
-    if with_attention:
-        sink = _mean_by_depth([[a.sink for a in row] for row in with_attention], k)
-        ctx = _mean_by_depth([[a.context for a in row] for row in with_attention], k)
-        own = _mean_by_depth([[a.draft for a in row] for row in with_attention], k)
-        attention = [AttentionMass(s, c, d) for s, c, d in zip(sink, ctx, own) if s is not None]
-    with_rms = [e.hidden_rms for e in drafting if e.hidden_rms]
-    if with_rms:
-        hidden = [v for v in _mean_by_depth(with_rms, k) if v is not None]
-
-    return RunMetrics(
-        k=k,
-        steps=len(events),
-        drafting_steps=counters.drafts,
-        drafted_tokens=counters.draft_tokens,
-        accepted_tokens=counters.accepted_tokens,
-        generated_tokens=generated,
-        mean_acceptance_length=counters.mean_acceptance_length,
-        per_position_acceptance=counters.per_position_acceptance,
-        draft_acceptance_rate=counters.draft_acceptance_rate,
-        tokens_per_second=generated / (elapsed_ms / 1000) if elapsed_ms > 0 else None,
-        decode_tokens_per_second=(generated - len(events[0].emitted)) / decode_s if decode_s > 0 else None,
-        elapsed_ms=elapsed_ms,
-        attention_by_depth=attention,
-        hidden_rms_by_depth=hidden,
-        per_position_counts=counters.accepted_per_pos,
-    )
+    return RunTally.of(events, k).metrics()

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 
 from playground.backends import Backend, StepStream
-from playground.engine import Baseline, RunRecord, StepEvent, emitted_ids
+from playground.engine import Baseline, RunRecord, RunTally, StepEvent, emitted_ids
 from playground.viz import ProvenanceBuilder, RunView, TokenPiece, plain_verdict
 
 from .baseline import AFTER, SHARE, SHARE_IN_CHAT, BaselineSampler
@@ -51,6 +51,14 @@ class Run:
     waiting: str | None = None  # why it has not started yet (a comparison's other side runs first)
     complete: bool = False  # the run and its baseline are done: this is its last update
     measuring: bool = False  # the answer is done and plain decoding is being timed after it (BaselineSampler.finish)
+    tally: RunTally = field(init=False)  # the events' totals, kept as they arrive: a render reads, never re-counts
+
+    def __post_init__(self) -> None:
+        self.tally = RunTally.of(self.events, self.settings.k)
+
+    def add(self, event: StepEvent) -> None:
+        self.events.append(event)
+        self.tally.observe(event)
 
     @property
     def text(self) -> str:
@@ -92,8 +100,8 @@ class Run:
 
     def view(self) -> RunView:
         s = self.settings
-        return RunView.from_events(s.drafter_label, s.plain, s.k, self.events, self.baseline,
-                                   self.missing_fields, self.seen_tokens_per_second)
+        return RunView(s.drafter_label, s.plain, s.k, self.events, self.tally.metrics(), self.baseline,
+                       dict(self.missing_fields), self.seen_tokens_per_second)
 
     def record(self, name: str, with_steps: bool = True, view: RunView | None = None) -> dict:
         """The run as JSON-ready data: text, config, metrics and (for exports) the per-step trace. Pass the `view`
@@ -216,7 +224,7 @@ class RunDriver:
         if event is None:
             return False
         self._provenance.add(event)
-        self.run.events.append(event)
+        self.run.add(event)
         self.run.pieces = self._provenance.pieces
         return not event.finished
 

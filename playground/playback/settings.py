@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from playground.backends import backend_unavailable_reason, require_fixed_k_support
@@ -44,7 +45,7 @@ class RunSettings:
     def plain(self) -> bool:
         return self.drafter == "none"
 
-    @property
+    @functools.cached_property  # read by every render of a live run; the presets are looked up once
     def drafter_label(self) -> str:
         """The drafter's display name, with the adaptive threshold when set and the engine when it is vLLM (a
         comparison may differ only in one of them)."""
