@@ -296,6 +296,13 @@ def register_pair(preset: Preset) -> None:
     _OWN_PAIRS[preset.name] = preset
 
 
+OWN_PAIR_PREFIX = "own:"  # the preset names of pairs loaded in the app (backends.own_pair names them)
+
+
+def is_own_pair(name: str) -> bool:
+    return name.startswith(OWN_PAIR_PREFIX)
+
+
 def unregister_pair(name: str) -> None:
     _OWN_PAIRS.pop(name, None)
 
@@ -307,7 +314,7 @@ def get_preset(name: str) -> Preset:
     table = all_presets()
     if name not in table:
         own = " (a pair loaded in the app is unloaded when newer pairs need its memory: load it again)" \
-            if name.startswith("own:") else ""
+            if is_own_pair(name) else ""
         raise KeyError(f"unknown preset {name!r}; known: {', '.join([*table, *_OWN_PAIRS])}{own}")
     return table[name]
 

@@ -3,13 +3,14 @@ run here is refused in one line."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 from urllib.parse import parse_qsl
 
 import pytest
 
 from playground.playback import RequestError, RunSettings
-from playground.playback.share import MAX_LINK_PROMPT, settings_from_query, share_query
+from playground.playback.share import MAX_LINK_PROMPT, PARSERS, link_problem, settings_from_query, share_query
 
 
 def read(query: str) -> tuple:
@@ -40,3 +41,13 @@ def test_an_address_without_a_link_changes_nothing_and_a_bad_link_is_one_line(pa
     assert share_query("x" * (MAX_LINK_PROMPT + 1), RunSettings()) is None
     with pytest.raises(RequestError, match="a link carries at most"):
         settings_from_query({"prompt": "x" * (MAX_LINK_PROMPT + 1)})
+
+
+def test_every_setting_has_a_parser_and_a_loaded_pair_gets_no_link(pair_models: Path) -> None:
+    """A setting added to RunSettings must say how a link reads it; a pair loaded in one session (own:…) gets no
+    link, and a link naming one is refused in one line: a link opens a new session, which has not loaded it."""
+    assert set(PARSERS) == {f.name for f in fields(RunSettings)}
+    own = RunSettings(preset="own:org/model@abc123")
+    assert share_query("hi", own) is None and "loaded in this session" in link_problem("hi", own)
+    with pytest.raises(RequestError, match=r"names a pair loaded in another session \(own:org/model@abc123\)"):
+        read("?prompt=hi&preset=own:org/model@abc123&drafter=eagle3&k=4")

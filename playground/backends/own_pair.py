@@ -27,7 +27,7 @@ from pathlib import Path
 
 from playground import settings
 from playground.engine.checkpoint import CheckpointError
-from playground.presets import Preset, register_pair, unregister_pair
+from playground.presets import OWN_PAIR_PREFIX, Preset, register_pair, unregister_pair
 from playground.settings import public_host
 
 from .fit import drafter_fit, hub_problem, read_config
@@ -196,7 +196,7 @@ def check_pair(target: str, drafters: dict[str, str], revision: str = "") -> Pai
                               f"{cap:g} GB (PLAYGROUND_MAX_DOWNLOAD_GB)")
     # the name says which pair, drafters included: another visitor's different pair never takes this one's place
     digest = hashlib.sha256(json.dumps([target, revision, drafters], sort_keys=True).encode()).hexdigest()[:6]
-    name = f"own:{Path(target).name if _looks_local(target) else target}@{digest}"
+    name = f"{OWN_PAIR_PREFIX}{Path(target).name if _looks_local(target) else target}@{digest}"
     title = f"{target}" + (f" at {revision}" if revision else "") + " (your pair)"
     preset = Preset(name=name, title=title, target=target, drafters=drafters,
                     description=f"Your pair: {target} with " + ", ".join(f"{SLOTS[s]} {d}" for s, d in

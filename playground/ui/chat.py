@@ -12,7 +12,7 @@ from playground.examples import CHAT_EXAMPLES, EXAMPLES_LABEL
 from playground.playback import ChartPace, Conversation, Run, chat_turn, regenerate_turn
 from playground.playback.baseline import ALONGSIDE, SHARE_IN_CHAT
 from playground.playback.settings import RequestError
-from playground.playback.share import settings_from_query, share_query
+from playground.playback.share import link_problem, settings_from_query, share_query
 from playground.presets import Preset
 from playground.viz import (
     TITLES,
@@ -170,9 +170,10 @@ def link_markdown(conversation: Conversation) -> str:
     if not conversation.exchanges:
         return ""
     last = conversation.exchanges[-1]
+    problem = link_problem(last.user, last.run.settings)
+    if problem:
+        return f"No link to this answer: {problem}."
     query = share_query(last.user, last.run.settings)
-    if query is None:
-        return "No link to this answer: its prompt is too long for an address."
     earlier = " (earlier turns are not in it)" if len(conversation.exchanges) > 1 else ""
     repeats = ("the same answer, token for token, on this kind of machine" if last.run.settings.temperature == 0
                else "the same sample" if last.run.settings.seed is not None else "a new sample (the run had no seed)")
