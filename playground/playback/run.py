@@ -153,6 +153,7 @@ class RunDriver:
                        precision=precision_label(backend.preset.dtype, backend.exact_speculation, settings.plain))
         self._backend, self._prompt_ids, self._should_stop = backend, prompt_ids, should_stop
         self.paces_itself = backend.capabilities.paces_itself
+        self._stops_itself = backend.capabilities.checks_stop  # else advance() asks should_stop between steps
         self._provenance = ProvenanceBuilder(backend.decode)
         self._events: _ActiveTimeEvents | None = None
         self._first_step_asked: float | None = None
@@ -214,7 +215,7 @@ class RunDriver:
         if self.run.finished:
             return False
         assert self._events is not None, "open() first"
-        if not self._backend.capabilities.checks_stop and self.run.events and self._should_stop():
+        if not self._stops_itself and self.run.events and self._should_stop():
             self.cancel()
             return False
         if self._first_step_asked is None:
