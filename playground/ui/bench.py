@@ -46,7 +46,7 @@ def run_profile_for_tab(profile: str, preset: str, min_draft_prob: float = 0.0, 
             gr.Info(f"Stopped: {stopped}.")
             yield (f"Stopped: {stopped}.", *(gr.skip(),) * (N_OUTPUTS - 1))
 
-    yield from stoppable(request, TAB, f"benchmark ({profile})", N_OUTPUTS, run)
+    yield from stoppable(request, TAB, f"benchmark ({profile})", run)
 
 
 def _results(prefix: str, view: BenchView | None, hint: str) -> list[gr.components.Component]:

@@ -135,7 +135,7 @@ def chat(prompt: str, drafter: str, k: float, preset: str, temperature: float, t
     settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system, seed,
                             min_draft_prob)
     # the prompt box empties once the model has taken the prompt, so a refused prompt stays there to be edited
-    yield from stoppable(request, TAB, "chat answer", 10, lambda should_stop: (
+    yield from stoppable(request, TAB, "chat answer", lambda should_stop: (
         ("" if run.events else gr.skip(), *outputs)
         for run, outputs in _live_outputs(conversation, view, chat_turn(conversation, prompt, settings, should_stop))))
 
@@ -146,7 +146,7 @@ def regenerate(drafter: str, k: float, preset: str, temperature: float, top_p: f
                view: AnswerView, request: gr.Request):
     settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system, seed,
                             min_draft_prob)
-    yield from stoppable(request, TAB, "chat answer", 9, lambda should_stop: (
+    yield from stoppable(request, TAB, "chat answer", lambda should_stop: (
         outputs for _, outputs in _live_outputs(conversation, view, regenerate_turn(conversation, settings,
                                                                                      should_stop))))
 

@@ -59,15 +59,15 @@ def armed_stop(request: gr.Request | None, tab: str) -> threading.Event:
     return STOP_SWITCHES.arm(session_id(request), tab, arrived if arrived is not None else time.monotonic())
 
 
-def stoppable(request: gr.Request | None, tab: str, what: str, n_outputs: int,
-              updates: Callable[[Callable[[], bool]], Iterator[tuple]]) -> Iterator[tuple]:
+def stoppable(request: gr.Request | None, tab: str, what: str,
+              updates: Callable[[Callable[[], bool]], Iterator[tuple]]) -> Iterator[tuple | dict]:
     """The UI updates of `updates(should_stop)`, wired to the tab's Stop, holding a place in the model's line while
     it runs (`what` says what to the users waiting behind it). A run stopped while it was still queued does not
     start: every output is left as it was."""
     stop, session = armed_stop(request, tab), session_id(request)
     if stop.is_set():  # the Stop that cancelled it already said so on the status line
         LINE.leave(session, tab)
-        yield (gr.skip(),) * n_outputs
+        yield gr.skip()  # one skip leaves every output of the listener as it was
         return
     LINE.start(session, tab, what)
     try:

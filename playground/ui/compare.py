@@ -86,7 +86,7 @@ def run_comparison(prompt: str, left_drafter: str, left_k: float, right_drafter:
     left = run_settings(left_drafter, left_k, on_engine(preset, left_engine), *shared, left_min_draft_prob)
     right = run_settings(right_drafter, right_k, on_engine(preset, right_engine), *shared, right_min_draft_prob)
     charts = ChartPace()
-    yield from stoppable(request, TAB, "comparison", 11, lambda should_stop: (
+    yield from stoppable(request, TAB, "comparison", lambda should_stop: (
         (*show_comparison(comparison, view, charts=charts.due(comparison.left, comparison.right)), comparison)
         for comparison in compare(prompt, left, right, should_stop)))
 
