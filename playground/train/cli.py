@@ -5,13 +5,25 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import MISSING, fields
 from pathlib import Path
+from types import SimpleNamespace
 
 from playground.engine import GenerationConfig
 from playground.flags import parse_ks
 from playground.smollm2 import HUB_ID, local_folder
+from playground.train.distill import DistillConfig
+from playground.train.drafter import DrafterTrainConfig
 from playground.train.draws import COLLECTIONS
 from playground.train.mla_target import MlaTargetConfig
+
+
+def _defaults(config_class: type) -> SimpleNamespace:
+    """A config dataclass's field defaults: the defaults of the flags that set those fields."""
+    return SimpleNamespace(**{f.name: f.default for f in fields(config_class) if f.default is not MISSING})
+
+
+TRAIN, DISTILL = _defaults(DrafterTrainConfig), _defaults(DistillConfig)
 
 
 def _corpus(args: argparse.Namespace) -> None:
@@ -28,7 +40,7 @@ def _tokenizer(args: argparse.Namespace) -> None:
 
 
 def _drafter(args: argparse.Namespace) -> None:
-    from playground.train.drafter import DrafterTrainConfig, train_drafters
+    from playground.train.drafter import train_drafters
 
     cfg = DrafterTrainConfig(minutes=args.minutes, steps=args.steps, seed=args.seed, ttt_depth=args.ttt_depth,
                              variants=tuple(args.variants.split(",")), draft_vocab_size=args.draft_vocab_size,
@@ -42,7 +54,7 @@ def _distill(args: argparse.Namespace) -> None:
     import torch
 
     from playground.engine import Target
-    from playground.train.distill import DistillConfig, distill
+    from playground.train.distill import distill
 
     collections = args.collection.split(",")
     unknown = sorted(set(collections) - set(COLLECTIONS))
@@ -155,20 +167,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     budget = p.add_mutually_exclusive_group(required=True)
     budget.add_argument("--minutes", type=float, help="wall-clock training budget (shared by all variants)")
     budget.add_argument("--steps", type=int, help="number of optimizer steps")
-    p.add_argument("--variants", default="eagle3,eagle3.1", help="comma list of eagle3, eagle3.1")
-    p.add_argument("--ttt-depth", type=int, default=3, help="training-time-test unroll depth")
-    p.add_argument("--draft-vocab-size", type=int, default=8192)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--seq-len", type=int, default=512, help="tokens per training block (answers packed back to back)")
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--variants", default=",".join(TRAIN.variants), help="comma list of eagle3, eagle3.1")
+    p.add_argument("--ttt-depth", type=int, default=TRAIN.ttt_depth, help="training-time-test unroll depth")
+    p.add_argument("--draft-vocab-size", type=int, default=TRAIN.draft_vocab_size)
+    p.add_argument("--batch-size", type=int, default=TRAIN.batch_size)
+    p.add_argument("--seq-len", type=int, default=TRAIN.seq_len,
+                   help="tokens per training block (answers packed back to back)")
+    p.add_argument("--lr", type=float, default=TRAIN.lr)
     p.add_argument("--no-pack", action="store_true", help="one sequence per block from position 0 (long-context data) "
                    "instead of short sequences packed back to back")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=TRAIN.seed)
     p.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint.pt")
     p.add_argument("--init-from", type=Path, help="start from shipped drafters (e.g. assets/models/smollm2-135m): "
                    "weights and draft vocabulary, a fresh optimizer; for a new session without RUN_DIR")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (1 holds up better on a busy machine)")
-    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the records and drafters live")
+    p.add_argument("--threads", type=int, default=TRAIN.threads,
+                   help="torch threads (1 holds up better on a busy machine)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=TRAIN.device,
+                   help="where the records and drafters live")
     p.set_defaults(func=_drafter)
 
     p = stages.add_parser("distill", help="the target answers the prompt set; keep its features for drafter training")
@@ -181,12 +196,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "round) or tasks2 (a second draw of those templates, a third round)")
     p.add_argument("--draws", default="0", help="draws of the collection's templates, e.g. 0 or 1-6: draw n fills "
                    "them with seed n's choices, less the prompts of draws before it")
-    p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the target runs (fp32 either way)")
-    p.add_argument("--shard", type=int, default=0, help="this process's share: batches shard, shard+shards, ...")
-    p.add_argument("--shards", type=int, default=1, help="number of processes sharing the work")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    p.add_argument("--max-new-tokens", type=int, default=DISTILL.max_new_tokens)
+    p.add_argument("--batch-size", type=int, default=DISTILL.batch_size)
+    p.add_argument("--device", choices=["cpu", "cuda"], default=DISTILL.device,
+                   help="where the target runs (fp32 either way)")
+    p.add_argument("--shard", type=int, default=DISTILL.shard,
+                   help="this process's share: batches shard, shard+shards, ...")
+    p.add_argument("--shards", type=int, default=DISTILL.shards, help="number of processes sharing the work")
+    p.add_argument("--threads", type=int, default=DISTILL.threads, help="torch threads per process")
     p.set_defaults(func=_distill)
 
     p = stages.add_parser("long-data", help="long inputs from the standard library, answered by the target, with its "
