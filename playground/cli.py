@@ -5,14 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
-from playground.engine import MAX_K, GenerationConfig, RunRecord, StepEvent, TreeShape, tree_generate
+from playground.engine import MAX_K, GenerationConfig, RunRecord, TreeShape
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.text import IncrementalDecoder
-from playground.engine.tree import tree_problem
 from playground.flags import (
     UsageError,
     add_min_draft_prob_flag,
@@ -38,10 +36,10 @@ def generate(args: argparse.Namespace) -> dict:
     if drafter != "none" and not args.drafter_path and drafter not in preset.drafters:
         raise UsageError(f"drafter {drafter!r} is not in preset {preset.name!r} (choose from {preset.drafter_names}) "
                          "or pass --drafter-path")
+    tree = _tree_shape(args, preset, drafter)
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, temperature=args.temperature,
                            top_p=args.top_p, seed=args.seed, stop_strings=tuple(args.stop or ()),
-                           instrument=not args.no_instrument, min_draft_prob=args.min_draft_prob)
-    tree = _tree_shape(args, preset, drafter, cfg)
+                           instrument=not args.no_instrument, min_draft_prob=args.min_draft_prob, tree=tree)
     try:
         cfg.validate()
     except ValueError as err:
@@ -49,7 +47,7 @@ def generate(args: argparse.Namespace) -> dict:
     backend = make_backend(args, preset)
     prompt_ids = backend.encode(_messages(args), chat_template=args.chat_template, raw=args.raw)
     events, ids = [], []
-    stream = tree_stream(backend, prompt_ids, drafter, cfg, tree) if tree else backend.stream(prompt_ids, drafter, cfg)
+    stream = backend.stream(prompt_ids, drafter, cfg)
     decoder = IncrementalDecoder(backend.decode)
     for event in stream:
         events.append(event)
@@ -73,8 +71,9 @@ def generate(args: argparse.Namespace) -> dict:
     return result
 
 
-def _tree_shape(args: argparse.Namespace, preset: Preset, drafter: str, cfg: GenerationConfig) -> TreeShape | None:
-    """The draft tree --tree-nodes asks for (None: chains), refused where it cannot run."""
+def _tree_shape(args: argparse.Namespace, preset: Preset, drafter: str) -> TreeShape | None:
+    """The draft tree --tree-nodes asks for (None: chains), refused where it cannot run (the configuration's own
+    limits are GenerationConfig.validate's)."""
     if args.tree_nodes is None:
         if args.tree_depth is not None or args.tree_topk is not None:
             raise UsageError("--tree-depth and --tree-topk shape a draft tree: pass --tree-nodes too")
@@ -83,18 +82,7 @@ def _tree_shape(args: argparse.Namespace, preset: Preset, drafter: str, cfg: Gen
                      nodes=args.tree_nodes)
     if preset.backend != "local" or drafter == "none":
         raise UsageError("draft trees run in the local engine with a drafter (--backend local, a --drafter)")
-    problem = tree_problem(cfg, tree)
-    if problem:
-        raise UsageError(problem)
     return tree
-
-
-def tree_stream(backend, prompt_ids: list[int], drafter: str, cfg: GenerationConfig, tree: TreeShape
-                ) -> Iterator[StepEvent]:
-    """A draft-tree request on the local backend's own target and drafter (its `stream` runs chains)."""
-    backend.warm_up(prompt_ids, drafter)
-    loaded = backend.drafter(drafter)
-    return tree_generate(backend.target, loaded.drafter, loaded.aux_layers, prompt_ids, cfg, tree)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

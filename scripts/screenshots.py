@@ -3,7 +3,8 @@ every tab to assets/screenshots/ (each under 200 KB): chat, compare, benchmark (
 at 1280 px, and chat, compare and benchmark at phone width (full pages, the page loaded at that width); also a chat
 waiting in line behind another user's benchmark (chat-queued), and a short answer whose speedup has too few steps
 to be measured (chat-short); the own-pair panel refusing a drafter that does not fit and loading a pair, at both
-widths (own-pair-refused, own-pair-loaded).
+widths (own-pair-refused, own-pair-loaded); a chat answer drafted with a tree of 16 nodes, its stat cards and the
+latest step's tree, at both widths (chat-tree).
 
     python scripts/screenshots.py                  # tiny test models (fast)
     PLAYGROUND_TEST_REAL_MODELS=1 python scripts/screenshots.py
@@ -119,15 +120,34 @@ def _own_pair_shots(browser, target: str, drafter: str, url: str, save) -> None:
         page.close()
 
 
-def capture(url: str, out: Path, prompt: str, dark: bool, own: tuple[str, str], only_own_pair: bool = False) -> None:
+def _tree_shots(browser, url: str, prompt: str, save_element) -> None:
+    """A chat answer drafted as a tree of 16 nodes (k = 5 deep): the cards and the latest step's tree, both widths."""
+    for viewport, suffix in ((VIEWPORT, ""), (PHONE, "-phone")):
+        page = browser.new_page(viewport=viewport)
+        page.set_default_timeout(300_000)
+        page.goto(url)
+        page.locator("#k input").fill("5")
+        page.locator("#tree-nodes input").fill("16")
+        _chat(page, prompt)
+        page.locator("#tree-view").wait_for()
+        save_element(page.locator("#chat-stats"), f"chat-tree{suffix}.png")
+        page.close()
+
+
+def capture(url: str, out: Path, prompt: str, dark: bool, own: tuple[str, str], only: str | None = None) -> None:
     def save(page, name: str, full_page: bool = True) -> None:
         page.mouse.move(0, 0)
         size = save_small_png(page.screenshot(full_page=full_page), out / name)
         print(f"{out / name}: {size} bytes")
 
+    def save_element(locator, name: str) -> None:
+        locator.scroll_into_view_if_needed()
+        size = save_small_png(locator.screenshot(), out / name)
+        print(f"{out / name}: {size} bytes")
+
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS)
-        for viewport, suffix in ((VIEWPORT, ""), (PHONE, "-phone")) * (not only_own_pair):  # a phone: its own load
+        for viewport, suffix in ((VIEWPORT, ""), (PHONE, "-phone")) * (only is None):  # a phone: its own load
             page = browser.new_page(viewport=viewport)
             page.set_default_timeout(300_000)
             page.goto(url + ("?__theme=dark" if dark else ""))
@@ -144,9 +164,12 @@ def capture(url: str, out: Path, prompt: str, dark: bool, own: tuple[str, str], 
                 _open_tab(page, "About")
                 save(page, "about.png", full_page=False)
             page.close()
-        if not only_own_pair:
+        if only is None:
             _queued_and_short(browser, url, save)
-        _own_pair_shots(browser, *own, url, save)
+        if only in (None, "own-pair"):
+            _own_pair_shots(browser, *own, url, save)
+        if only in (None, "tree"):
+            _tree_shots(browser, url, prompt, save_element)
         browser.close()
 
 
@@ -155,7 +178,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "assets" / "screenshots")
     parser.add_argument("--prompt", default="Write a function that reverses a list.")
     parser.add_argument("--dark", action="store_true", help="the dark theme")
-    parser.add_argument("--only-own-pair", action="store_true", help="only the own-pair panel's shots")
+    parser.add_argument("--only", choices=["own-pair", "tree"], help="only the own-pair panel's or the tree's shots")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch:
@@ -168,7 +191,7 @@ def main() -> None:
         else:
             own = (str(models / "target"), str(models / "eagle3.1"))
         with running_app(models, Path(scratch) / "app.log") as url:
-            capture(url, args.out, args.prompt, args.dark, own, args.only_own_pair)
+            capture(url, args.out, args.prompt, args.dark, own, args.only)
 
 
 if __name__ == "__main__":

@@ -79,6 +79,19 @@ def test_adaptive_drafting_reaches_the_engine(client: Client, app_url: str) -> N
     assert adaptive["token_ids"] == plain["token_ids"]
 
 
+def test_a_draft_tree_run_answers_as_plain_decoding_and_shows_its_tree(client: Client, app_url: str) -> None:
+    """tree_nodes (0 unless given) drafts a tree of that many nodes, k deep: the answer is plain decoding's, the steps
+    carry their trees, at most tree_nodes nodes each, and the cards show the latest step's tree."""
+    *_, stats, _, _, _, _, _, record = chat(client, tree_nodes=8)[-1]
+    assert record["settings"]["tree_nodes"] == 8 and record["config"]["tree"]["nodes"] == 8
+    assert 'id="tree-view"' in stats and "accepted" in stats
+    tree = json.loads(Path(client.predict(system="", api_name="/export_chat")[0]).read_text())["runs"][0]
+    drafting = [s for s in tree["steps"] if s["drafted"]]
+    assert drafting and all(0 < len(s["tree_tokens"]) <= 8 and len(s["tree_path"]) == s["accepted"] for s in drafting)
+    plain = chat(Client(app_url, verbose=False), drafter="none")[-1][-1]  # a new session: the same first turn
+    assert tree["token_ids"] == plain["token_ids"]
+
+
 def test_history_stays_plain_text_and_exports(client: Client) -> None:
     chat(client)
     chat(client, "And then?", chat_template="llama3")
@@ -264,6 +277,9 @@ def test_a_seed_repeats_a_sampled_answer(app_url: str) -> None:
     ({"k": 2.5}, "k must be a whole number"),
     ({"prompt": "word " * 6000}, "the prompt has .* tokens"),
     ({"preset": "remote"}, "PLAYGROUND_REMOTE_URL"),  # a preset that cannot run here (no server configured)
+    ({"tree_nodes": 300}, "the draft tree's nodes must be from 0 \\(a chain\\) to 256, got 300"),
+    ({"tree_nodes": 8, "temperature": 0.7}, "draft trees are greedy only"),
+    ({"tree_nodes": 8, "min_draft_prob": 0.3}, "applies to chains, not to draft trees"),
 ])
 def test_bad_input_gets_a_clear_message(client: Client, app_log: Path, change: dict, message: str) -> None:
     args = {"prompt": PROMPT, **CHAT_DEFAULTS, "max_new_tokens": 4, **change}

@@ -306,3 +306,20 @@ def test_too_few_steps_show_no_speedup_anywhere(views: dict[str, RunView]) -> No
         assert summary_table([view]).loc[0, "speedup"] == "too few steps"
         assert "too few steps" in speedup_figure([view]).layout.title.text
     assert "8 plain steps in 4 of 5 groups" in thin.too_few_steps
+
+
+def test_a_step_tree_is_drawn_under_its_parents_escaped_with_its_path_marked() -> None:
+    """Nodes nest under their parents; the accepted path is marked; token text is escaped (a model's '<b>' stays
+    text); a step without a tree gives none."""
+    from playground.viz import TreeStep, tree_html
+
+    texts = {1: " the", 2: "<b>", 3: " a", 4: " cat", 9: "!"}
+    event = StepEvent(3, [1, 4], 2, [1, 4, 9], tree_tokens=[1, 2, 3, 4], tree_parents=[-1, -1, -1, 0],
+                      tree_depths=[1, 1, 1, 2], tree_probs=[0.6, 0.2, 0.1, 0.9], tree_path=[0, 3])
+    tree = TreeStep.of(event, lambda ids: "".join(texts[i] for i in ids))
+    page = tree_html(tree)
+    assert "<b>" not in page.replace("<b>␣the␣cat</b>", "") and "&lt;b&gt;" in page
+    assert page.count('class="tree-node tree-accepted"') == 2 and page.count('class="tree-node"') == 2
+    nested = page.index("␣the") < page.index("␣cat") < page.index("&lt;b&gt;")  # the child sits inside its parent
+    assert nested and "4 drafted nodes verified in one forward, 2 accepted" in page and "<code>!</code>" in page
+    assert TreeStep.of(StepEvent(4, [1], 1, [1, 9]), lambda ids: "x") is None

@@ -15,8 +15,8 @@ attributes), `exact_speculation`, `preload` (load or connect at start-up, raisin
 measured times; None and nothing elsewhere). On ZeroGPU the local backend is wrapped (`zerogpu.ZeroGpuBackend`): its
 stream runs in a GPU call that cannot see the stop switch or time plain steps, which its capabilities say.
 `backend_unavailable_reason(preset)` says, in one sentence, why a preset cannot run on this machine. Adaptive draft
-length (`GenerationConfig.min_draft_prob`) is the local engine's: vLLM drafts k tokens every step, so the others refuse
-it (`require_fixed_k_support`).
+length (`GenerationConfig.min_draft_prob`) and draft trees (`GenerationConfig.tree`) are the local engine's: vLLM drafts
+a chain of k tokens every step, so the others refuse them (`require_local_engine_options`).
 """
 
 from __future__ import annotations
@@ -121,8 +121,12 @@ def require_local(preset: Preset, who: str, otherwise: str) -> None:
                                  f"backend; {otherwise}")
 
 
-def require_fixed_k_support(backend: str, cfg: GenerationConfig) -> None:
-    """BackendUnavailable when adaptive draft length is asked of a vLLM engine, which drafts k tokens every step."""
+def require_local_engine_options(backend: str, cfg: GenerationConfig) -> None:
+    """BackendUnavailable when a vLLM or remote engine, which drafts a chain of k tokens every step, is asked for
+    adaptive draft length or a draft tree: our engine alone does those."""
+    if cfg.tree is not None and backend != "local":
+        raise BackendUnavailable(f"the {backend} backend drafts chains; draft trees run on our engine (a local "
+                                 f"preset), so set the tree's nodes to 0")
     if cfg.min_draft_prob and backend != "local":
         raise BackendUnavailable(f"the {backend} backend drafts k tokens every step; adaptive draft length (minimum "
                                  f"draft probability {cfg.min_draft_prob:g}) runs on the local engine, so set it to 0")
@@ -157,5 +161,5 @@ def forget_backend(name: str) -> None:
 
 
 __all__ = ["Backend", "BackendUnavailable", "Capabilities", "StepStream", "backend_unavailable_reason",
-           "forget_backend", "open_backend", "open_local_backend", "require_fixed_k_support", "require_local",
+           "forget_backend", "open_backend", "open_local_backend", "require_local_engine_options", "require_local",
            "shared_backend"]

@@ -15,9 +15,11 @@ from playground.engine import (
     PlainProbe,
     StepEvent,
     Target,
+    TreeShape,
     load_drafter,
     plain_generate,
     speculative_generate,
+    tree_generate,
 )
 from playground.presets import Preset
 from playground.smollm2 import local_folder
@@ -47,7 +49,8 @@ class LocalBackend:
         self._lock = threading.Lock()
         self._target: Target | None = None
         self._drafters: dict[str, LoadedDrafter] = {}
-        self._warmed: set[str] = set()  # decode paths ("none" or a drafter source) run once before any timing
+        self._warmed: set[tuple[str, TreeShape | None]] = set()  # decode paths (plain or a drafter source, with
+        #                                                            a tree shape or not) run once before timing
 
     @property
     def target(self) -> Target:
@@ -105,21 +108,25 @@ class LocalBackend:
         if drafter == "none":
             return plain_generate(self.target, prompt_ids, cfg, should_stop)
         loaded = self.drafter(drafter)
+        if cfg.tree is not None:
+            return tree_generate(self.target, loaded.drafter, loaded.aux_layers, prompt_ids, cfg, cfg.tree,
+                                 should_stop)
         return speculative_generate(self.target, loaded.drafter, loaded.aux_layers, prompt_ids, cfg, should_stop)
 
-    def warm_up(self, prompt_ids: list[int], drafter: str) -> None:
+    def warm_up(self, prompt_ids: list[int], drafter: str, tree: TreeShape | None = None) -> None:
         """Run this decode path once, briefly, before it is timed: the first CUDA (or CPU) call of a path pays for
-        kernel selection, allocator growth and lazy initialisation. Once per path and backend."""
-        path = "none" if drafter == "none" else self.preset.drafters.get(drafter, drafter)
+        kernel selection, allocator growth and lazy initialisation. Once per path (a tree shape is a path of its
+        own: it verifies another number of rows) and backend."""
+        path = ("none" if drafter == "none" else self.preset.drafters.get(drafter, drafter), tree)
         if path not in self._warmed:
-            for _ in self._generate(prompt_ids, drafter, GenerationConfig(max_new_tokens=4, k=2)):
+            for _ in self._generate(prompt_ids, drafter, GenerationConfig(max_new_tokens=4, k=2, tree=tree)):
                 pass
             self._warmed.add(path)
 
     def stream(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
                should_stop: Callable[[], bool] | None = None) -> Iterator[StepEvent]:
         """Step events of one request; the path (plain or this drafter) is warmed up first, so timings are honest."""
-        self.warm_up(prompt_ids, drafter)
+        self.warm_up(prompt_ids, drafter, cfg.tree if drafter != "none" else None)
         return self._generate(prompt_ids, drafter, cfg, should_stop)
 
 

@@ -27,7 +27,7 @@ from playground.engine import GenerationConfig, SpecCounters, StepEvent
 from playground.engine.templates import raw_prompt, resolve_template
 from playground.presets import SERVER_DRAFTER, Preset
 
-from . import Capabilities, require_fixed_k_support
+from . import Capabilities, require_local_engine_options
 from .fit import check_drafter_fits
 from .specstats import counters_from_samples, parse_prometheus
 from .steps import MISSING_FIELDS, DeltaStepper, finish_reason
@@ -261,7 +261,7 @@ class RemoteBackend:
     def stream(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
                should_stop: Callable[[], bool] | None = None) -> RemoteStream:
         cfg.validate()
-        require_fixed_k_support(self.preset.backend, cfg)
+        require_local_engine_options(self.preset.backend, cfg)
         if drafter == "none":
             raise RemoteError("a remote server speculates with the drafter it was started with; for plain decoding "
                               "point a preset at a server started without --speculative-config")

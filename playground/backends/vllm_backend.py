@@ -49,7 +49,7 @@ from playground.engine.templates import encode_chat
 from playground.presets import DRAFTER_LABELS, Preset
 from playground.smollm2 import local_folder
 
-from . import Capabilities, require_fixed_k_support
+from . import Capabilities, require_local_engine_options
 from .fit import check_drafter_fits, read_config
 from .specstats import Sample, counters_from_samples
 from .steps import MISSING_FIELDS, DeltaStepper, finish_reason
@@ -773,7 +773,7 @@ class VllmBackend:
     def stream(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
                should_stop: Callable[[], bool] | None = None) -> VllmStream:
         cfg.validate()
-        require_fixed_k_support(self.preset.backend, cfg)
+        require_local_engine_options(self.preset.backend, cfg)
         return VllmStream(self, prompt_ids, drafter, cfg, should_stop)
 
     def shutdown(self) -> None:

@@ -8,7 +8,8 @@ from .drafter import DrafterConfig, Eagle3Drafter
 from .record import RunRecord
 from .target import Target, TargetError
 from .trace import AttentionMass, Baseline, RunMetrics, RunTally, SpecCounters, StepEvent, emitted_ids, summarize
-from .tree import TreeShape, tree_generate
+from .tree import tree_generate
+from .tree_shape import TreeShape
 
 __all__ = [
     "MAX_K", "AttentionMass", "Baseline", "CheckpointError", "DrafterConfig", "Eagle3Drafter", "GenerationConfig",

@@ -21,6 +21,7 @@ from .drafter import DrafterCache, Eagle3Drafter
 from .sampling import accept_greedy, accept_sampled, probabilities, sample
 from .target import Target
 from .trace import AttentionMass, StepEvent
+from .tree_shape import TreeShape, tree_problem
 
 SEEDS = 2**63  # seeds are 0 .. SEEDS - 1 (what torch.Generator.manual_seed takes, without negatives)
 
@@ -38,6 +39,7 @@ class GenerationConfig:
     # still verified); 0 drafts k every step. Stopping after the draft, never dropping it, keeps sampling exact: whether
     # a position is drafted depends only on the tokens before it.
     min_draft_prob: float = 0.0
+    tree: TreeShape | None = None  # a draft tree per step instead of a chain (engine/tree.py); None drafts chains
 
     def validate(self) -> None:
         if k_problem(self.k):
@@ -52,6 +54,8 @@ class GenerationConfig:
             raise ValueError(f"the minimum draft probability must be in [0, 1), got {self.min_draft_prob}")
         if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < SEEDS):
             raise ValueError(f"the seed must be a whole number from 0 to 2**63 - 1, got {self.seed}")
+        if self.tree is not None and tree_problem(self, self.tree):
+            raise ValueError(tree_problem(self, self.tree))
 
     @property
     def greedy(self) -> bool:

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 
 from .decode import GenerationConfig
 from .trace import AttentionMass, RunMetrics, StepEvent, emitted_ids, summarize
+from .tree_shape import TreeShape
 
 
 @dataclass
@@ -41,7 +42,9 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, data: dict) -> RunRecord:
-        config = dict(data["config"], stop_strings=tuple(data["config"].get("stop_strings", ())))
+        tree = data["config"].get("tree")
+        config = dict(data["config"], stop_strings=tuple(data["config"].get("stop_strings", ())),
+                      tree=TreeShape(**tree) if tree else None)
         metrics = dict(data["metrics"], attention_by_depth=_masses(data["metrics"].get("attention_by_depth")))
         steps = [StepEvent(**dict(s, attention=_masses(s.get("attention")))) for s in data.get("steps", [])]
         return cls(text=data["text"], token_ids=list(data["token_ids"]), prompt_tokens=data["prompt_tokens"],

@@ -27,38 +27,7 @@ from .decode import GenerationConfig, _check_prompt, _Stopper, cancelled_event, 
 from .drafter import DrafterCache, Eagle3Drafter
 from .target import Target
 from .trace import StepEvent
-
-MAX_DEPTH = 16  # as chains' MAX_K
-MAX_TOPK = 16
-MAX_NODES = 256
-
-
-@dataclass(frozen=True)
-class TreeShape:
-    depth: int = 5  # drafter calls per step, and the longest branch
-    topk: int = 4  # children per expanded node, and frontier nodes expanded per depth
-    nodes: int = 16  # nodes verified per step (the root, the last emitted token, comes on top)
-
-    def problem(self) -> str | None:
-        for name, most in (("depth", MAX_DEPTH), ("topk", MAX_TOPK), ("nodes", MAX_NODES)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or not 1 <= value <= most:
-                return f"the tree's {name} must be a whole number from 1 to {most}, got {value!r}"
-        return None
-
-    @property
-    def max_nodes(self) -> int:
-        """Nodes a step verifies at most: `nodes`, or every node drafted where fewer are."""
-        return min(self.nodes, self.topk + (self.depth - 1) * self.topk**2)
-
-
-def tree_problem(cfg: GenerationConfig, shape: TreeShape) -> str | None:
-    """Why this configuration cannot decode with a draft tree, or None."""
-    if not cfg.greedy:
-        return "draft trees are greedy only (sampling needs recursive rejection over siblings): use temperature 0"
-    if cfg.min_draft_prob:
-        return "the minimum draft probability (adaptive draft length) applies to chains, not to draft trees"
-    return shape.problem()
+from .tree_shape import TreeShape, tree_problem
 
 
 @dataclass

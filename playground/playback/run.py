@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from playground.backends import Backend, StepStream
 from playground.engine import Baseline, RunRecord, RunTally, StepEvent, emitted_ids
-from playground.viz import ProvenanceBuilder, RunView, TokenPiece, plain_verdict
+from playground.viz import ProvenanceBuilder, RunView, TokenPiece, TreeStep, plain_verdict
 
 from .baseline import AFTER, SHARE, SHARE_IN_CHAT, BaselineSampler
 from .settings import RunSettings, precision_label
@@ -51,6 +51,7 @@ class Run:
     waiting: str | None = None  # why it has not started yet (a comparison's other side runs first)
     complete: bool = False  # the run and its baseline are done: this is its last update
     measuring: bool = False  # the answer is done and plain decoding is being timed after it (BaselineSampler.finish)
+    tree: TreeStep | None = None  # the latest step's draft tree, for a tree run
     tally: RunTally = field(init=False)  # the events' totals, kept as they arrive: a render reads, never re-counts
 
     def __post_init__(self) -> None:
@@ -226,6 +227,7 @@ class RunDriver:
             return False
         self._provenance.add(event)
         self.run.add(event)
+        self.run.tree = TreeStep.of(event, self._backend.decode) or self.run.tree
         self.run.pieces = self._provenance.pieces
         return not event.finished
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from playground.backends import backend_unavailable_reason, require_fixed_k_support
-from playground.engine import GenerationConfig
+from playground.backends import backend_unavailable_reason, require_local_engine_options
+from playground.engine import GenerationConfig, TreeShape
 from playground.engine.templates import CHAT_TEMPLATES
+from playground.engine.tree_shape import MAX_NODES
 from playground.k_range import k_problem
 from playground.presets import DRAFTER_LABELS, ENGINE_LABELS, Preset, default_preset_name, get_preset
 
@@ -40,6 +41,7 @@ class RunSettings:
     system: str = ""
     seed: int | None = None  # sampling only: the same seed repeats the same answer
     min_draft_prob: float = 0.0  # adaptive draft length (engine.GenerationConfig); 0 drafts k every step
+    tree_nodes: int = 0  # a draft tree of this many nodes per step, k deep (engine/tree.py); 0 drafts a chain of k
 
     @property
     def plain(self) -> bool:
@@ -54,6 +56,7 @@ class RunSettings:
         else:
             name = DRAFTER_LABELS.get(self.drafter, self.drafter)
             name = f"{name} adaptive {self.min_draft_prob:g}" if self.min_draft_prob else name
+            name = f"{name} tree {self.tree_nodes}" if self.tree_nodes else name
         try:
             backend = get_preset(self.preset).backend
         except KeyError:
@@ -73,6 +76,8 @@ class RunSettings:
             raise RequestError(f"unknown drafter {self.drafter!r}; choose one of {', '.join(preset.drafter_names)}")
         if k_problem(self.k):
             raise RequestError(k_problem(self.k))
+        if not 0 <= self.tree_nodes <= MAX_NODES:
+            raise RequestError(f"the draft tree's nodes must be from 0 (a chain) to {MAX_NODES}, got {self.tree_nodes}")
         if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
             raise RequestError(f"max new tokens must be between 1 and {MAX_NEW_TOKENS}, got {self.max_new_tokens}")
         if self.chat_template not in CHAT_TEMPLATES:
@@ -80,14 +85,19 @@ class RunSettings:
                                f"choose one of {', '.join(CHAT_TEMPLATES)}")
         try:
             self.generation_config().validate()
-            require_fixed_k_support(preset.backend, self.generation_config())
+            require_local_engine_options(preset.backend, self.generation_config())
         except ValueError as err:
             raise RequestError(str(err)) from None
         return preset
 
     def generation_config(self) -> GenerationConfig:
         return GenerationConfig(max_new_tokens=self.max_new_tokens, k=self.k, temperature=self.temperature,
-                                top_p=self.top_p, seed=self.seed, min_draft_prob=self.min_draft_prob)
+                                top_p=self.top_p, seed=self.seed, min_draft_prob=self.min_draft_prob, tree=self.tree)
+
+    @property
+    def tree(self) -> TreeShape | None:
+        """The draft tree of a tree run: k deep, TreeShape's children per node, `tree_nodes` nodes."""
+        return TreeShape(depth=self.k, nodes=self.tree_nodes) if self.tree_nodes and not self.plain else None
 
     @property
     def template_name(self) -> str | None:

@@ -16,7 +16,7 @@ MAX_LINK_PROMPT = 2000  # characters: longer prompts make addresses that browser
 ALWAYS = ("preset", "drafter", "k")  # named even at their defaults: the defaults may change, the link should not
 PARSERS: dict[str, Callable[[str], object]] = {  # how a link's text becomes each RunSettings field
     "drafter": str, "k": int, "preset": str, "temperature": float, "top_p": float, "max_new_tokens": int,
-    "chat_template": str, "system": str, "seed": int, "min_draft_prob": float,
+    "chat_template": str, "system": str, "seed": int, "min_draft_prob": float, "tree_nodes": int,
 }
 
 

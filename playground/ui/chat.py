@@ -26,6 +26,7 @@ from playground.viz import (
     plain_verdict,
     speedup_figure,
     stats_html,
+    tree_html,
 )
 
 from .common import (
@@ -47,6 +48,7 @@ from .common import (
     status_after_failure,
     stop_tab,
     stoppable,
+    tree_nodes_control,
     wire_stop,
 )
 from .own_pair import PairPanel, pair_panel
@@ -73,9 +75,10 @@ def _run_outputs(run: Run, charts: bool = True) -> tuple:
     left as the page shows them)."""
     view = run.view()
     status = f"**{run.settings.drafter_label}** · {run.precision} · {run.status}"
+    stats = stats_html(view, speed_note(run, view)) + (tree_html(run.tree) if run.tree else "")
     if not charts:
-        return (status, stats_html(view, speed_note(run, view)), *(gr.skip(),) * (len(PLOTS) + 1))
-    return (status, stats_html(view, speed_note(run, view)), accepted_per_step_figure(view), speedup_figure([view]),
+        return (status, stats, *(gr.skip(),) * (len(PLOTS) + 1))
+    return (status, stats, accepted_per_step_figure(view), speedup_figure([view]),
             acceptance_by_position_figure([view]), attention_drift_figure([view]), hidden_rms_figure([view]),
             run.record(TAB, with_steps=False, view=view))
 
@@ -130,10 +133,10 @@ def _empty_outputs() -> tuple:
 
 @report_user_errors
 def chat(prompt: str, drafter: str, k: float, preset: str, temperature: float, top_p: float, max_new_tokens: float,
-         chat_template: str, system: str, seed: float | None, min_draft_prob: float, conversation: Conversation,
-         view: AnswerView, request: gr.Request):
+         chat_template: str, system: str, seed: float | None, min_draft_prob: float, tree_nodes: float | None,
+         conversation: Conversation, view: AnswerView, request: gr.Request):
     settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system, seed,
-                            min_draft_prob)
+                            min_draft_prob, tree_nodes)
     # the prompt box empties once the model has taken the prompt, so a refused prompt stays there to be edited
     yield from stoppable(request, TAB, "chat answer", lambda should_stop: (
         ("" if run.events else gr.skip(), *outputs)
@@ -142,10 +145,10 @@ def chat(prompt: str, drafter: str, k: float, preset: str, temperature: float, t
 
 @report_user_errors
 def regenerate(drafter: str, k: float, preset: str, temperature: float, top_p: float, max_new_tokens: float,
-               chat_template: str, system: str, seed: float | None, min_draft_prob: float, conversation: Conversation,
-               view: AnswerView, request: gr.Request):
+               chat_template: str, system: str, seed: float | None, min_draft_prob: float, tree_nodes: float | None,
+               conversation: Conversation, view: AnswerView, request: gr.Request):
     settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system, seed,
-                            min_draft_prob)
+                            min_draft_prob, tree_nodes)
     yield from stoppable(request, TAB, "chat answer", lambda should_stop: (
         outputs for _, outputs in _live_outputs(conversation, view, regenerate_turn(conversation, settings,
                                                                                      should_stop))))
@@ -192,10 +195,10 @@ def open_link(request: gr.Request) -> tuple:
     s = settings
     return (prompt if prompt is not None else gr.skip(), s.drafter, s.k, s.preset, s.temperature, s.top_p,
             s.max_new_tokens, s.chat_template, s.system, "" if s.seed is None else str(s.seed), s.min_draft_prob,
-            "Opened from a link: press Send to run it.")
+            s.tree_nodes, "Opened from a link: press Send to run it.")
 
 
-LINKED_CONTROLS = 11  # open_link's outputs before the status line
+LINKED_CONTROLS = 12  # open_link's outputs before the status line
 
 
 def example_prompts(prompt: gr.Textbox) -> gr.Examples:
@@ -235,7 +238,8 @@ def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPa
             drafter = drafter_control(preset, preset.default_drafter, elem_id="drafter")
             k = k_control(elem_id="k")
             min_draft_prob = min_draft_prob_control(elem_id="min-draft-prob")
-            follow_drafter(drafter, k, min_draft_prob)
+            tree_nodes = tree_nodes_control(elem_id="tree-nodes")
+            follow_drafter(drafter, k, min_draft_prob, tree_nodes)
             controls = generation_controls("", preset)
             panel = pair_panel()
             with gr.Accordion("Export this chat", open=False):
@@ -253,7 +257,7 @@ def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPa
         run_json = gr.JSON(elem_id="chat-run-json", show_label=False)
 
     run_views = [status, stats, accept_plot, speedup_plot, position_plot, drift_plot, rms_plot, run_json]
-    settings_inputs = [drafter, k, *controls.components(), min_draft_prob]
+    settings_inputs = [drafter, k, *controls.components(), min_draft_prob, tree_nodes]
     chat_event = in_line([send.click, prompt.submit], TAB, status).then(
         chat, inputs=[prompt, *settings_inputs, conversation, view],
         outputs=[prompt, chatbot, *run_views], api_name="chat", concurrency_id=ENGINE,
@@ -267,7 +271,7 @@ def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPa
         event.failure(show_conversation, [conversation, view], [chatbot, *run_views], queue=False,
                       api_visibility="private")
         event.then(link_markdown, conversation, link, queue=False, api_visibility="private")
-    linked = [prompt, drafter, k, *controls.components(), min_draft_prob]
+    linked = [prompt, drafter, k, *controls.components(), min_draft_prob, tree_nodes]
     assert len(linked) == LINKED_CONTROLS
     demo.load(open_link, None, [*linked, status], queue=False, api_visibility="private")
     follow_answer_view(answer_view, view, show_conversation, [conversation], [chatbot, *run_views])

@@ -20,6 +20,7 @@ from playground import settings
 from playground.backends import backend_unavailable_reason
 from playground.backends.availability import offered_presets
 from playground.engine.templates import CHAT_TEMPLATES
+from playground.engine.tree_shape import MAX_NODES, TreeShape
 from playground.k_range import MAX_K
 from playground.playback import (
     MAX_NEW_TOKENS,
@@ -343,15 +344,23 @@ def min_draft_prob_control(elem_id: str, label: str = "Adaptive: end the chain a
                               "~0.3 = faster")
 
 
+def tree_nodes_control(elem_id: str) -> gr.Number:
+    return CheckedNumber(0, label=f"Draft tree nodes (0–{MAX_NODES})", minimum=0, maximum=MAX_NODES, step=1,
+                         elem_id=elem_id, info=f"0: a chain of k drafts per step; N: an EAGLE-2 tree of N nodes, k "
+                                               f"deep, top-{TreeShape.topk} children, verified in one forward (greedy, "
+                                               f"our engine)")
+
+
 def run_settings(drafter: str, k: float, preset: str, temperature: float, top_p: float, max_new_tokens: float,
                  chat_template: str, system: str | None, seed: str | float | None = None,
-                 min_draft_prob: float = 0.0) -> RunSettings:
+                 min_draft_prob: float = 0.0, tree_nodes: float = 0) -> RunSettings:
     """Settings from component values (sliders deliver floats, the seed box text; a fraction is refused, never
     rounded); RunSettings.checked_preset() validates the rest."""
     return RunSettings(drafter=drafter, k=_whole(k, "k"), preset=preset, temperature=float(temperature),
                        top_p=float(top_p), max_new_tokens=_whole(max_new_tokens, "max new tokens"),
                        chat_template=chat_template, system=system or "",
-                       seed=_seed(seed), min_draft_prob=float(min_draft_prob))
+                       seed=_seed(seed), min_draft_prob=float(min_draft_prob),
+                       tree_nodes=_whole(tree_nodes or 0, "the draft tree's nodes"))
 
 
 def _seed(value: str | float | None) -> int | None:

@@ -6,7 +6,7 @@ and `@supports` ones: narrow-screen rules go in `@media`.
 
 from __future__ import annotations
 
-from playground.viz import provenance_css, rendered_css, stats_css
+from playground.viz import provenance_css, rendered_css, stats_css, tree_css
 
 # A Compare side keeps its height only once it shows a run: empty, it left a blank 250 px before the run (twice at
 # phone width, where the sides stack).
@@ -61,7 +61,7 @@ TOKEN_TIP_CSS = """
 }
 """
 
-APP_CSS = provenance_css() + rendered_css() + stats_css() + LAYOUT_CSS + SMALL_SCREEN_CSS + TOKEN_TIP_CSS
+APP_CSS = provenance_css() + rendered_css() + stats_css() + tree_css() + LAYOUT_CSS + SMALL_SCREEN_CSS + TOKEN_TIP_CSS
 
 # Token details on tap: every token span carries its details (step, depth, the drafter's probability) in `title`,
 # which touch screens never show. One delegated listener on the document: a tap or click on a token shows its title
