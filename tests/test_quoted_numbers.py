@@ -372,3 +372,20 @@ def test_the_readme_speedup_table_is_the_committed_files() -> None:
 
     missing = [q for q in quotes if _flat(q) not in text]
     assert not missing, f"README.md's speedup table does not say {missing} (from the committed files)"
+
+
+def test_the_tree_numbers_are_the_committed_runs() -> None:
+    """docs/trees.md's table is scripts/tree_vs_chain.py's result file, row for row; the README quotes two of it."""
+    result = json.loads((ROOT / "assets" / "bench" / "trees" / "tree_vs_chain.json").read_text())
+    trees = (DOCS / "trees.md").read_text()
+    rows = {row["method"]: row for row in result["methods"]}
+    for row in result["methods"]:
+        speed = ("1.00" if "speedup_median" not in row else
+                 f"{row['speedup_median']:.2f} ({row['speedup_q1']:.2f}-{row['speedup_q3']:.2f})")
+        assert f"| {row['method']} | {row['mean_acceptance_length'] or 1:.2f} | {row['verified_rows']} | {speed} |" \
+            in trees, row["method"]
+    costs = result["verify_ms_by_rows"]
+    assert "| forward ms | " + " | ".join(f"{ms:.1f}" for ms in costs.values()) + " |" in trees
+    tree, chain = (rows[name]["mean_acceptance_length"]
+                   for name in ("tree n16 d5 k4, EAGLE-3.1", "chain k=4, EAGLE-3.1"))
+    assert f"accepts {tree:.2f} tokens per step against a chain's {chain:.2f}" in README.replace("\n  ", " ")
