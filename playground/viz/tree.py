@@ -62,7 +62,8 @@ def tree_html(tree: TreeStep) -> str:
     accepted = "".join(tree.texts[node] for node in tree.path)
     caption = (f"Step {tree.step}: {len(tree.texts)} drafted nodes verified in one forward, {len(tree.path)} accepted"
                f" (<b>{_shown(accepted)}</b>), then the target's own <code>{_shown(tree.bonus)}</code>. Tokens read "
-               f"as text, ␣ a space; the percentage is the drafter's probability of a node given its parent.")
+               f"as text: ␣ a space, ⏎ a line break, ∅ a token without text (the end of the answer); the percentage "
+               f"is the drafter's probability of a node given its parent.")
     return (f'<div id="tree-view" class="tree-view"><div class="tree-caption">{caption}</div>'
             f'<div class="tree-root">after the last emitted token{branch(-1)}</div></div>')
 
