@@ -24,15 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from playground.backends import shared_backend  # noqa: E402
-from playground.engine import (  # noqa: E402
-    GenerationConfig,
-    TreeShape,
-    emitted_ids,
-    plain_generate,
-    speculative_generate,
-    summarize,
-    tree_generate,
-)
+from playground.engine import GenerationConfig, TreeShape, emitted_ids, summarize  # noqa: E402
 from playground.machine import machine_info  # noqa: E402
 from playground.presets import get_preset  # noqa: E402
 from playground.prompt_sets import load_prompt_set  # noqa: E402
@@ -58,13 +50,9 @@ VERIFY_ROWS = [1, 5, 9, 17, 33]
 
 
 def run(backend, method: Method, prompt_ids: list[int], max_new_tokens: int) -> list:
-    cfg = GenerationConfig(max_new_tokens=max_new_tokens, k=method.k)
-    if method.drafter == "none":
-        return list(plain_generate(backend.target, prompt_ids, cfg))
-    loaded = backend.drafter(method.drafter)
-    if method.tree is None:
-        return list(speculative_generate(backend.target, loaded.drafter, loaded.aux_layers, prompt_ids, cfg))
-    return list(tree_generate(backend.target, loaded.drafter, loaded.aux_layers, prompt_ids, cfg, method.tree))
+    """The method's step events, through the local backend (plain, chain or tree by the configuration)."""
+    return list(backend.stream(prompt_ids, method.drafter, GenerationConfig(max_new_tokens, k=method.k,
+                                                                             tree=method.tree)))
 
 
 def verify_costs(target, repeats: int = 15) -> dict[int, float]:

@@ -54,8 +54,9 @@ class GenerationConfig:
             raise ValueError(f"the minimum draft probability must be in [0, 1), got {self.min_draft_prob}")
         if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < SEEDS):
             raise ValueError(f"the seed must be a whole number from 0 to 2**63 - 1, got {self.seed}")
-        if self.tree is not None and tree_problem(self, self.tree):
-            raise ValueError(tree_problem(self, self.tree))
+        problem = tree_problem(self, self.tree) if self.tree is not None else None
+        if problem:
+            raise ValueError(problem)
 
     @property
     def greedy(self) -> bool:

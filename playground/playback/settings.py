@@ -83,9 +83,10 @@ class RunSettings:
         if self.chat_template not in CHAT_TEMPLATES:
             raise RequestError(f"unknown chat template {self.chat_template!r}; "
                                f"choose one of {', '.join(CHAT_TEMPLATES)}")
+        cfg = self.generation_config()
         try:
-            self.generation_config().validate()
-            require_local_engine_options(preset.backend, self.generation_config())
+            cfg.validate()
+            require_local_engine_options(preset.backend, cfg)
         except ValueError as err:
             raise RequestError(str(err)) from None
         return preset

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from playground.backends.own_pair import load_own_pair, size_text
-from playground.presets import is_own_pair
+from playground.presets import OWN_PAIR_PREFIX, is_own_pair
 from playground.settings import public_host
 
 from .common import report_user_errors
@@ -77,4 +77,4 @@ def wire_pair_panel(panel: PairPanel, menus: list[gr.Dropdown]) -> None:
 def _choices(menu: gr.Dropdown, loaded: list[str]) -> list[tuple[str, str]]:
     """The menu's built-in presets, then this session's own pairs."""
     built_in = [(label, value) for label, value in menu.choices if not is_own_pair(str(value))]
-    return built_in + [(f"{name.removeprefix('own:')} (your pair)", name) for name in loaded]
+    return built_in + [(f"{name.removeprefix(OWN_PAIR_PREFIX)} (your pair)", name) for name in loaded]
