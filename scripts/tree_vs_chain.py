@@ -67,7 +67,7 @@ def verify_costs(target, repeats: int = 15) -> dict[int, float]:
             start = target.clock()
             target.forward(list(range(2000, 2000 + rows)), cache)
             times.append((target.clock() - start) * 1000)
-            target.rollback(cache, len(context))
+            cache.rollback(len(context))
         costs[rows] = statistics.median(times[2:])
     return costs
 

@@ -11,7 +11,8 @@ import torch
 from transformers import AutoTokenizer, MistralConfig, MistralForCausalLM
 
 from playground.engine import GenerationConfig, Target, load_drafter, plain_generate, speculative_generate
-from playground.engine.llama import FIRST_CAPACITY, KVCache, native_bfloat16
+from playground.engine.cache import FIRST_CAPACITY, KVCache
+from playground.engine.llama import native_bfloat16
 
 
 def load_target(root: Path, fast: bool, dtype: torch.dtype = torch.float32) -> Target:
@@ -43,11 +44,35 @@ def test_same_logits_and_aux_states_as_transformers(targets: tuple[Target, Targe
         torch.testing.assert_close(a.logits, b.logits, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(a.aux, b.aux, rtol=1e-5, atol=1e-5)
         if back is not None:
-            for t, c in zip(targets, caches):
-                t.rollback(c, back)
-    assert caches[0].get_seq_length() == caches[1].get_seq_length() == 300 + 2 + 1 + 7
+            for c in caches:
+                c.rollback(back)
+    assert caches[0].length == caches[1].length == 300 + 2 + 1 + 7
     last = fast.forward(prompt[:1], caches[0], last_only=True).logits
     assert last.shape == (1, fast.vocab_size)
+
+
+def test_both_caches_keep_a_tree_path_as_if_it_alone_had_been_fed(targets: tuple[Target, Target]) -> None:
+    """A tree of 5 new tokens (0 the root; 1 and 2 its children; 3 under 1, 4 under 2), verified in one forward;
+    `keep` of the path 0-2-4 leaves each cache as a fresh one fed the prompt and those three tokens."""
+    prompt, new = ids(20, targets[0].vocab_size, 3), ids(5, targets[0].vocab_size, 4)
+    parents = [-1, 0, 0, 1, 2]
+    sees = torch.eye(5, dtype=torch.bool)
+    for row, parent in enumerate(parents):
+        if parent >= 0:
+            sees[row] |= sees[parent]
+    positions = torch.tensor([20, 21, 21, 22, 22])
+    path = [0, 2, 4]
+    for target in targets:
+        cache, fresh = target.new_cache(), target.new_cache()
+        target.forward(prompt, cache)
+        target.forward(new, cache, tree=(positions, sees))
+        cache.keep(len(prompt), torch.tensor(path))
+        assert cache.length == len(prompt) + len(path)
+        target.forward(prompt + [new[i] for i in path], fresh)
+        after, expected = (target.forward([7], c, last_only=True).logits for c in (cache, fresh))
+        torch.testing.assert_close(after, expected, rtol=1e-5, atol=1e-5)
+        cache.rollback(cache.length + 3)  # longer than the cache: nothing to drop
+        assert cache.length == len(prompt) + len(path) + 1
 
 
 def test_packed_products_agree_with_plain_ones(tiny_root: Path) -> None:
@@ -56,7 +81,7 @@ def test_packed_products_agree_with_plain_ones(tiny_root: Path) -> None:
     cache = target.new_cache()
     target.forward(prompt, cache)
     plain = target.forward(step, cache).logits
-    target.rollback(cache, len(prompt))
+    cache.rollback(len(prompt))
     target.expect_rows(len(step))
     if not torch.backends.mkl.is_available():
         pytest.skip("this torch build has no MKL: float32 products are never packed")

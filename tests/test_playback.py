@@ -361,15 +361,15 @@ def test_plain_probe_times_a_plain_step_on_the_runs_own_text(tiny) -> None:
     target = tiny.target
     probe = PlainProbe(target)
     context = tiny.training_prompts[0] + [5, 6, 7]
-    assert probe.time_step(context) > 0 and probe._cache.get_seq_length() == len(context)
+    assert probe.time_step(context) > 0 and probe._cache.length == len(context)
     longer = context + [8, 9, 10, 11]
     probe.time_step(longer)  # times longer[len(context)], then catches up to longer[:-1]
-    assert probe._cache.get_seq_length() == len(longer) - 1
+    assert probe._cache.length == len(longer) - 1
     probe.time_step(longer)
     probe.time_step(longer)  # nothing new: the last position again
-    assert probe._cache.get_seq_length() == len(longer)
+    assert probe._cache.length == len(longer)
     fresh = target.forward(longer, target.new_cache(), last_only=True).logits[-1]
     probe._fed -= 1  # feed the last token once more, by hand, on the probe's cache
-    target.rollback(probe._cache, probe._fed)
+    probe._cache.rollback(probe._fed)
     again = target.forward([longer[-1]], probe._cache, last_only=True).logits[-1]
     torch.testing.assert_close(again, fresh, rtol=1e-4, atol=1e-4)

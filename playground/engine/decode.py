@@ -17,7 +17,8 @@ import torch
 
 from playground.k_range import k_problem
 
-from .drafter import DrafterCache, Eagle3Drafter
+from .cache import DrafterCache
+from .drafter import Eagle3Drafter
 from .sampling import accept_greedy, accept_sampled, probabilities, sample
 from .target import Target
 from .trace import AttentionMass, StepEvent
@@ -171,7 +172,7 @@ class PlainProbe:
             self._catch_up(context)  # the first sample is timed where the run is
         if self._fed >= len(context):  # the run has not moved since the last sample: time its last position again
             self._fed = len(context) - 1
-            self.target.rollback(self._cache, self._fed)
+            self._cache.rollback(self._fed)
         start = self.target.clock()
         int(self.target.forward([context[self._fed]], self._cache, last_only=True).logits[-1].argmax())
         seconds = self.target.clock() - start
@@ -205,7 +206,7 @@ def _draft_chain(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list
     device = pending_aux.device
     context = len(tokens) - 1
     drafted, chain = [], _Chain(torch.empty(0, dtype=torch.long, device=device), [], [], [])
-    draft_cache.crop(pending_start)
+    draft_cache.rollback(pending_start)
     hidden = drafter.project(pending_aux.to(drafter.fc.weight.dtype))[None]  # the drafter may run in another dtype
     ids = torch.tensor([tokens[pending_start + 1 :]], device=device)
     all_positions = torch.arange(pending_start, context + k, device=device)  # pending features, then one per depth
@@ -291,7 +292,7 @@ def speculative_generate(target: Target, drafter: Eagle3Drafter, aux_layers: lis
             accepted, bonus = accept_sampled(chain.drafted, q_all, target_probs, generator)
             probs_of_drafts = q_all[torch.arange(len(chain.drafted), device=q_all.device), chain.drafted].tolist()
         drafted = chain.drafted.tolist()
-        target.rollback(cache, context + accepted + 1)
+        cache.rollback(context + accepted + 1)
         pending_aux, pending_start = verify.aux[: accepted + 1], context
         emitted, reason = stopper.clip(generated, drafted[:accepted] + [bonus])
         generated += emitted

@@ -23,6 +23,7 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
+from .cache import DrafterCache, LayerCache
 from .llama import RotaryTable, rotate
 
 MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")  # DeepSeek's names
@@ -247,54 +248,6 @@ class DraftOutput:
     normed: torch.Tensor  # [b, t, H] norm(hidden), what lm_head reads
     feedback: torch.Tensor  # what the next draft step is fed: `normed` (EAGLE-3.1) or `hidden` (EAGLE-3)
     last_row_attention: torch.Tensor | None  # [b, heads, keys] of the last query, averaged over layers
-
-
-class LayerCache:
-    """One layer's keys and values [b, kv_heads, length, head_dim] (MLA: keys and values differ in width).
-
-    At inference they live in a buffer that grows by doubling: appending writes in place and cropping only moves
-    the end, so a draft step copies nothing. Under autograd (training), earlier keys must stay unmodified for the
-    backward pass, so appending concatenates instead."""
-
-    def __init__(self) -> None:
-        self.keys: torch.Tensor | None = None
-        self.values: torch.Tensor | None = None
-        self.length = 0
-
-    def extend(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        end = self.length + k.shape[2]
-        if torch.is_grad_enabled() or self.keys is None or self.keys.shape[:2] != k.shape[:2]:
-            if self.keys is not None and self.length:
-                k = torch.cat([self.keys[:, :, : self.length], k], 2)
-                v = torch.cat([self.values[:, :, : self.length], v], 2)
-            self.keys, self.values, self.length = k, v, end
-            return k, v
-        if end > self.keys.shape[2]:
-            grown = max(end, 2 * self.keys.shape[2], 64)
-            more = grown - self.length
-            self.keys = torch.cat([self.keys[:, :, : self.length],
-                                   self.keys.new_empty(*k.shape[:2], more, k.shape[3])], 2)
-            self.values = torch.cat([self.values[:, :, : self.length],
-                                     self.values.new_empty(*v.shape[:2], more, v.shape[3])], 2)
-        self.keys[:, :, self.length : end] = k
-        self.values[:, :, self.length : end] = v
-        self.length = end
-        return self.keys[:, :, :end], self.values[:, :, :end]
-
-
-class DrafterCache:
-    """Per-layer keys/values of the drafter; roll back by length."""
-
-    def __init__(self, num_layers: int) -> None:
-        self.layers = [LayerCache() for _ in range(num_layers)]
-
-    @property
-    def length(self) -> int:
-        return self.layers[0].length
-
-    def crop(self, length: int) -> None:
-        for layer in self.layers:
-            layer.length = min(layer.length, length)
 
 
 class Eagle3Drafter(nn.Module):

@@ -5,8 +5,8 @@ computes (float32: the same logits, bit for bit, tests/test_fast_forward.py), wi
 need:
 - per-op module calls: each layer is four matrix products (q, k and v fused into one weight, gate and up into
   another; the Hugging Face modules keep views into the fused weights, so memory does not grow) and a few fused ops;
-- a cache that grows by concatenation: keys and values live in one buffer, written in place; a rollback only moves
-  the cache's length;
+- one cache buffer for all layers (`cache.KVCache`), written in place by position; a rollback only moves its
+  length;
 - hooks: the aux hidden states the drafter reads are taken from the residual stream as the loop passes them, and
   the vocabulary is scored only at the positions asked for.
 Two things make a verification cheap next to a plain step (`Projection`): float32 weights packed for the
@@ -28,7 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-FIRST_CAPACITY = 256  # positions a new cache holds before it first grows (it doubles, up to the model's context)
+from .cache import FIRST_CAPACITY, KVCache
+
 MAX_EXACT_ROWS = 17  # a verification of up to k + 1 = 17 tokens (MAX_K = 16) is computed row-exactly
 PACK_SHARE = 0.25  # float32 packs may take at most this share of the memory available when they are made
 MEMINFO = Path("/proc/meminfo")
@@ -51,42 +52,6 @@ def native_bfloat16() -> bool:
     return bool(torch.backends.mkldnn.is_available() and (
         getattr(cpu, "_is_avx512_bf16_supported", lambda: False)()
         or getattr(cpu, "_is_amx_tile_supported", lambda: False)()))
-
-
-class KVCache:
-    """Keys and values of every layer, [layers, kv_heads, capacity, head_dim] each; `length` positions are valid."""
-
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, max_positions: int, dtype: torch.dtype,
-                 device: torch.device) -> None:
-        self.shape, self.max_positions = (layers, kv_heads, head_dim), max_positions
-        self.dtype, self.device = dtype, device
-        self.keys = self.values = torch.empty(0)
-        self.capacity = self.length = 0
-
-    def get_seq_length(self) -> int:  # the name transformers' caches use, so callers need not tell them apart
-        return self.length
-
-    def reserve(self, length: int) -> None:
-        if length <= self.capacity:
-            return
-        capacity = min(max(length, 2 * self.capacity, FIRST_CAPACITY), max(self.max_positions, length))
-        layers, kv_heads, head_dim = self.shape
-        keys = torch.empty(layers, kv_heads, capacity, head_dim, dtype=self.dtype, device=self.device)
-        values = torch.empty_like(keys)
-        if self.length:
-            keys[:, :, : self.length] = self.keys[:, :, : self.length]
-            values[:, :, : self.length] = self.values[:, :, : self.length]
-        self.keys, self.values, self.capacity = keys, values, capacity
-
-    def rollback(self, length: int) -> None:
-        self.length = min(self.length, length)
-
-    def keep(self, start: int, rows: torch.Tensor) -> None:
-        """Keep the entries at `start + rows` (increasing), moved to `start`, `start + 1`, ...; drop the rest."""
-        end = start + rows.shape[0]
-        for buffer in (self.keys, self.values):
-            buffer[:, :, start:end] = buffer[:, :, start + rows]  # the gather copies before the write
-        self.length = end
 
 
 def fast_forward_problem(model) -> str | None:

@@ -12,12 +12,13 @@ import time
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, GenerationConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 from transformers.utils import logging as hf_logging
 
+from .cache import TargetCache, TransformersCache
 from .checkpoint import CheckpointError
 from .drafter import Eagle3Drafter
-from .llama import FastLlama, KVCache, fast_forward_problem
+from .llama import FastLlama, fast_forward_problem
 from .templates import encode_chat
 
 
@@ -148,8 +149,8 @@ class Target:
             drafter.use_target_embeddings(self.model.get_input_embeddings())
         return ids
 
-    def new_cache(self) -> KVCache | DynamicCache:
-        return self.fast.new_cache(self.max_positions) if self.fast is not None else DynamicCache(config=self.config)
+    def new_cache(self) -> TargetCache:
+        return self.fast.new_cache(self.max_positions) if self.fast is not None else TransformersCache(self.config)
 
     def expect_rows(self, rows: int) -> None:
         """Say how many tokens the coming forwards feed at once (a verification's k + 1), so the fast path can
@@ -166,7 +167,7 @@ class Target:
             self._capture.wanted, self._capture.found = None, {}
 
     @torch.inference_mode()
-    def forward(self, input_ids: list[int] | torch.Tensor, cache: KVCache | DynamicCache,
+    def forward(self, input_ids: list[int] | torch.Tensor, cache: TargetCache,
                 aux_layers: list[int] | None = None, last_only: bool = False,
                 tree: tuple[torch.Tensor, torch.Tensor] | None = None) -> TargetOutput:
         """Run new tokens through the model, appending to `cache`; capture the aux hidden states of `aux_layers`.
@@ -180,7 +181,7 @@ class Target:
         ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device).view(1, -1)
         extra = {} if tree is None else self._tree_arguments(cache, *tree)
         out, found = self.capture_layers(aux_layers or (), lambda: self.model(
-            input_ids=ids, use_cache=True, logits_to_keep=1 if last_only else 0, **{self.cache_keyword: cache},
+            input_ids=ids, use_cache=True, logits_to_keep=1 if last_only else 0, **{self.cache_keyword: cache.inner},
             **extra))
         aux = torch.cat([found[i][0] for i in aux_layers], dim=-1) if aux_layers else None
         return TargetOutput(logits=out.logits[0].float(), aux=aux)
@@ -192,37 +193,14 @@ class Target:
                                          lambda: self.model(input_ids=tokens.to(self.device), use_cache=False))
         return TargetOutput(logits=out.logits.float(), aux=torch.cat([found[i] for i in aux_layers], dim=-1))
 
-    def _tree_arguments(self, cache: DynamicCache, positions: torch.Tensor, sees: torch.Tensor) -> dict:
+    def _tree_arguments(self, cache: TransformersCache, positions: torch.Tensor, sees: torch.Tensor) -> dict:
         """transformers' position ids and a 4D additive mask (used as given: transformers builds no mask of its own
         for a 4D one), the cached positions visible to every new token."""
-        t, start = sees.shape[0], cache.get_seq_length()
+        t, start = sees.shape[0], cache.length
         visible = torch.cat([torch.ones(t, start, dtype=torch.bool, device=sees.device), sees], dim=1)
         mask = torch.zeros(visible.shape, dtype=self.dtype, device=self.device).masked_fill_(
             ~visible, torch.finfo(self.dtype).min)
         return {"position_ids": positions.view(1, -1), "attention_mask": mask[None, None]}
-
-    @staticmethod
-    @torch.inference_mode()
-    def keep(cache: KVCache | DynamicCache, start: int, rows: torch.Tensor) -> None:
-        """Keep the cached positions `start + rows` (increasing: an accepted tree path), moved to `start`,
-        `start + 1`, ...; drop every position after them."""
-        if isinstance(cache, KVCache):
-            cache.keep(start, rows)
-            return
-        end = start + rows.shape[0]
-        for layer in cache.layers:
-            layer.keys[:, :, start:end] = layer.keys[:, :, start + rows]
-            layer.values[:, :, start:end] = layer.values[:, :, start + rows]
-        Target.rollback(cache, end)
-
-    @staticmethod
-    def rollback(cache: KVCache | DynamicCache, length: int) -> None:
-        if isinstance(cache, KVCache):
-            cache.rollback(length)
-            return
-        extra = cache.get_seq_length() - length
-        if extra > 0:
-            cache.crop(-extra)
 
     def synchronize(self) -> None:
         if self.device.type == "cuda":

@@ -23,8 +23,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from .cache import DrafterCache
 from .decode import GenerationConfig, _check_prompt, _Stopper, cancelled_event, prefill_event
-from .drafter import DrafterCache, Eagle3Drafter
+from .drafter import Eagle3Drafter
 from .target import Target
 from .trace import StepEvent
 from .tree_shape import TreeShape, tree_problem
@@ -132,7 +133,7 @@ def draft_tree(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list[i
     """Draft a tree of `shape` after `tokens`; the first call feeds the pending target features, as a chain's does."""
     device = pending_aux.device
     context = len(tokens) - 1
-    draft_cache.crop(pending_start)
+    draft_cache.rollback(pending_start)
     hidden = drafter.project(pending_aux.to(drafter.fc.weight.dtype))[None]
     ids = torch.tensor([tokens[pending_start + 1 :]], device=device)
     out = drafter(ids, hidden, torch.arange(pending_start, context, device=device), draft_cache)
@@ -201,7 +202,7 @@ def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int],
         choices = verify.logits.argmax(-1).tolist()
         path = drafts.accept(choices)
         rows = torch.tensor([0] + [i + 1 for i in path], device=device)
-        target.keep(cache, context, rows)
+        cache.keep(context, rows)
         pending_aux, pending_start = verify.aux[rows], context
         branch = drafts.branch(path)
         bonus = choices[path[-1] + 1 if path else 0]
