@@ -137,6 +137,23 @@ def test_compare_streams_both_sides(client: Client) -> None:
     assert exported["comparison"]["verdict"]["sentence"] in verdict.replace("&gt;", ">")
 
 
+def test_compare_puts_a_chain_and_a_tree_of_one_drafter_side_by_side(client: Client) -> None:
+    """Each side has its own tree_nodes: a chain and a tree of EAGLE-3.1 give the same greedy answer, each labelled,
+    against one baseline; only the tree's steps carry trees."""
+    job = client.submit(PROMPT, **{**COMPARE_DEFAULTS, "left_drafter": "eagle3.1", "right_tree_nodes": 8},
+                        api_name="/compare")
+    job.result(timeout=300)
+    left, right, *_, table, _, _, _ = job.outputs()[-1]
+    assert "EAGLE-3.1, k=4" in left and "EAGLE-3.1 tree 8, k=4" in right
+    assert [row[0] for row in table["data"]] == ["EAGLE-3.1", "EAGLE-3.1 tree 8"]
+    exported = json.loads(Path(client.predict(api_name="/export_compare")[0]).read_text())
+    chain, tree = exported["runs"]
+    assert chain["token_ids"] == tree["token_ids"] and chain["baseline"] == tree["baseline"]
+    assert (chain["settings"]["tree_nodes"], tree["settings"]["tree_nodes"]) == (0, 8)
+    assert not any(s.get("tree_tokens") for s in chain["steps"])
+    assert any(s.get("tree_tokens") for s in tree["steps"])
+
+
 def assert_one_baseline_and_an_honest_verdict(exported: dict) -> None:
     """A comparison of two drafters on one engine: one baseline, timed alongside both sides, read by both; a verdict
     that names a faster side only where the speedup ranges do not overlap."""

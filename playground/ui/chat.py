@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import gradio as gr
 
@@ -11,7 +11,7 @@ from playground.bench.engines import instrumentation_note
 from playground.examples import CHAT_EXAMPLES, EXAMPLES_LABEL
 from playground.playback import ChartPace, Conversation, Run, chat_turn, regenerate_turn
 from playground.playback.baseline import ALONGSIDE, SHARE_IN_CHAT
-from playground.playback.settings import RequestError
+from playground.playback.settings import RequestError, RunSettings
 from playground.playback.share import link_problem, settings_from_query, share_query
 from playground.presets import Preset
 from playground.viz import (
@@ -44,7 +44,6 @@ from .common import (
     k_control,
     min_draft_prob_control,
     report_user_errors,
-    run_settings,
     status_after_failure,
     stop_tab,
     stoppable,
@@ -52,6 +51,7 @@ from .common import (
     wire_stop,
 )
 from .own_pair import PairPanel, pair_panel
+from .settings_form import DraftingControls, SettingsForm
 
 TAB = "chat"
 PLOTS = ("accept", "speedup", "position", "drift", "rms")  # in the order of the tab's outputs
@@ -131,24 +131,14 @@ def _empty_outputs() -> tuple:
     return ("", "", *(_hint(plot) for plot in PLOTS), None)
 
 
-@report_user_errors
-def chat(prompt: str, drafter: str, k: float, preset: str, temperature: float, top_p: float, max_new_tokens: float,
-         chat_template: str, system: str, seed: float | None, min_draft_prob: float, tree_nodes: float | None,
-         conversation: Conversation, view: AnswerView, request: gr.Request):
-    settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system, seed,
-                            min_draft_prob, tree_nodes)
+def chat(prompt: str, settings: RunSettings, conversation: Conversation, view: AnswerView, request: gr.Request):
     # the prompt box empties once the model has taken the prompt, so a refused prompt stays there to be edited
     yield from stoppable(request, TAB, "chat answer", lambda should_stop: (
         ("" if run.events else gr.skip(), *outputs)
         for run, outputs in _live_outputs(conversation, view, chat_turn(conversation, prompt, settings, should_stop))))
 
 
-@report_user_errors
-def regenerate(drafter: str, k: float, preset: str, temperature: float, top_p: float, max_new_tokens: float,
-               chat_template: str, system: str, seed: float | None, min_draft_prob: float, tree_nodes: float | None,
-               conversation: Conversation, view: AnswerView, request: gr.Request):
-    settings = run_settings(drafter, k, preset, temperature, top_p, max_new_tokens, chat_template, system, seed,
-                            min_draft_prob, tree_nodes)
+def regenerate(settings: RunSettings, conversation: Conversation, view: AnswerView, request: gr.Request):
     yield from stoppable(request, TAB, "chat answer", lambda should_stop: (
         outputs for _, outputs in _live_outputs(conversation, view, regenerate_turn(conversation, settings,
                                                                                      should_stop))))
@@ -183,22 +173,22 @@ def link_markdown(conversation: Conversation) -> str:
     return f"[Link to this answer]({query}): the prompt and these settings{earlier}; Send gives {repeats}."
 
 
-def open_link(request: gr.Request) -> tuple:
-    """Fill the prompt box and the controls from the page's address (a link made by link_markdown); nothing is run
-    until the visitor sends it."""
-    try:
-        prompt, settings = settings_from_query(dict(request.query_params))
-    except RequestError as err:
-        return (*(gr.skip() for _ in range(LINKED_CONTROLS)), f"**This link cannot run here:** {escape_html(str(err))}")
-    if settings is None:
-        return tuple(gr.skip() for _ in range(LINKED_CONTROLS + 1))
-    s = settings
-    return (prompt if prompt is not None else gr.skip(), s.drafter, s.k, s.preset, s.temperature, s.top_p,
-            s.max_new_tokens, s.chat_template, s.system, "" if s.seed is None else str(s.seed), s.min_draft_prob,
-            s.tree_nodes, "Opened from a link: press Send to run it.")
+def link_opener(form: SettingsForm) -> Callable[[gr.Request], tuple]:
+    """Fill the prompt box and `form`'s controls from the page's address (a link made by link_markdown), then say so
+    on the status line; nothing is run until the visitor sends it."""
+    untouched = len(form.components()) + 1  # the prompt box too
 
+    def open_link(request: gr.Request) -> tuple:
+        try:
+            prompt, settings = settings_from_query(dict(request.query_params))
+        except RequestError as err:
+            return (*(gr.skip() for _ in range(untouched)), f"**This link cannot run here:** {escape_html(str(err))}")
+        if settings is None:
+            return tuple(gr.skip() for _ in range(untouched + 1))
+        return (prompt if prompt is not None else gr.skip(), *form.values(settings),
+                "Opened from a link: press Send to run it.")
 
-LINKED_CONTROLS = 12  # open_link's outputs before the status line
+    return open_link
 
 
 def example_prompts(prompt: gr.Textbox) -> gr.Examples:
@@ -235,12 +225,13 @@ def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPa
             link = gr.Markdown(elem_id="chat-link")
         with gr.Column(scale=3, min_width=280):
             answer_view = answer_view_control(elem_id="chat-view")
-            drafter = drafter_control(preset, preset.default_drafter, elem_id="drafter")
-            k = k_control(elem_id="k")
-            min_draft_prob = min_draft_prob_control(elem_id="min-draft-prob")
-            tree_nodes = tree_nodes_control(elem_id="tree-nodes")
-            follow_drafter(drafter, k, min_draft_prob, tree_nodes)
+            drafting = DraftingControls(drafter=drafter_control(preset, preset.default_drafter, elem_id="drafter"),
+                                        k=k_control(elem_id="k"),
+                                        min_draft_prob=min_draft_prob_control(elem_id="min-draft-prob"),
+                                        tree_nodes=tree_nodes_control(elem_id="tree-nodes"))
+            follow_drafter(drafting.drafter, drafting.k, drafting.min_draft_prob, drafting.tree_nodes)
             controls = generation_controls("", preset)
+            form = SettingsForm(controls, {"": drafting})
             panel = pair_panel()
             with gr.Accordion("Export this chat", open=False):
                 export_button = gr.Button("Export JSON + CSV", elem_id="chat-export", size="sm")
@@ -257,30 +248,28 @@ def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPa
         run_json = gr.JSON(elem_id="chat-run-json", show_label=False)
 
     run_views = [status, stats, accept_plot, speedup_plot, position_plot, drift_plot, rms_plot, run_json]
-    settings_inputs = [drafter, k, *controls.components(), min_draft_prob, tree_nodes]
     chat_event = in_line([send.click, prompt.submit], TAB, status).then(
-        chat, inputs=[prompt, *settings_inputs, conversation, view],
+        report_user_errors(form.handler(chat)), inputs=[prompt, *form.components(), conversation, view],
         outputs=[prompt, chatbot, *run_views], api_name="chat", concurrency_id=ENGINE,
         show_progress="hidden", show_progress_on=chatbot,  # not on the status line: it says when a run waits
     )
     regenerate_event = in_line([regenerate_button.click], TAB, status).then(
-        regenerate, inputs=[*settings_inputs, conversation, view], outputs=[chatbot, *run_views],
+        report_user_errors(form.handler(regenerate)), inputs=[*form.components(), conversation, view],
+        outputs=[chatbot, *run_views],
         api_name="regenerate", concurrency_id=ENGINE, show_progress="hidden", show_progress_on=chatbot,
     )
     for event in (chat_event, regenerate_event):
         event.failure(show_conversation, [conversation, view], [chatbot, *run_views], queue=False,
                       api_visibility="private")
         event.then(link_markdown, conversation, link, queue=False, api_visibility="private")
-    linked = [prompt, drafter, k, *controls.components(), min_draft_prob, tree_nodes]
-    assert len(linked) == LINKED_CONTROLS
-    demo.load(open_link, None, [*linked, status], queue=False, api_visibility="private")
+    demo.load(link_opener(form), None, [prompt, *form.components(), status], queue=False, api_visibility="private")
     follow_answer_view(answer_view, view, show_conversation, [conversation], [chatbot, *run_views])
     wire_stop(stop_button, TAB, status, [chat_event, regenerate_event], api_name="stop")
     clear_button.click(clear, conversation, [chatbot, *run_views], cancels=[chat_event, regenerate_event],
                        queue=False, api_name="clear").then(lambda: "", None, link, queue=False,
                                                            api_visibility="private")
     export_button.click(export, [controls.system, conversation], export_out, api_name="export_chat")
-    gr.on([k.change, drafter.change], lambda depth, name: depth_legend((name, depth)), [k, drafter], legend,
-          queue=False, api_visibility="private")
-    follow_preset(controls, (drafter, lambda p: p.default_drafter))
+    gr.on([drafting.k.change, drafting.drafter.change], lambda depth, name: depth_legend((name, depth)),
+          [drafting.k, drafting.drafter], legend, queue=False, api_visibility="private")
+    follow_preset(controls, (drafting.drafter, lambda p: p.default_drafter))
     return controls.preset, panel

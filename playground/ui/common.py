@@ -25,9 +25,7 @@ from playground.k_range import MAX_K
 from playground.playback import (
     MAX_NEW_TOKENS,
     EngineLine,
-    RequestError,
     Run,
-    RunSettings,
     StopSwitches,
     export_runs,
 )
@@ -249,7 +247,8 @@ class CheckedDropdown(gr.Dropdown):
 
 @dataclass
 class GenerationControls:
-    """Settings shared by a tab's runs (the drafter and k are per run)."""
+    """Settings shared by a tab's runs, named as RunSettings' fields (how a run drafts is set per run:
+    settings_form.DraftingControls)."""
 
     preset: gr.Dropdown
     preset_info: gr.Markdown
@@ -260,11 +259,6 @@ class GenerationControls:
     system: gr.Textbox
     seed: gr.Textbox
     not_offered: gr.Markdown  # the presets this machine cannot run, and why
-
-    def components(self) -> list[gr.components.Component]:
-        """In the order of run_settings()'s arguments after drafter and k."""
-        return [self.preset, self.temperature, self.top_p, self.max_new_tokens, self.chat_template, self.system,
-                self.seed]
 
 
 def not_offered_markdown(refused: dict[str, tuple[str, str]]) -> str:
@@ -344,43 +338,11 @@ def min_draft_prob_control(elem_id: str, label: str = "Adaptive: end the chain a
                               "~0.3 = faster")
 
 
-def tree_nodes_control(elem_id: str) -> gr.Number:
-    return CheckedNumber(0, label=f"Draft tree nodes (0–{MAX_NODES})", minimum=0, maximum=MAX_NODES, step=1,
+def tree_nodes_control(elem_id: str, label: str = "Draft tree nodes") -> gr.Number:
+    return CheckedNumber(0, label=f"{label} (0–{MAX_NODES})", minimum=0, maximum=MAX_NODES, step=1,
                          elem_id=elem_id, info=f"0: a chain of k drafts per step; N: an EAGLE-2 tree of N nodes, k "
                                                f"deep, top-{TreeShape.topk} children, verified in one forward (greedy, "
                                                f"our engine)")
-
-
-def run_settings(drafter: str, k: float, preset: str, temperature: float, top_p: float, max_new_tokens: float,
-                 chat_template: str, system: str | None, seed: str | float | None = None,
-                 min_draft_prob: float = 0.0, tree_nodes: float = 0) -> RunSettings:
-    """Settings from component values (sliders deliver floats, the seed box text; a fraction is refused, never
-    rounded); RunSettings.checked_preset() validates the rest."""
-    return RunSettings(drafter=drafter, k=_whole(k, "k"), preset=preset, temperature=float(temperature),
-                       top_p=float(top_p), max_new_tokens=_whole(max_new_tokens, "max new tokens"),
-                       chat_template=chat_template, system=system or "",
-                       seed=_seed(seed), min_draft_prob=float(min_draft_prob),
-                       tree_nodes=_whole(tree_nodes or 0, "the draft tree's nodes"))
-
-
-def _seed(value: str | float | None) -> int | None:
-    """None for an empty seed box (a fresh random answer each time), else a whole number."""
-    text = "" if value is None else str(value).strip()
-    if not text:
-        return None
-    try:
-        number = float(text)
-    except ValueError:
-        raise RequestError(f"the seed must be a whole number, got {text!r}") from None
-    return _whole(number, "the seed")
-
-
-def _whole(value: float | None, name: str) -> int:
-    if value is None:
-        raise RequestError(f"{name} is empty: type a whole number")
-    if not float(value).is_integer():
-        raise RequestError(f"{name} must be a whole number, got {value}")
-    return int(value)
 
 
 def export_files(runs: dict[str, Run], messages: list[dict], tab: str, comparison: dict | None = None) -> list[str]:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import gradio as gr
 
 from playground.backends.availability import unavailable
-from playground.playback import ChartPace, Comparison, Conversation, RequestError, Run, compare
+from playground.playback import ChartPace, Comparison, Conversation, RequestError, Run, RunSettings, compare
 from playground.presets import ENGINE_LABELS, Preset, engine_presets, get_preset
 from playground.viz import (
     SUMMARY_COLUMNS,
@@ -39,11 +40,12 @@ from .common import (
     k_control,
     min_draft_prob_control,
     report_user_errors,
-    run_settings,
     status_after_failure,
     stoppable,
+    tree_nodes_control,
     wire_stop,
 )
+from .settings_form import DraftingControls, SettingsForm
 
 TAB = "compare"
 
@@ -77,14 +79,10 @@ def on_engine(preset: str, engine: str | None) -> str:
     return twins[engine]
 
 
-@report_user_errors
-def run_comparison(prompt: str, left_drafter: str, left_k: float, right_drafter: str, right_k: float, preset: str,
-                   temperature: float, top_p: float, max_new_tokens: float, chat_template: str, system: str,
-                   seed: float | None, left_min_draft_prob: float, right_min_draft_prob: float, view: AnswerView,
-                   left_engine: str | None = None, right_engine: str | None = None, request: gr.Request = None):
-    shared = (temperature, top_p, max_new_tokens, chat_template, system, seed)
-    left = run_settings(left_drafter, left_k, on_engine(preset, left_engine), *shared, left_min_draft_prob)
-    right = run_settings(right_drafter, right_k, on_engine(preset, right_engine), *shared, right_min_draft_prob)
+def run_comparison(prompt: str, left: RunSettings, right: RunSettings, view: AnswerView, left_engine: str | None = None,
+                   right_engine: str | None = None, request: gr.Request = None):
+    left = replace(left, preset=on_engine(left.preset, left_engine))
+    right = replace(right, preset=on_engine(right.preset, right_engine))
     charts = ChartPace()
     yield from stoppable(request, TAB, "comparison", lambda should_stop: (
         (*show_comparison(comparison, view, charts=charts.due(comparison.left, comparison.right)), comparison)
@@ -140,22 +138,24 @@ def engine_control(preset: Preset, side: str) -> gr.Radio:
                         **engine_choices(preset))
 
 
-def _side(preset: Preset, side: str, drafter: str) -> tuple[gr.Radio, gr.Radio, gr.Slider, gr.Slider, gr.HTML,
-                                                              gr.HTML]:
-    """One side's engine, drafter, k and adaptive drafting, its coloured answer and its stat cards (elem ids
-    compare-<side>-…)."""
+def _side(preset: Preset, side: str, drafter: str) -> tuple[gr.Radio, DraftingControls, gr.HTML, gr.HTML]:
+    """One side's engine, its drafting controls, its coloured answer and its stat cards (elem ids compare-<side>-…)."""
     with gr.Column():
         engine = engine_control(preset, side)
         with gr.Row():
             choice = drafter_control(preset, drafter, elem_id=f"compare-{side}-drafter",
                                      label=f"{side.capitalize()} drafter")
             k = k_control(elem_id=f"compare-{side}-k", label=f"{side.capitalize()} k")
-        min_draft_prob = min_draft_prob_control(elem_id=f"compare-{side}-min-draft-prob",
-                                                label=f"{side.capitalize()}: end the chain after a draft below")
-        follow_drafter(choice, k, min_draft_prob)
+        drafting = DraftingControls(
+            drafter=choice, k=k,
+            min_draft_prob=min_draft_prob_control(elem_id=f"compare-{side}-min-draft-prob",
+                                                  label=f"{side.capitalize()}: end the chain after a draft below"),
+            tree_nodes=tree_nodes_control(elem_id=f"compare-{side}-tree-nodes",
+                                          label=f"{side.capitalize()}: draft tree nodes"))
+        follow_drafter(choice, k, drafting.min_draft_prob, drafting.tree_nodes)
         answer = gr.HTML(elem_id=f"compare-{side}", elem_classes="side-panel")
         stats = gr.HTML(elem_id=f"compare-{side}-stats")
-    return engine, choice, k, min_draft_prob, answer, stats
+    return engine, drafting, answer, stats
 
 
 def build_compare_tab(preset: Preset) -> gr.Dropdown:
@@ -174,10 +174,8 @@ def build_compare_tab(preset: Preset) -> gr.Dropdown:
         controls = generation_controls("compare-", preset)
     legend = gr.HTML(depth_legend((left_default, 4), (right_default, 4)), elem_id="compare-legend")
     with gr.Row(equal_height=False):
-        left_engine, left_drafter, left_k, left_min_draft_prob, left_html, left_stats = _side(preset, "left",
-                                                                                            left_default)
-        right_engine, right_drafter, right_k, right_min_draft_prob, right_html, right_stats = _side(preset, "right",
-                                                                                                  right_default)
+        left_engine, left, left_html, left_stats = _side(preset, "left", left_default)
+        right_engine, right, right_html, right_stats = _side(preset, "right", right_default)
     status = gr.Markdown(elem_id="compare-status", elem_classes="status-line")
     verdict = gr.Markdown(elem_id="compare-verdict", elem_classes="status-line")
     table = gr.Dataframe(headers=SUMMARY_COLUMNS, elem_id="compare-table", interactive=False, label="Summary")
@@ -191,10 +189,10 @@ def build_compare_tab(preset: Preset) -> gr.Dropdown:
 
     shown = [left_html, right_html, left_stats, right_stats, status, verdict, table, position_plot, drift_plot,
              speedup_plot]
+    form = SettingsForm(controls, {"left": left, "right": right})
     compare_event = in_line([run_button.click, prompt.submit], TAB, status).then(
-        run_comparison,
-        inputs=[prompt, left_drafter, left_k, right_drafter, right_k, *controls.components(), left_min_draft_prob,
-                right_min_draft_prob, view, left_engine, right_engine],
+        report_user_errors(form.handler(run_comparison)),
+        inputs=[prompt, *form.components(), view, left_engine, right_engine],
         outputs=[*shown, comparison],
         api_name="compare", concurrency_id=ENGINE, show_progress="hidden", show_progress_on=left_html,
     )
@@ -202,11 +200,11 @@ def build_compare_tab(preset: Preset) -> gr.Dropdown:
     follow_answer_view(answer_view, view, show_comparison, [comparison], shown)
     wire_stop(stop_button, TAB, status, [compare_event], api_name="stop_compare")
     export_button.click(export, comparison, export_out, api_name="export_compare")
-    sides = [left_drafter, left_k, right_drafter, right_k]
+    sides = [left.drafter, left.k, right.drafter, right.k]
     gr.on([c.change for c in sides], lambda ld, lk, rd, rk: depth_legend((ld, lk), (rd, rk)), sides, legend,
           queue=False, api_visibility="private")
-    follow_preset(controls, (left_drafter, lambda p: compare_drafters(p)[0]),
-                  (right_drafter, lambda p: compare_drafters(p)[1]))
+    follow_preset(controls, (left.drafter, lambda p: compare_drafters(p)[0]),
+                  (right.drafter, lambda p: compare_drafters(p)[1]))
 
     def engines_of(name: str):
         return [gr.Radio(**engine_choices(get_preset(name))) for _ in ("left", "right")]

@@ -1,0 +1,76 @@
+"""The settings form (ui/settings_form.py): every run setting is set by exactly one control per side, and a handler
+that takes RunSettings is called by Gradio with one value per component, in the declared order, by name."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import fields
+
+import gradio as gr
+import pytest
+
+from playground.playback import RequestError, RunSettings
+from playground.presets import get_preset
+from playground.ui.common import (
+    GenerationControls,
+    drafter_control,
+    generation_controls,
+    k_control,
+    min_draft_prob_control,
+    tree_nodes_control,
+)
+from playground.ui.settings_form import DRAFTING, DraftingControls, SettingsForm
+
+
+def test_every_run_setting_has_one_control() -> None:
+    shared = {f.name for f in fields(GenerationControls)} & {f.name for f in fields(RunSettings)}
+    assert {f.name for f in fields(DraftingControls)} == set(DRAFTING)
+    assert shared | set(DRAFTING) == {f.name for f in fields(RunSettings)} and not shared & set(DRAFTING)
+
+
+def _drafting(side: str) -> DraftingControls:
+    preset = get_preset("smollm2-135m")
+    return DraftingControls(drafter=drafter_control(preset, "eagle3.1", elem_id=f"{side}drafter"),
+                            k=k_control(elem_id=f"{side}k"), min_draft_prob=min_draft_prob_control(f"{side}min"),
+                            tree_nodes=tree_nodes_control(f"{side}tree"))
+
+
+def test_a_handler_gets_each_sides_settings_from_the_values_in_declared_order() -> None:
+    seen = {}
+
+    def handler(prompt: str, left: RunSettings, right: RunSettings, view: str, engine: str | None = None,
+                request: gr.Request = None):
+        seen.update(prompt=prompt, left=left, right=right, view=view, engine=engine)
+        yield "done"
+
+    with gr.Blocks():
+        form = SettingsForm(generation_controls("", get_preset("smollm2-135m")),
+                            {"left": _drafting("l-"), "right": _drafting("r-")})
+    wrapped = form.handler(handler)
+    names = list(inspect.signature(wrapped).parameters)
+    assert names[0] == "prompt" and names[-3:] == ["view", "engine", "request"]
+    assert names[1:-3] == form.names() and len(form.names()) == len(form.components())
+    assert form.names()[:4] == ["left_drafter", "right_drafter", "left_k", "right_k"]
+    assert inspect.isgeneratorfunction(wrapped)
+    values = {"left_drafter": "eagle3", "right_drafter": "eagle3.1", "left_k": 2.0, "right_k": 5.0,
+              "preset": "smollm2-135m", "temperature": 0.5, "top_p": 0.9, "max_new_tokens": 32.0,
+              "chat_template": "default", "system": "be brief", "seed": "7", "left_min_draft_prob": 0.25,
+              "right_min_draft_prob": 0.0, "left_tree_nodes": 0, "right_tree_nodes": 16.0}
+    assert list(wrapped("hi", *(values[n] for n in form.names()), "tokens", "vllm")) == ["done"]
+    assert seen["prompt"] == "hi" and seen["view"] == "tokens" and seen["engine"] == "vllm"
+    assert seen["left"] == RunSettings(drafter="eagle3", k=2, preset="smollm2-135m", temperature=0.5, top_p=0.9,
+                                       max_new_tokens=32, system="be brief", seed=7, min_draft_prob=0.25)
+    assert (seen["right"].drafter, seen["right"].k, seen["right"].tree_nodes, seen["right"].seed) == ("eagle3.1", 5,
+                                                                                                      16, 7)
+    with pytest.raises(RequestError, match="k must be a whole number, got 2.5"):
+        next(wrapped("hi", *(values[n] if n != "left_k" else 2.5 for n in form.names()), "tokens"))
+
+
+def test_a_one_sided_form_keeps_run_settings_order_and_shows_settings_back() -> None:
+    with gr.Blocks():
+        form = SettingsForm(generation_controls("", get_preset("smollm2-135m")), {"": _drafting("")})
+    assert form.names() == [f.name for f in fields(RunSettings)]
+    settings = RunSettings(drafter="eagle3", k=3, seed=None, tree_nodes=8)
+    shown = dict(zip(form.names(), form.values(settings)))
+    assert shown["seed"] == "" and shown["k"] == 3 and shown["tree_nodes"] == 8
+    assert dict(zip(form.names(), form.values(RunSettings(seed=12))))["seed"] == "12"
