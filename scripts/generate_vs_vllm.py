@@ -115,15 +115,16 @@ def summary(rows: list[dict]) -> dict:
 
 
 def acceptance(rows: list[dict]) -> dict | None:
-    """Pooled over the prompts: acceptance rate by position, mean acceptance length (1 + accepted / drafts)."""
-    drafts = sum(r.get("drafts", 0) for r in rows)
-    if not drafts:
+    """Pooled over the prompts, by SpecCounters' definitions: acceptance rate by position, mean acceptance length."""
+    from playground.engine.trace import SpecCounters
+
+    pooled = sum((SpecCounters(drafts=r["drafts"], accepted_tokens=sum(r["accepted_per_position"]),
+                               accepted_per_pos=list(r["accepted_per_position"])) for r in rows if r.get("drafts")),
+                 SpecCounters())
+    if not pooled.drafts:
         return None
-    width = max(len(r["accepted_per_position"]) for r in rows)
-    accepted = [sum(r["accepted_per_position"][i] for r in rows if i < len(r["accepted_per_position"]))
-                for i in range(width)]
-    return {"drafts": drafts, "accepted_per_position": accepted, "per_position": [a / drafts for a in accepted],
-            "mean_acceptance_length": 1 + sum(accepted) / drafts}
+    return {"drafts": pooled.drafts, "accepted_per_position": pooled.accepted_per_pos,
+            "per_position": pooled.per_position_acceptance, "mean_acceptance_length": pooled.mean_acceptance_length}
 
 
 def parent(args: argparse.Namespace) -> None:

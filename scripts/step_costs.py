@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from playground.engine import GenerationConfig, Target, emitted_ids, load_drafter, plain_generate, speculative_generate  # noqa: E402
 from playground.engine.llama import native_bfloat16  # noqa: E402
+from playground.engine.trace import SpecCounters  # noqa: E402
 from playground.machine import machine_info  # noqa: E402
 from playground.presets import get_preset  # noqa: E402
 from playground.prompt_sets import load_prompt_set  # noqa: E402
@@ -65,7 +66,7 @@ def main() -> None:
     plain_cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, instrument=False)
     spec_cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, instrument=False)
     stats = {name: {"plain_ms": [], "draft_ms": [], "verify_ms": [], "plain_tps": [], "spec_tps": [], "ratios": [],
-                    "first_token_ms": [], "identical": True, "accepted": 0, "steps": 0} for name in targets}
+                    "first_token_ms": [], "identical": True, "counters": SpecCounters()} for name in targets}
     load_seconds = {name: loaded[3] for name, loaded in targets.items()}
     for target, drafter, aux, _ in targets.values():  # warm-up of both paths
         list(plain_generate(target, prompts[0], GenerationConfig(max_new_tokens=8)))
@@ -85,8 +86,8 @@ def main() -> None:
                 s["spec_tps"].append(rates[1])
                 s["ratios"].append(rates[1] / rates[0])
                 s["identical"] &= emitted_ids(plain) == emitted_ids(spec)
-                s["accepted"] += sum(e.accepted for e in spec[1:])
-                s["steps"] += sum(1 for e in spec[1:] if e.drafted)
+                for event in spec:
+                    s["counters"].observe(event)
     rows = {}
     print(f"| target | load s | first token ms | plain step ms | draft ms | verify ms | plain tok/s | "
           f"{args.drafter} k={args.k} tok/s | speedup | AL | same tokens as plain |\n"
@@ -95,7 +96,7 @@ def main() -> None:
         med = {key: statistics.median(s[key]) for key in ("first_token_ms", "plain_ms", "draft_ms", "verify_ms",
                                                            "plain_tps", "spec_tps", "ratios")}
         rows[name] = {**med, "load_seconds": load_seconds[name], "identical": s["identical"],
-                      "mean_acceptance_length": 1 + s["accepted"] / s["steps"]}
+                      "mean_acceptance_length": s["counters"].mean_acceptance_length}
         print(f"| {name} | {load_seconds[name]:.2f} | {med['first_token_ms']:.0f} | {med['plain_ms']:.1f} | "
               f"{med['draft_ms']:.1f} | {med['verify_ms']:.1f} | "
               f"{med['plain_tps']:.1f} | {med['spec_tps']:.1f} | {med['ratios']:.2f}× | "
