@@ -150,13 +150,11 @@ def _drift_findings(m: Measurements) -> list[str]:
 
 
 def _evaluation_finding(m: Measurements) -> str:
-    ev = m.evaluation
-    al = {(d, k): ev["acceptance"][d][k]["mean_acceptance_length"] for d in DRAFTERS for k in ("1", "4", "8")}
-    return (f"- The {ev['prompts']['count']}-prompt evaluation finds {_lead(al['eagle3', '4'], al['eagle3.1', '4'])} "
-            f"at k = 4 (EAGLE-3.1 {_al(al['eagle3.1', '4'])}, EAGLE-3 {_al(al['eagle3', '4'])}), "
-            f"{_lead(al['eagle3', '8'], al['eagle3.1', '8'])} at k = 8 ({_al(al['eagle3.1', '8'])} and "
-            f"{_al(al['eagle3', '8'])}) and {_lead(al['eagle3', '1'], al['eagle3.1', '1'])} at k = 1 "
-            f"({_al(al['eagle3.1', '1'])} and {_al(al['eagle3', '1'])}).")
+    def at(k: str) -> str:
+        e3, e31 = (m.evaluation["acceptance"][d][k]["mean_acceptance_length"] for d in DRAFTERS)
+        return f"{_lead(e3, e31)} at k = {k} (EAGLE-3.1 {_al(e31)}, EAGLE-3 {_al(e3)})"
+
+    return f"- The {m.evaluation['prompts']['count']}-prompt evaluation finds {at('4')}, {at('8')} and {at('1')}."
 
 
 def _long_context_finding(m: Measurements) -> str:
