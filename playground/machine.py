@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 
 import torch
 import transformers
@@ -20,3 +21,8 @@ def machine_info(device: str) -> dict:
     if device.startswith("cuda") and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
     return info
+
+
+def cpu_name(machine: dict) -> str:
+    """A result file's CPU as prose: 'Intel(R) Xeon(R) Processor' -> 'Intel Xeon'."""
+    return re.sub(r"\((R|TM)\)| (CPU|Processor)\b.*", "", machine["cpu"]).strip()

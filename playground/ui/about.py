@@ -8,11 +8,11 @@ number. After a re-measurement the tab says what the new files say; nothing here
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from playground.bench.engines import committed_section
+from playground.machine import cpu_name
 from playground.presets import KIMI_TINY, REPO_ROOT, SHIPPED_DRAFTERS
 from playground.viz import DRAFT_ACCEPTANCE_RATE_HELP, MEAN_ACCEPTANCE_LENGTH_HELP
 
@@ -65,11 +65,6 @@ def _times(value: float) -> str:
 
 def _pct(share: float) -> str:
     return f"{100 * share:.0f} %"
-
-
-def _cpu(machine: dict) -> str:
-    """'Intel(R) Xeon(R) Processor' → 'Intel Xeon'."""
-    return re.sub(r"\((R|TM)\)| (CPU|Processor)\b.*", "", machine["cpu"]).strip()
 
 
 def _cell(rows: list[dict], drafter: str, prompt_set: str = "held-out", template: str = "default", k: int = 8) -> dict:
@@ -193,7 +188,7 @@ def _speed_finding(m: Measurements) -> str:
     machine, prompts = speed["machine"], speed["prompts"]
     sets = ", ".join(f"{n} {s}" for s, n in prompts["per_set"].items())
     verdict = "modest" if max(d["median_speedup"] for d in fixed) < 1.5 else "clear"
-    text = (f"- On a {machine['cores']}-core {_cpu(machine)} the speedup is {verdict} on long answers: at k = 4, "
+    text = (f"- On a {machine['cores']}-core {cpu_name(machine)} the speedup is {verdict} on long answers: at k = 4, "
             f"{_times(fixed[1]['median_speedup'])} for EAGLE-3.1 and {_times(fixed[0]['median_speedup'])} for EAGLE-3 "
             f"(`speed.json`: the shipped drafters, {prompts['count']} prompts — {sets} —, "
             f"{speed['speed']['max_new_tokens']} tokens, {machine['torch_threads']} threads; per-run range "
