@@ -93,7 +93,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--k", type=int, default=4, help=f"speculative tokens per step, 1..{MAX_K}")
     add_min_draft_prob_flag(p)
     p.add_argument("--tree-nodes", type=int, help="draft an EAGLE-2-style tree of this many nodes per step instead "
-                   "of a chain (greedy, local engine; docs/trees.md)")
+                   "of a chain (local engine; sampled trees have a fixed shape: docs/trees.md)")
     p.add_argument("--tree-depth", type=int, help=f"the tree's depth (default {TreeShape.depth})")
     p.add_argument("--tree-topk", type=int, help=f"children per expanded node (default {TreeShape.topk})")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")

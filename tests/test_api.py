@@ -295,7 +295,6 @@ def test_a_seed_repeats_a_sampled_answer(app_url: str) -> None:
     ({"prompt": "word " * 6000}, "the prompt has .* tokens"),
     ({"preset": "remote"}, "PLAYGROUND_REMOTE_URL"),  # a preset that cannot run here (no server configured)
     ({"tree_nodes": 300}, "the draft tree's nodes must be from 0 \\(a chain\\) to 256, got 300"),
-    ({"tree_nodes": 8, "temperature": 0.7}, "draft trees are greedy only"),
     ({"tree_nodes": 8, "min_draft_prob": 0.3}, "applies to chains, not to draft trees"),
 ])
 def test_bad_input_gets_a_clear_message(client: Client, app_log: Path, change: dict, message: str) -> None:

@@ -224,7 +224,7 @@ def test_distill_draws_parse_numbers_and_ranges() -> None:
 
 def test_tree_flags_draft_trees_that_equal_plain_decoding(capsys: pytest.CaptureFixture, pair_models: Path) -> None:
     """`--tree-nodes N` drafts greedy trees (engine.tree); the answer equals plain decoding's, the JSON names the
-    tree's shape, and what trees cannot do yet is refused in one line."""
+    tree's shape; a sampled tree run repeats with its seed, and what trees cannot do is refused in one line."""
     plain = run_in_process(capsys, "--prompt", PROMPT, "--drafter", "none", "--max-new-tokens", "24", "--json")
     tree = run_in_process(capsys, "--prompt", PROMPT, "--drafter", "eagle3.1", "--max-new-tokens", "24",
                           "--tree-nodes", "8", "--tree-depth", "3", "--tree-topk", "2", "--json")
@@ -233,5 +233,9 @@ def test_tree_flags_draft_trees_that_equal_plain_decoding(capsys: pytest.Capture
     assert result["token_ids"] == json.loads(plain.stdout)["token_ids"]
     assert result["tree"] == {"depth": 3, "topk": 2, "nodes": 8}
     assert any(step["tree_tokens"] for step in result["steps"])
-    line = _one_line_error(run_in_process(capsys, "--prompt", PROMPT, "--tree-nodes", "8", "--temperature", "0.7"))
-    assert "greedy" in line
+    sampled = [run_in_process(capsys, "--prompt", PROMPT, "--max-new-tokens", "16", "--tree-nodes", "8",
+                              "--temperature", "0.7", "--seed", "3", "--json") for _ in range(2)]
+    assert sampled[0].returncode == 0 and json.loads(sampled[0].stdout)["token_ids"] == \
+        json.loads(sampled[1].stdout)["token_ids"]  # a sampled tree run repeats with its seed
+    line = _one_line_error(run_in_process(capsys, "--prompt", PROMPT, "--tree-nodes", "8", "--min-draft-prob", "0.3"))
+    assert "chains" in line

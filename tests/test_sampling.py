@@ -8,6 +8,9 @@
    computed here from the target's logits with an independent softmax / top-p. Negative controls: the same
    statistic rejects an "accept every draft" sampler (built from the drafts the drafter actually sampled, i.e.
    from its q) and a sampler that resamples rejections from p instead of the residual max(0, p - q).
+3. Draft trees (engine/tree.py) under sampling: the same end-to-end comparison for `tree_generate`, whose steps walk
+   a tree of sampled siblings by recursive rejection sampling; the negative control is a walk that tries the next
+   sibling against the unchanged p instead of the residual.
 """
 
 from __future__ import annotations
@@ -22,7 +25,16 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from playground.engine import DrafterConfig, Eagle3Drafter, GenerationConfig, Target, sampling, speculative_generate
+from playground.engine import (
+    DrafterConfig,
+    Eagle3Drafter,
+    GenerationConfig,
+    Target,
+    TreeShape,
+    sampling,
+    speculative_generate,
+    tree_generate,
+)
 from playground.engine import decode as decode_module
 from playground.engine.sampling import accept_greedy, accept_sampled
 
@@ -371,6 +383,58 @@ def test_adaptive_draft_length_keeps_sampling_exact(setup: SamplingSetup) -> Non
               for keep in [(0, 1, 2, 3), (0, 1, 2), (0, 1), (1,), (2,), (3,)]}
     assert min(report.values()) > ALPHA, report
     assert first_chain[1] > n // 10 and first_chain[K] > n // 10, first_chain  # chains ended early and ran to k
+
+
+# --- draft trees under sampling ----------------------------------------------------------------------------------
+
+TREE = TreeShape(depth=2, topk=3, nodes=7)  # three children of the root, the first two with children of their own
+
+
+def draw_tree_outputs(setup: SamplingSetup, temperature: float, top_p: float, n: int) -> tuple[torch.Tensor, Counter]:
+    outputs, first_step = [], Counter()
+    for seed in range(n):
+        cfg = GenerationConfig(max_new_tokens=NEW, temperature=temperature, top_p=top_p, seed=seed, instrument=False)
+        events = list(tree_generate(setup.target, setup.drafter, setup.aux, PROMPT, cfg, TREE))
+        outputs.append([t for e in events for t in e.emitted])
+        assert len(outputs[-1]) == NEW
+        first = events[1]
+        assert all(t in DRAFT_VOCAB_IDS for t in first.tree_tokens) and len(first.tree_tokens) <= TREE.nodes
+        if first.tree_path:  # the root's children are nodes 0, 1, 2 in the order they were drawn
+            first_step["later sibling kept"] += first.tree_path[0] > 0
+            first_step[f"depth {first.accepted}"] += 1
+        else:
+            first_step["all rejected"] += 1
+    return torch.tensor(outputs), first_step
+
+
+@pytest.mark.parametrize("temperature,top_p,n", [(1.0, 1.0, 2000), (0.7, 0.9, 1500)])
+def test_tree_sampling_matches_target_distribution(setup: SamplingSetup, temperature: float, top_p: float,
+                                                   n: int) -> None:
+    exact = exact_joint(setup, temperature, top_p)
+    outputs, first_step = draw_tree_outputs(setup, temperature, top_p, n)
+    real = counts_of(outputs)
+    report = {keep: chi_square_pvalue(_marginal(real, keep), _marginal(exact, keep))
+              for keep in [(0, 1, 2, 3), (0, 1, 2), (0, 1), (1,), (2,), (3,), (1, 2)]}
+    assert min(report.values()) > ALPHA, report
+    # every way through the walk happened: all rejected, a later sibling kept after a rejection, two levels kept
+    assert min(first_step["all rejected"], first_step["later sibling kept"], first_step["depth 2"]) >= 10, first_step
+
+
+def test_tree_sampling_negative_control_is_detected(setup: SamplingSetup, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trying the next sibling against the target's unchanged p (not the residual) gives rejected tokens a second
+    chance: the same statistic, on the same number of runs, rejects it."""
+
+    def unchanged_p(p, q, token):
+        q = q.clone()
+        q[token] = 0.0
+        return p, q / q.sum()
+
+    monkeypatch.setattr(sampling, "reject_sibling", unchanged_p)
+    exact = exact_joint(setup, 1.0, 1.0)
+    outputs, _ = draw_tree_outputs(setup, 1.0, 1.0, 2000)
+    pvalue = min(chi_square_pvalue(_marginal(counts_of(outputs), keep), _marginal(exact, keep))
+                 for keep in [(0, 1, 2, 3), (0, 1), (1,)])
+    assert pvalue < 1e-6, f"the 'unchanged p' tree walk was not detected: p = {pvalue}"
 
 
 @pytest.mark.parametrize(("drafted", "target_argmax", "accepted", "bonus"), [

@@ -1,6 +1,7 @@
 """Draft trees (playground/engine/tree.py) are lossless: greedy output token-identical to plain decoding, on the fast
 and the transformers target path, for several shapes, with GQA and MLA (kimi-tiny) drafters; a tree of topk 1 is a
-chain of k = depth; the StepEvent carries the tree. A wrong tree mask (a helper, never production code) makes output
+chain of k = depth; the StepEvent carries the tree; sampling's tree has the fixed rank template's shape (its
+distribution is tested in tests/test_sampling.py). A wrong tree mask (a helper, never production code) makes output
 differ, so the checks can fail."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from playground.engine import (
     speculative_generate,
     tree_generate,
 )
-from playground.engine.tree import DraftTree
+from playground.engine.tree import DraftTree, rank_template
 from tests.test_lossless import assert_same_or_near_tie
 
 if TYPE_CHECKING:
@@ -133,10 +134,37 @@ def test_step_event_carries_the_tree(tiny: TinyModels) -> None:
     assert old.tree_tokens is None and old.to_dict()["tree_parents"] is None
 
 
-def test_trees_refuse_sampling_and_bad_shapes(tiny: TinyModels) -> None:
+def test_the_sampling_template_is_fixed_and_closed() -> None:
+    """The rank template (sampling's tree shape): `nodes` paths, each with its parent and its earlier siblings, no
+    deeper than `depth` nor wider than `topk`."""
+    for shape in SHAPES + [TreeShape(depth=2, topk=3, nodes=7), TreeShape(depth=1, topk=2, nodes=16)]:
+        template = rank_template(shape)
+        assert len(template) == min(shape.nodes, shape.max_nodes) and template == rank_template(shape)
+        for path in template:
+            assert 1 <= len(path) <= shape.depth and max(path) < shape.topk
+            assert len(path) == 1 or path[:-1] in template
+            assert path[-1] == 0 or path[:-1] + (path[-1] - 1,) in template
+    assert rank_template(TreeShape(depth=2, topk=3, nodes=7)) == {(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 2)}
+
+
+def test_a_sampled_tree_run_is_well_formed_and_repeats_with_its_seed(tiny: TinyModels) -> None:
+    prompt, shape = tiny.training_prompts[0], TreeShape(depth=4, topk=3, nodes=12)
+    runs = [run_tree(tiny.target, tiny, "eagle3.1", prompt, shape, temperature=0.8, top_p=0.95, seed=seed)
+            for seed in (5, 5, 6)]
+    assert flat(runs[0]) == flat(runs[1]) and runs[0][1].tree_tokens == runs[1][1].tree_tokens
+    assert flat(runs[0]) != flat(runs[2])
+    template = rank_template(shape)
+    for e in (e for e in runs[0] if e.tree_tokens):
+        assert len(e.tree_tokens) <= len(template) and len(e.tree_path) == e.accepted
+        assert all(e.tree_parents[b] == a for a, b in zip([-1] + e.tree_path, e.tree_path))
+        assert e.emitted[: e.accepted] == [e.tree_tokens[i] for i in e.tree_path]
+        for node, parent in enumerate(e.tree_parents):  # siblings are distinct: drawn without replacement
+            siblings = [e.tree_tokens[i] for i, p in enumerate(e.tree_parents) if p == parent]
+            assert len(set(siblings)) == len(siblings), (node, siblings)
+
+
+def test_trees_refuse_bad_settings(tiny: TinyModels) -> None:
     prompt = tiny.training_prompts[0]
-    with pytest.raises(ValueError, match="greedy only"):
-        run_tree(tiny.target, tiny, "eagle3", prompt, TreeShape(), temperature=0.7)
     with pytest.raises(ValueError, match="chains"):
         run_tree(tiny.target, tiny, "eagle3", prompt, TreeShape(), min_draft_prob=0.2)
     with pytest.raises(ValueError, match="nodes"):

@@ -1,6 +1,9 @@
-"""Token choice and verification: greedy prefix matching and exact speculative rejection sampling."""
+"""Token choice and verification: greedy prefix matching and exact speculative rejection sampling, for chains and
+(recursively over siblings) for draft trees."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -52,3 +55,50 @@ def accept_sampled(drafted: torch.Tensor, draft_probs: torch.Tensor, target_prob
     residual = (target_probs[accepted] - draft_probs[accepted]).clamp_min(0.0)
     total = residual.sum()
     return accepted, int(sample(torch.where(total > 0, residual / total, target_probs[accepted]), generator))
+
+
+def sample_without_replacement(probs: torch.Tensor, n: int, generator: torch.Generator | None) -> list[int]:
+    """Up to n distinct token ids of `probs` [V] in the order sequential sampling without replacement draws them (the
+    Gumbel-top-k trick); fewer where fewer tokens have probability above zero."""
+    uniform = torch.rand(probs.shape, generator=generator, device=probs.device, dtype=torch.float64)
+    keys = probs.double().log() - (-uniform.clamp_min(1e-300).log()).log()  # log p + Gumbel noise
+    top = keys.topk(min(n, probs.numel()))
+    return [i for i, key in zip(top.indices.tolist(), top.values.tolist()) if key != float("-inf")]
+
+
+def reject_sibling(p: torch.Tensor, q: torch.Tensor, token: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """After a sibling draft `token` was rejected: the target's residual normalise(max(0, p - q)), which gives `token`
+    no mass, and the proposal the next sibling was drawn from, q without `token`, renormalised."""
+    residual = (p - q).clamp_min(0.0)
+    total = residual.sum()
+    p = torch.where(total > 0, residual / total, p)
+    q = q.clone()
+    q[token] = 0.0
+    left = q.sum()
+    return p, torch.where(left > 0, q / left.clamp_min(1e-30), q)
+
+
+def accept_sampled_tree(children: Callable[[int], list[int]], tokens: list[int], proposals: dict[int, torch.Tensor],
+                        target_probs: torch.Tensor, generator: torch.Generator | None) -> tuple[list[int], int]:
+    """Recursive rejection sampling down a draft tree (as SpecInfer verifies several drafts, in the without-replacement
+    form Sequoia uses).
+
+    From the root (-1), a node's children are tried in the order they were drawn from its proposal
+    `proposals[node]` (without replacement): child x is kept with probability min(1, p(x) / q(x)), p being the
+    target's distribution there (`target_probs[node + 1]`); a rejection turns p into the residual and q into q
+    without x (`reject_sibling`), and the next child is tried. A kept child continues the walk; where no child is
+    kept, the bonus is drawn from what p has become. Each step is one speculative sampling of p with a proposal its
+    draft was truly drawn from, so the output is distributed as the target's own samples. Returns (the kept nodes,
+    shallowest first; the bonus token)."""
+    path, node = [], -1
+    while True:
+        p, q = target_probs[node + 1], proposals.get(node)
+        for child in children(node):
+            x = tokens[child]
+            if float(torch.rand((), generator=generator, device=p.device, dtype=p.dtype)) * float(q[x]) < float(p[x]):
+                path.append(child)
+                node = child
+                break
+            p, q = reject_sibling(p, q, x)
+        else:
+            return path, int(sample(p, generator))

@@ -12,20 +12,25 @@ equals the target's greedy choice at its parent; the target's choice at the path
 cache keeps the path's entries, moved into place. The drafter's cache is cut back to the context and re-fed the
 target's features of the path at the next step, as for chains, so no drafter entry of the tree survives.
 
-Greedy only: sampling over a tree needs recursive rejection over siblings, which is not built.
+Sampling: a tree's shape must not depend on the tokens drawn, or trying a sibling would depend on its own value and
+rejection sampling would no longer be exact; so the shape is a template of sibling ranks fixed before drafting
+(`rank_template`), each expanded node draws its children from the drafter's q without replacement, and the target
+walks the tree by recursive rejection sampling over siblings (`sampling.accept_sampled_tree`).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from .cache import DrafterCache
-from .decode import GenerationConfig, _check_prompt, _Stopper, cancelled_event, prefill_event
+from .decode import GenerationConfig, _check_prompt, _choose, _generator, _Stopper, cancelled_event, prefill_event
 from .drafter import Eagle3Drafter
+from .sampling import accept_sampled_tree, probabilities, sample_without_replacement
 from .target import Target
 from .trace import StepEvent
 from .tree_shape import TreeShape, tree_problem
@@ -39,7 +44,8 @@ class DraftTree:
     parents: list[int]  # index of the parent in `tokens`; -1 = the root
     depths: list[int]  # 1 = a child of the root
     probs: list[float]  # the drafter's probability of the node given its parent
-    scores: list[float]  # summed log-probabilities of the branch
+    scores: list[float]  # greedy: summed log-probabilities of the branch; sampling: the rank template's prior
+    proposals: dict[int, torch.Tensor] = field(default_factory=dict)  # sampling: node -> q its children came from
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -120,11 +126,17 @@ def _keep(nodes: list[_Node], n: int) -> DraftTree:
     child, is always kept before it."""
     best = sorted(range(len(nodes)), key=lambda i: (-nodes[i].score, nodes[i].depth))[:n]
     best.sort(key=lambda i: nodes[i].depth)
-    index = {old: new for new, old in enumerate(best)}
-    kept = [nodes[i] for i in best]
-    return DraftTree(tokens=[node.token for node in kept], parents=[index.get(node.parent, -1) for node in kept],
-                     depths=[node.depth for node in kept], probs=[math.exp(node.logprob) for node in kept],
-                     scores=[node.score for node in kept])
+    return _tree(nodes, best)
+
+
+def _tree(nodes: list[_Node], kept: list[int], proposals: dict[int, torch.Tensor] | None = None) -> DraftTree:
+    """A DraftTree of the nodes `kept` (indices into `nodes`, in depth order); `proposals` by index into `nodes`."""
+    index = {old: new for new, old in enumerate(kept)}
+    chosen = [nodes[i] for i in kept]
+    return DraftTree(tokens=[node.token for node in chosen], parents=[index.get(node.parent, -1) for node in chosen],
+                     depths=[node.depth for node in chosen], probs=[math.exp(node.logprob) for node in chosen],
+                     scores=[node.score for node in chosen],
+                     proposals={index.get(node, -1): q for node, q in (proposals or {}).items()})
 
 
 @torch.inference_mode()
@@ -156,13 +168,81 @@ def draft_tree(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list[i
     return _keep(nodes, shape.nodes)
 
 
+def _prior(path: tuple[int, ...]) -> float:
+    return -sum(math.log(rank + 2) for rank in path)
+
+
+def rank_template(shape: TreeShape) -> set[tuple[int, ...]]:
+    """For sampling: which nodes a tree has, named by their path of sibling ranks ((0,) the first child of the root,
+    (0, 1) its second child, ...), decided before any token is drawn. A node of ranks r1..rd has the prior
+    -sum(log(r + 2)), and the `nodes` best are kept (best-first, so the set holds each node's parent and earlier
+    siblings). Drafted values never choose the shape: a sibling is tried only if it would have been tried whatever
+    the earlier siblings' tokens were, which rejection sampling over siblings needs to stay exact."""
+    heap, kept = [(-_prior((0,)), (0,))], set()
+    while heap and len(kept) < shape.nodes:
+        _, path = heapq.heappop(heap)
+        kept.add(path)
+        if len(path) < shape.depth:
+            heapq.heappush(heap, (-_prior(path + (0,)), path + (0,)))
+        if path[-1] + 1 < shape.topk:
+            sibling = path[:-1] + (path[-1] + 1,)
+            heapq.heappush(heap, (-_prior(sibling), sibling))
+    return kept
+
+
+@torch.inference_mode()
+def draft_sampled_tree(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list[int],
+                       pending_aux: torch.Tensor, pending_start: int, template: set[tuple[int, ...]], depth: int,
+                       cfg: GenerationConfig, vocab_map: torch.Tensor, vocab_size: int,
+                       generator: torch.Generator | None) -> DraftTree:
+    """Draft the template's nodes down to `depth`: each expanded node draws its children from the drafter's q there
+    (temperature and top-p as the target's), without replacement, in rank order; q, scattered into the target
+    vocabulary, is kept for verification. Fewer children where q has fewer tokens."""
+    device = pending_aux.device
+    context = len(tokens) - 1
+    draft_cache.rollback(pending_start)
+    hidden = drafter.project(pending_aux.to(drafter.fc.weight.dtype))[None]
+    ids = torch.tensor([tokens[pending_start + 1 :]], device=device)
+    out = drafter(ids, hidden, torch.arange(pending_start, context, device=device), draft_cache)
+    nodes: list[_Node] = []
+    paths = {-1: ()}
+    proposals: dict[int, torch.Tensor] = {}
+    frontier, logits, feedback = [-1], out.logits[0, -1:], out.feedback[0, -1:]
+    for level in range(1, depth + 1):
+        made, fed = [], frontier  # `fed`: the nodes whose rows `logits` and `feedback` are
+        for parent, row in zip(frontier, logits.float()):
+            ranks = sum(1 for path in template if path[:-1] == paths[parent])
+            q = probabilities(row, cfg.temperature, cfg.top_p)
+            proposals[parent] = torch.zeros(vocab_size, device=device).index_copy_(0, vocab_map, q)
+            for rank, choice in enumerate(sample_without_replacement(q, ranks, generator)):
+                path = paths[parent] + (rank,)
+                nodes.append(_Node(int(vocab_map[choice]), parent, level, math.log(float(q[choice])), _prior(path)))
+                paths[len(nodes) - 1] = path
+                made.append(len(nodes) - 1)
+        frontier = [i for i in made if paths[i] + (0,) in template]
+        if level == depth or not frontier:
+            break
+        start = draft_cache.length
+        for row, index in enumerate(frontier):
+            nodes[index].row = start + row
+        fed_row = {node: row for row, node in enumerate(fed)}
+        hidden = feedback[[fed_row[nodes[i].parent] for i in frontier]][None]
+        ids = torch.tensor([[nodes[i].token for i in frontier]], device=device)
+        positions = torch.full((len(frontier),), context + level - 1, device=device)
+        out = drafter(ids, hidden, positions, draft_cache, mask=_draft_mask(nodes, frontier, context, start).to(device))
+        logits, feedback = out.logits[0], out.feedback[0]
+    return _tree(nodes, list(range(len(nodes))), proposals)  # made depth by depth: already in depth order
+
+
 NO_TREE = DraftTree([], [], [], [], [])
 
 
 def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int], prompt_ids: list[int],
                   cfg: GenerationConfig, tree: TreeShape, should_stop: Callable[[], bool] | None = None
                   ) -> Iterator[StepEvent]:
-    """Greedy speculative decoding with a draft tree per step; output token-identical to `plain_generate`.
+    """Speculative decoding with a draft tree per step. Greedy: a dynamic tree (`draft_tree`), output
+    token-identical to `plain_generate`. Sampling: the rank template's tree (`draft_sampled_tree`), verified by
+    recursive rejection sampling over siblings (`accept_sampled_tree`), output distributed as the target's samples.
 
     `drafted` in each StepEvent is the tree's branch through the accepted path (`DraftTree.branch`), so `accepted`
     and acceptance length count tokens per step as for chains; the whole tree rides in the `tree_*` fields."""
@@ -172,13 +252,15 @@ def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int],
         raise ValueError(problem)
     _check_prompt(target, prompt_ids)
     stopper, device = _Stopper(target, cfg, len(prompt_ids)), target.device
+    generator = _generator(cfg, device)
+    template = None if cfg.greedy else rank_template(tree)
     vocab_map = drafter.to_target_ids(torch.arange(drafter.config.draft_vocab_size, device=device))
     target.expect_rows(tree.max_nodes + 1)
     cache, draft_cache = target.new_cache(), drafter.new_cache()
     start = target.clock()
 
     prefill = target.forward(prompt_ids, cache, aux_layers, last_only=True)
-    tokens = list(prompt_ids) + [int(prefill.logits[-1].argmax())]
+    tokens = list(prompt_ids) + [_choose(prefill.logits[-1], cfg, generator)]
     generated, reason = stopper.clip([], tokens[-1:])
     yield prefill_event(generated, reason, start, target.clock())
     pending_aux, pending_start, step = prefill.aux, 0, 0
@@ -193,19 +275,29 @@ def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int],
         depth = min(tree.depth, stopper.limit - len(generated) - 1, target.max_positions - len(tokens) - 1)
 
         t0 = target.clock()
-        drafts = draft_tree(drafter, draft_cache, tokens, pending_aux, pending_start, replace(tree, depth=depth),
-                            vocab_map) if depth > 0 else NO_TREE
+        if depth == 0:
+            drafts = NO_TREE
+        elif template is None:
+            drafts = draft_tree(drafter, draft_cache, tokens, pending_aux, pending_start, replace(tree, depth=depth),
+                                vocab_map)
+        else:
+            drafts = draft_sampled_tree(drafter, draft_cache, tokens, pending_aux, pending_start, template, depth, cfg,
+                                        vocab_map, target.vocab_size, generator)
         t1 = target.clock()
 
         ids = torch.tensor([tokens[-1]] + drafts.tokens, device=device)
         verify = target.forward(ids, cache, aux_layers, tree=(drafts.positions(context, device), drafts.sees(device)))
-        choices = verify.logits.argmax(-1).tolist()
-        path = drafts.accept(choices)
+        if template is None:
+            choices = verify.logits.argmax(-1).tolist()
+            path = drafts.accept(choices)
+            bonus = choices[path[-1] + 1 if path else 0]
+        else:
+            path, bonus = accept_sampled_tree(drafts.children, drafts.tokens, drafts.proposals,
+                                              probabilities(verify.logits, cfg.temperature, cfg.top_p), generator)
         rows = torch.tensor([0] + [i + 1 for i in path], device=device)
         cache.keep(context, rows)
         pending_aux, pending_start = verify.aux[rows], context
         branch = drafts.branch(path)
-        bonus = choices[path[-1] + 1 if path else 0]
         emitted, reason = stopper.clip(generated, [drafts.tokens[i] for i in path] + [bonus])
         generated += emitted
         tokens += emitted

@@ -35,8 +35,6 @@ class TreeShape:
 
 def tree_problem(cfg: GenerationConfig, shape: TreeShape) -> str | None:
     """Why this configuration cannot decode with a draft tree, or None."""
-    if not cfg.greedy:
-        return "draft trees are greedy only (sampling needs recursive rejection over siblings): use temperature 0"
     if cfg.min_draft_prob:
         return "the minimum draft probability (adaptive draft length) applies to chains, not to draft trees"
     return shape.problem()

@@ -341,8 +341,8 @@ def min_draft_prob_control(elem_id: str, label: str = "Adaptive: end the chain a
 def tree_nodes_control(elem_id: str, label: str = "Draft tree nodes") -> gr.Number:
     return CheckedNumber(0, label=f"{label} (0–{MAX_NODES})", minimum=0, maximum=MAX_NODES, step=1,
                          elem_id=elem_id, info=f"0: a chain of k drafts per step; N: an EAGLE-2 tree of N nodes, k "
-                                               f"deep, top-{TreeShape.topk} children, verified in one forward (greedy, "
-                                               f"our engine)")
+                                               f"deep, up to {TreeShape.topk} children each, verified in one forward "
+                                               f"(our engine)")
 
 
 def export_files(runs: dict[str, Run], messages: list[dict], tab: str, comparison: dict | None = None) -> list[str]:
