@@ -16,8 +16,10 @@ from playground.flags import (
     add_min_draft_prob_flag,
     add_pair_flags,
     add_threads_flag,
+    add_tree_flags,
     make_backend,
     resolve_preset,
+    tree_shape,
 )
 from playground.presets import Preset
 
@@ -72,15 +74,10 @@ def generate(args: argparse.Namespace) -> dict:
 
 
 def _tree_shape(args: argparse.Namespace, preset: Preset, drafter: str) -> TreeShape | None:
-    """The draft tree --tree-nodes asks for (None: chains), refused where it cannot run (the configuration's own
-    limits are GenerationConfig.validate's)."""
-    if args.tree_nodes is None:
-        if args.tree_depth is not None or args.tree_topk is not None:
-            raise UsageError("--tree-depth and --tree-topk shape a draft tree: pass --tree-nodes too")
-        return None
-    tree = TreeShape(depth=args.tree_depth or TreeShape.depth, topk=args.tree_topk or TreeShape.topk,
-                     nodes=args.tree_nodes)
-    if preset.backend != "local" or drafter == "none":
+    """The draft tree the flags ask for (None: chains), refused where it cannot run (the configuration's own limits
+    are GenerationConfig.validate's)."""
+    tree = tree_shape(args)
+    if tree is not None and (preset.backend != "local" or drafter == "none"):
         raise UsageError("draft trees run in the local engine with a drafter (--backend local, a --drafter)")
     return tree
 
@@ -92,10 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--drafter", help="none, or a drafter name of the preset (default: eagle3.1 where it has one)")
     p.add_argument("--k", type=int, default=4, help=f"speculative tokens per step, 1..{MAX_K}")
     add_min_draft_prob_flag(p)
-    p.add_argument("--tree-nodes", type=int, help="draft an EAGLE-2-style tree of this many nodes per step instead "
-                   "of a chain (local engine; sampled trees have a fixed shape: docs/trees.md)")
-    p.add_argument("--tree-depth", type=int, help=f"the tree's depth (default {TreeShape.depth})")
-    p.add_argument("--tree-topk", type=int, help=f"children per expanded node (default {TreeShape.topk})")
+    add_tree_flags(p)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int)

@@ -8,6 +8,7 @@ import argparse
 from dataclasses import asdict
 
 from playground import settings
+from playground.engine.tree_shape import TreeShape
 from playground.k_range import k_problem
 from playground.presets import Preset, default_preset_name, engine_presets, get_preset
 
@@ -84,3 +85,20 @@ def add_min_draft_prob_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-draft-prob", type=float, default=0.0,
                         help="adaptive draft length: end a step's chain after a draft the drafter gave less than this "
                              "probability (still verified); 0 (default) drafts k every step. Local engine only")
+
+
+def add_tree_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tree-nodes", type=int, help="draft an EAGLE-2-style tree of this many nodes per step "
+                        "instead of a chain (local engine; sampled trees have a fixed shape: docs/trees.md)")
+    parser.add_argument("--tree-depth", type=int, help=f"the tree's depth (default {TreeShape.depth})")
+    parser.add_argument("--tree-topk", type=int, help=f"children per expanded node (default {TreeShape.topk})")
+
+
+def tree_shape(args: argparse.Namespace) -> TreeShape | None:
+    """The draft tree the tree flags ask for, or None (chains); its limits are TreeShape.problem's."""
+    if args.tree_nodes is None:
+        if args.tree_depth is not None or args.tree_topk is not None:
+            raise UsageError("--tree-depth and --tree-topk shape a draft tree: pass --tree-nodes too")
+        return None
+    return TreeShape(depth=args.tree_depth or TreeShape.depth, topk=args.tree_topk or TreeShape.topk,
+                     nodes=args.tree_nodes)

@@ -287,3 +287,35 @@ def test_serve_takes_a_target_and_drafter_folder_of_ones_own(tiny_root: Path, ti
                               str(tiny_root / "target"), "--port", "0"], capture_output=True, text=True, timeout=120)
     lines = refused.stderr.strip().splitlines()
     assert refused.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), refused.stderr[-2000:]
+
+
+def test_a_server_that_drafts_trees_answers_as_plain_decoding(pair_models: Path, tiny) -> None:
+    """`serve --tree-nodes N`: every request drafts a tree (in process, through the app itself); the greedy answer
+    equals plain decoding's, the request's metrics count the accepted paths by depth, a sampled request repeats with
+    its seed; a tree without a drafter, or with adaptive drafting, is refused before serving."""
+    from fastapi.testclient import TestClient
+
+    from playground.engine import GenerationConfig, TreeShape, emitted_ids, plain_generate
+    from playground.presets import get_preset
+    from playground.serve.app import build_app
+    from playground.serve.engine import load_engine
+
+    shape = TreeShape(depth=3, topk=2, nodes=8)
+    engine = load_engine(get_preset("smollm2-135m"), "eagle3.1", 4, None, tree=shape)
+    assert engine.draft_depth == 3 and len(engine.counters.accepted_per_pos) == 3
+    prompt = tiny.training_prompts[0]
+    with TestClient(build_app(engine)) as client:
+        answer = client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 24, "temperature": 0,
+                                                      "return_token_ids": True}).json()
+        sampled = [client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 12, "temperature": 0.8,
+                                                        "seed": 7, "return_token_ids": True}).json()
+                   for _ in range(2)]
+    plain = emitted_ids(list(plain_generate(engine.backend.target, prompt, GenerationConfig(max_new_tokens=24))))
+    assert answer["choices"][0]["token_ids"] == plain
+    metrics = answer["metrics"]["speculative_decoding"]
+    assert metrics["num_spec_tokens"] == 3 and len(metrics["acceptance_histogram"]) == 4
+    assert metrics["num_accepted_draft_tokens"] > 0
+    assert sampled[0]["choices"][0]["token_ids"] == sampled[1]["choices"][0]["token_ids"]
+    for drafter, adaptive, message in (("none", 0.0, "need a drafter"), ("eagle3.1", 0.3, "chains")):
+        with pytest.raises(ValueError, match=message):
+            load_engine(get_preset("smollm2-135m"), drafter, 4, None, adaptive, tree=shape)

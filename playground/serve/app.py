@@ -186,7 +186,7 @@ def build_app(engine: ServedEngine, limits: Limits = Limits()) -> FastAPI:
         return GenerationConfig(max_new_tokens=answer_budget or min(limits.default_max_tokens, room), k=engine.k,
                                 temperature=body.temperature, top_p=body.top_p, seed=body.seed,
                                 stop_strings=body.stop_strings, instrument=False,
-                                min_draft_prob=engine.min_draft_prob)
+                                min_draft_prob=engine.min_draft_prob, tree=engine.tree)
 
     async def steps(prompt_ids: list[int], cfg: GenerationConfig,
                     client_gone: Callable[[], Awaitable[bool]]) -> AsyncIterator[tuple[StepEvent, str]]:
@@ -215,7 +215,7 @@ def build_app(engine: ServedEngine, limits: Limits = Limits()) -> FastAPI:
         cfg = generation_config(body, answer_budget, len(prompt_ids))
         reply = Reply(chat=chat, model=engine.model_name, stop_strings=cfg.stop_strings,
                       with_token_ids=body.return_token_ids, prompt_tokens=len(prompt_ids),
-                      k=engine.k if engine.speculating else None)
+                      k=engine.draft_depth if engine.speculating else None)
         if not body.stream:
             async with admission.slot():
                 async for event, piece in steps(prompt_ids, cfg, request.is_disconnected):

@@ -24,7 +24,14 @@ import asyncio
 import shlex
 import sys
 
-from playground.flags import add_min_draft_prob_flag, add_pair_flags, add_threads_flag, target_preset
+from playground.flags import (
+    add_min_draft_prob_flag,
+    add_pair_flags,
+    add_threads_flag,
+    add_tree_flags,
+    target_preset,
+    tree_shape,
+)
 from playground.presets import DEFAULT, get_preset
 
 from .engine import Limits, load_engine
@@ -39,7 +46,8 @@ def serve(args: argparse.Namespace) -> None:
                     max_waiting=args.max_waiting, default_max_tokens=args.default_max_tokens)
     # as `vllm serve MODEL` names the model MODEL, an own target is served by the name it was given
     engine = load_engine(target_preset(args.preset, args.target), args.drafter, args.k,
-                         args.served_model_name or args.target, args.min_draft_prob, args.drafter_path)
+                         args.served_model_name or args.target, args.min_draft_prob, args.drafter_path,
+                         tree_shape(args))
     config = uvicorn.Config(build_app(engine, limits), host=args.host, port=args.port, access_log=args.verbose,
                             log_level="info" if args.verbose else "warning", timeout_keep_alive=5,
                             limit_concurrency=limits.max_running + limits.max_waiting + 16)
@@ -52,7 +60,9 @@ def serve(args: argparse.Namespace) -> None:
         if server.started:
             host, port = server.servers[0].sockets[0].getsockname()[:2]
             adaptive = f", adaptive {engine.min_draft_prob:g}" if engine.min_draft_prob else ""
-            print(f"serving {engine.model_name} (drafter {engine.drafter}, k={engine.k}{adaptive}) on "
+            drafting = (f"tree of {engine.tree.nodes} nodes, depth {engine.tree.depth}, top-{engine.tree.topk}"
+                        if engine.tree else f"k={engine.k}")
+            print(f"serving {engine.model_name} (drafter {engine.drafter}, {drafting}{adaptive}) on "
                   f"http://{host}:{port}", flush=True)
         await task
 
@@ -79,6 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--drafter", default="eagle3.1", help="none, or a drafter name of the preset")
     p.add_argument("--k", type=int, default=4, help="speculative tokens per step (fixed for the server, as in vLLM)")
     add_min_draft_prob_flag(p)
+    add_tree_flags(p)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="0 = any free port (the URL is printed)")
     p.add_argument("--served-model-name", help="the model name clients send (default: the preset's name)")

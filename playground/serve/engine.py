@@ -9,7 +9,8 @@ from dataclasses import dataclass, field, replace
 from playground.backends import open_local_backend
 from playground.backends.local import LocalBackend
 from playground.backends.specstats import ServedCounters, ServedSnapshot
-from playground.engine import GenerationConfig, SpecCounters, StepEvent
+from playground.engine import GenerationConfig, SpecCounters, StepEvent, TreeShape
+from playground.engine.tree_shape import tree_problem
 from playground.k_range import k_problem
 from playground.presets import Preset
 
@@ -32,6 +33,7 @@ class ServedEngine:
     k: int
     model_name: str
     min_draft_prob: float = 0.0  # adaptive draft length for every request (engine.GenerationConfig); 0: k every step
+    tree: TreeShape | None = None  # a draft tree per step for every request (engine/tree.py); None: chains of k
     counters: SpecCounters | None = None
     prompt_tokens: int = 0
     generation_tokens: int = 0
@@ -39,7 +41,12 @@ class ServedEngine:
 
     def __post_init__(self) -> None:
         if self.drafter != "none":
-            self.counters = SpecCounters(accepted_per_pos=[0] * self.k)
+            self.counters = SpecCounters(accepted_per_pos=[0] * self.draft_depth)
+
+    @property
+    def draft_depth(self) -> int:
+        """Positions a step drafts at most: k, or a tree's depth (its accepted path is counted by depth)."""
+        return self.tree.depth if self.tree else self.k
 
     @property
     def speculating(self) -> bool:
@@ -70,7 +77,7 @@ class ServedEngine:
 
 
 def load_engine(preset: Preset, drafter: str, k: int, model_name: str | None, min_draft_prob: float = 0.0,
-                drafter_path: str | None = None) -> ServedEngine:
+                drafter_path: str | None = None, tree: TreeShape | None = None) -> ServedEngine:
     """Load (and warm up) the preset's target and drafter (the preset's by name, or a folder or Hub id by
     `drafter_path`, checked against the target as it loads); refuse what cannot be served, with the reason."""
     backend = open_local_backend(preset, "serve", f"for vLLM run `python -m playground vllm-command --preset "
@@ -78,10 +85,15 @@ def load_engine(preset: Preset, drafter: str, k: int, model_name: str | None, mi
     if k_problem(k):
         raise ValueError(f"--k: {k_problem(k)}")
     GenerationConfig(min_draft_prob=min_draft_prob).validate()
+    if tree is not None:
+        problem = "draft trees need a drafter" if drafter == "none" and not drafter_path else \
+            tree_problem(GenerationConfig(min_draft_prob=min_draft_prob), tree)
+        if problem:
+            raise ValueError(f"--tree-nodes: {problem}")
     if drafter_path:
         drafter = drafter_path
     elif drafter != "none" and drafter not in preset.drafters:
         raise ValueError(f"drafter {drafter!r} is not in preset {preset.name!r} (choose from {preset.drafter_names}) "
                          "or pass --drafter-path")
     backend.warm_up(backend.encode([{"role": "user", "content": "hello"}]), drafter)
-    return ServedEngine(backend, drafter, k, model_name or preset.name, min_draft_prob)
+    return ServedEngine(backend, drafter, k, model_name or preset.name, min_draft_prob, tree)
