@@ -88,6 +88,11 @@ def test_a_draft_tree_run_answers_as_plain_decoding_and_shows_its_tree(client: C
     tree = json.loads(Path(client.predict(system="", api_name="/export_chat")[0]).read_text())["runs"][0]
     drafting = [s for s in tree["steps"] if s["drafted"]]
     assert drafting and all(0 < len(s["tree_tokens"]) <= 8 and len(s["tree_path"]) == s["accepted"] for s in drafting)
+    first = drafting[0]["step"]
+    drawn = client.predict(first, api_name="/tree_of_step")
+    assert f"Step {first}:" in drawn and 'id="tree-of-step-view"' in drawn and drawn.count('class="tree-node') == len(
+        drafting[0]["tree_tokens"])
+    assert "drafted no tree" in client.predict(10_000, api_name="/tree_of_step")
     plain = chat(Client(app_url, verbose=False), drafter="none")[-1][-1]  # a new session: the same first turn
     assert tree["token_ids"] == plain["token_ids"]
 

@@ -51,11 +51,19 @@ class Run:
     waiting: str | None = None  # why it has not started yet (a comparison's other side runs first)
     complete: bool = False  # the run and its baseline are done: this is its last update
     measuring: bool = False  # the answer is done and plain decoding is being timed after it (BaselineSampler.finish)
-    tree: TreeStep | None = None  # the latest step's draft tree, for a tree run
+    trees: list[TreeStep] = field(default_factory=list)  # each step's draft tree, for a tree run
     tally: RunTally = field(init=False)  # the events' totals, kept as they arrive: a render reads, never re-counts
 
     def __post_init__(self) -> None:
         self.tally = RunTally.of(self.events, self.settings.k)
+
+    @property
+    def tree(self) -> TreeStep | None:
+        """The latest step's draft tree."""
+        return self.trees[-1] if self.trees else None
+
+    def tree_of_step(self, step: int) -> TreeStep | None:
+        return next((tree for tree in self.trees if tree.step == step), None)
 
     def add(self, event: StepEvent) -> None:
         self.events.append(event)
@@ -227,7 +235,8 @@ class RunDriver:
             return False
         self._provenance.add(event)
         self.run.add(event)
-        self.run.tree = TreeStep.of(event, self._backend.decode) or self.run.tree
+        if tree := TreeStep.of(event, self._backend.decode):
+            self.run.trees.append(tree)
         self.run.pieces = self._provenance.pieces
         return not event.finished
 

@@ -32,6 +32,7 @@ from playground.viz import (
 from .common import (
     ENGINE,
     AnswerView,
+    CheckedNumber,
     answer_view_control,
     depth_legend,
     drafter_control,
@@ -191,6 +192,20 @@ def link_opener(form: SettingsForm) -> Callable[[gr.Request], tuple]:
     return open_link
 
 
+def tree_of_step(step: float | None, conversation: Conversation) -> str:
+    """The draft tree of one step of the last answer (a tree run), or why there is none."""
+    run = conversation.exchanges[-1].run if conversation.exchanges else None
+    if run is None or not run.trees:
+        return "<p>The last answer drafted no trees: set draft tree nodes above 0 and send a prompt.</p>"
+    if step is None or not float(step).is_integer():
+        return "<p>Type a step number: each token's step is in its details (hover or tap it).</p>"
+    tree = run.tree_of_step(int(step))
+    if tree is None:
+        return (f"<p>Step {int(step)} drafted no tree: the last answer's trees are steps {run.trees[0].step} to "
+                f"{run.trees[-1].step}.</p>")
+    return tree_html(tree, elem_id="tree-of-step-view")
+
+
 def example_prompts(prompt: gr.Textbox) -> gr.Examples:
     """One click fills the prompt box with a measured example (playground.examples); Send runs it."""
     return gr.Examples([[e.prompt] for e in CHAT_EXAMPLES], inputs=prompt, label=EXAMPLES_LABEL,
@@ -222,6 +237,11 @@ def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPa
             example_prompts(prompt)
             status = gr.Markdown(elem_id="chat-status", elem_classes="status-line")
             stats = gr.HTML(elem_id="chat-stats")
+            with gr.Accordion("A tree run: any step's tree", open=False, elem_id="tree-step-panel"):
+                step_box = CheckedNumber(None, label="Step", minimum=1, step=1, elem_id="tree-step",
+                                         info="the cards show the latest step's tree; each token's step is in its "
+                                              "details (hover or tap it)")
+                step_tree = gr.HTML(elem_id="tree-of-step")
             link = gr.Markdown(elem_id="chat-link")
         with gr.Column(scale=3, min_width=280):
             answer_view = answer_view_control(elem_id="chat-view")
@@ -263,6 +283,7 @@ def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPa
                       api_visibility="private")
         event.then(link_markdown, conversation, link, queue=False, api_visibility="private")
     demo.load(link_opener(form), None, [prompt, *form.components(), status], queue=False, api_visibility="private")
+    step_box.change(tree_of_step, [step_box, conversation], step_tree, queue=False, api_name="tree_of_step")
     follow_answer_view(answer_view, view, show_conversation, [conversation], [chatbot, *run_views])
     wire_stop(stop_button, TAB, status, [chat_event, regenerate_event], api_name="stop")
     clear_button.click(clear, conversation, [chatbot, *run_views], cancels=[chat_event, regenerate_event],

@@ -38,7 +38,7 @@ def _shown(text: str) -> str:
     return escape_html(text).replace(" ", "␣").replace("\n", "⏎") or "∅"
 
 
-def tree_html(tree: TreeStep) -> str:
+def tree_html(tree: TreeStep, elem_id: str = "tree-view") -> str:
     """The tree as nested lists (a child under its parent, siblings in the drafter's order), the accepted path in
     bold with a green edge; the caption says how many nodes were verified and how many were accepted."""
     children: dict[int, list[int]] = {}
@@ -64,7 +64,7 @@ def tree_html(tree: TreeStep) -> str:
                f" (<b>{_shown(accepted)}</b>), then the target's own <code>{_shown(tree.bonus)}</code>. Tokens read "
                f"as text: ␣ a space, ⏎ a line break, ∅ a token without text (the end of the answer); the percentage "
                f"is the drafter's probability of a node given its parent.")
-    return (f'<div id="tree-view" class="tree-view"><div class="tree-caption">{caption}</div>'
+    return (f'<div id="{elem_id}" class="tree-view"><div class="tree-caption">{caption}</div>'
             f'<div class="tree-root">after the last emitted token{branch(-1)}</div></div>')
 
 
