@@ -147,6 +147,27 @@ def test_lossless_flag_catches_a_broken_verifier(tiny_pair: Path, tmp_path: Path
     assert calls[-2][2].startswith("run 10 of 10 (set, EAGLE-3.1, k=3, instrumented pass), ~")
 
 
+def test_a_bench_with_tree_methods_sets_trees_beside_their_chains(tiny_pair: Path, tmp_path: Path) -> None:
+    """`--tree-nodes`: each EAGLE drafter's tree at each k gets its own row beside its chain, lossless, with its own
+    acceptance length; the EAGLE-3 vs EAGLE-3.1 findings still pair the chains, and a finding sets each tree against
+    its chain. A tree with adaptive drafting is refused before anything runs."""
+    sweep = Sweep((str(_jsonl(tmp_path / "set.jsonl")),), ("eagle3", "eagle3.1"), (3,), tree_nodes=(8,))
+    config = BenchConfig(sweeps=[sweep], max_new_tokens=12, repeats=1)
+    result = run_profile(config, get_preset("smollm2-135m"), lambda *call: None)
+    rows = {(r.drafter, r.tree_nodes): r for r in result.rows}
+    assert set(rows) == {("none", None), ("eagle3", None), ("eagle3", 8), ("eagle3.1", None), ("eagle3.1", 8)}
+    tree, chain = rows["eagle3.1", 8], rows["eagle3.1", None]
+    assert tree.label == "EAGLE-3.1 tree 8" and tree.k == 3 and tree.lossless is True
+    assert tree.mean_acceptance_length is not None and tree.speedup is not None
+    said = findings(result.rows, greedy=True)
+    assert any(f.startswith(f"On {tree.prompt_set} · default, EAGLE-3.1 tree 8 k=3 accepted "
+                            f"{tree.mean_acceptance_length:.2f} tokens per step against its chain's "
+                            f"{chain.mean_acceptance_length:.2f}") for f in said), said
+    assert any("EAGLE-3.1 had the longer mean acceptance length in" in f and "of 1 matched" in f for f in said)
+    with pytest.raises(ValueError, match="applies to chains"):
+        BenchConfig(sweeps=[sweep], min_draft_prob=0.3).validate()
+
+
 def _row(variant: str, k: int, al: float, prompt_set: str = "held-out", template: str = "default") -> BenchRow:
     return BenchRow(drafter=variant.lower(), label=variant, kind="eagle", variant=variant, k=k, prompt_set=prompt_set,
                     template=template, studies=["k"], prompts=2, prompts_skipped=0, context_tokens=100,

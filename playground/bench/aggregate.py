@@ -42,6 +42,7 @@ def _row(cell: Cell, method: Method, passes: list[Pass] | None, instrumented: Pa
          baseline: list[Pass] | None, greedy: bool, variant: str | None) -> BenchRow:
     row = BenchRow(
         drafter=method.name, label=method.label, kind=method.kind, variant=variant, k=method.k,
+        tree_nodes=method.tree_nodes,
         prompt_set=cell.prompt_set.name, template=cell.template, studies=cell.studies[method],
         prompts=len(cell.records), prompts_skipped=cell.skipped, context_tokens=cell.context_tokens,
         note=cell.unavailable.get(method))

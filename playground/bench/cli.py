@@ -33,10 +33,20 @@ def _check_drafters(config: BenchConfig, preset: Preset) -> None:
                          f"{', '.join(PEERS)}, or a drafter folder / Hub id")
 
 
+def parse_tree_nodes(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise UsageError(f"--tree-nodes takes whole numbers separated by commas, got {text!r}") from None
+
+
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     config = with_overrides(
         get_profile(args.profile), prompt_sets=_names(args.prompts), drafters=_names(args.drafters),
-        ks=parse_ks(args.k), templates=_names(args.templates), max_new_tokens=args.max_new_tokens,
+        ks=parse_ks(args.k), tree_nodes=parse_tree_nodes(args.tree_nodes), templates=_names(args.templates),
+        max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         top_p=args.top_p, min_draft_prob=args.min_draft_prob, repeats=args.repeats, limit=args.limit, turns=args.turns,
         seed=args.seed, assistant=args.assistant)
@@ -81,6 +91,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target", help="a Hugging Face model folder or Hub id instead of the preset's target")
     p.add_argument("--drafters", help=f"comma list: none, preset drafter names, drafter folders, {', '.join(PEERS)}")
     p.add_argument("--k", help=f"comma list of speculative tokens per step (1..{MAX_K})")
+    p.add_argument("--tree-nodes", help="comma list: beside each EAGLE drafter's chain at each k, a draft tree of N "
+                                        "nodes, k deep (docs/trees.md)")
     p.add_argument("--prompts", help="comma list of prompt sets: built-in names "
                    f"({', '.join(builtin_sets())}) or .jsonl / SPEED-Bench .parquet files")
     p.add_argument("--templates", help=f"comma list of chat templates: {TEMPLATES_HELP}")

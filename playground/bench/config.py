@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from playground.engine import GenerationConfig
+from playground.engine import GenerationConfig, TreeShape
+from playground.engine.tree_shape import tree_problem
 
 ProgressCallback = Callable[[int, int, str], None]
 TEMPLATES_HELP = ("default (the tokenizer's), raw (no template), or llama3 (Llama-3-style headers, unfamiliar to "
@@ -21,6 +22,7 @@ class Sweep:
     ks: tuple[int, ...]
     templates: tuple[str, ...] = ("default",)
     study: str = "sweep"  # speed | k | context | template | sweep
+    tree_nodes: tuple[int, ...] = ()  # beside each EAGLE drafter's chain at k, a draft tree of N nodes, k deep
 
 
 @dataclass
@@ -42,8 +44,13 @@ class BenchConfig:
             raise ValueError(f"repeats must be at least 1, got {self.repeats}")
         if self.turns not in ("all", "first"):
             raise ValueError(f"turns must be 'all' or 'first', got {self.turns!r}")
-        GenerationConfig(max_new_tokens=self.max_new_tokens, k=max(k for s in self.sweeps for k in s.ks),
-                         temperature=self.temperature, top_p=self.top_p, min_draft_prob=self.min_draft_prob).validate()
+        cfg = GenerationConfig(max_new_tokens=self.max_new_tokens, k=max(k for s in self.sweeps for k in s.ks),
+                               temperature=self.temperature, top_p=self.top_p, min_draft_prob=self.min_draft_prob)
+        cfg.validate()
+        for nodes in sorted({n for s in self.sweeps for n in s.tree_nodes}):
+            problem = tree_problem(cfg, TreeShape(depth=cfg.k, nodes=nodes))
+            if problem:
+                raise ValueError(f"--tree-nodes {nodes}: {problem}")
 
     @property
     def greedy(self) -> bool:
@@ -57,7 +64,7 @@ class BenchConfig:
                                 min_draft_prob=self.min_draft_prob)
 
 
-SWEEP_FIELDS = ("prompt_sets", "drafters", "ks", "templates")
+SWEEP_FIELDS = ("prompt_sets", "drafters", "ks", "templates", "tree_nodes")
 
 
 def with_overrides(config: BenchConfig, **changes) -> BenchConfig:

@@ -24,10 +24,11 @@ def _ratio_words(ratio: float) -> str:
 
 
 def pairs(rows: list[BenchRow]) -> list[tuple[BenchRow, BenchRow]]:
-    """(EAGLE-3 row, EAGLE-3.1 row) measured on the same prompt set, template and k."""
+    """(EAGLE-3 row, EAGLE-3.1 row) of chains measured on the same prompt set, template and k (trees have their own
+    finding, against their chain: `_tree_findings`)."""
     groups: dict[tuple, dict[str, list[BenchRow]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
-        if r.kind == "eagle" and r.mean_acceptance_length is not None:
+        if r.kind == "eagle" and r.mean_acceptance_length is not None and r.tree_nodes is None:
             groups[(r.prompt_set, r.template, r.k)][r.variant].append(r)
     return [(g["EAGLE-3"][0], g["EAGLE-3.1"][0]) for g in groups.values()
             if len(g["EAGLE-3"]) == 1 and len(g["EAGLE-3.1"]) == 1]
@@ -205,9 +206,29 @@ def study_rows(rows: list[BenchRow], study: str) -> list[BenchRow]:
     return rows
 
 
+def _tree_findings(rows: list[BenchRow]) -> list[str]:
+    """Each draft tree against the chain of the same drafter, k, prompt set and template: acceptance and speed."""
+    chains = {(r.drafter, r.k, r.prompt_set, r.template): r for r in rows
+              if r.kind == "eagle" and r.tree_nodes is None and r.mean_acceptance_length is not None}
+    out = []
+    for tree in rows:
+        chain = chains.get((tree.drafter, tree.k, tree.prompt_set, tree.template))
+        if tree.tree_nodes is None or tree.mean_acceptance_length is None or chain is None:
+            continue
+        finding = (f"On {condition(tree)}, {method_name(tree)} accepted {tree.mean_acceptance_length:.2f} tokens per "
+                   f"step against its chain's {chain.mean_acceptance_length:.2f} "
+                   f"({_ratio_words(tree.mean_acceptance_length / chain.mean_acceptance_length)})")
+        if tree.speedup is not None and chain.speedup is not None:
+            finding += (f"; speedup {tree.speedup:.2f}× against {chain.speedup:.2f}×"
+                        + (", within noise" if _overlap(tree, chain) else "")
+                        + (" (one pass: no spread measured)" if speedup_range(tree) is None else ""))
+        out.append(finding + ".")
+    return out
+
+
 def findings(rows: list[BenchRow], greedy: bool) -> list[str]:
     """Plain-language statements of the measured numbers."""
-    out = _lossless_findings(rows, greedy) + _speed_findings(rows)
+    out = _lossless_findings(rows, greedy) + _speed_findings(rows) + _tree_findings(rows)
     out += _k_findings(pairs(study_rows(rows, "k")))
     out += _context_findings(pairs(study_rows(rows, "context")))
     out += _template_findings(pairs(study_rows(rows, "template")))

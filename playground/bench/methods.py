@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM
 from transformers import GenerationConfig as HFGenerationConfig
 
 from playground.backends.local import LocalBackend
-from playground.engine import GenerationConfig, StepEvent, emitted_ids
+from playground.engine import GenerationConfig, StepEvent, TreeShape, emitted_ids
 from playground.presets import DRAFTER_LABELS
 
 PEERS = {
@@ -49,10 +49,12 @@ def describe_method(name: str) -> str:
 
 @dataclass(frozen=True)
 class Method:
-    """One way of generating: `none` (our plain loop), an EAGLE drafter at k, or a peer (at k where it drafts)."""
+    """One way of generating: `none` (our plain loop), an EAGLE drafter at k (a chain, or a draft tree of
+    `tree_nodes` nodes k deep), or a peer (at k where it drafts)."""
 
     name: str  # "none", a preset drafter name or folder, or a key of PEERS
     k: int | None = None
+    tree_nodes: int | None = None
 
     @property
     def kind(self) -> str:
@@ -60,20 +62,33 @@ class Method:
 
     @property
     def label(self) -> str:
-        """The drafter's display name, without k."""
-        return DRAFTER_LABELS.get(self.name, Path(self.name).name)
+        """The drafter's display name (with its tree, for a tree method), without k."""
+        name = DRAFTER_LABELS.get(self.name, Path(self.name).name)
+        return f"{name} tree {self.tree_nodes}" if self.tree_nodes else name
+
+    @property
+    def tree(self) -> TreeShape | None:
+        """A tree method's shape: k deep, TreeShape's children per node, `tree_nodes` nodes."""
+        return TreeShape(depth=self.k, nodes=self.tree_nodes) if self.tree_nodes else None
 
     def __str__(self) -> str:
         return self.label if self.k is None else f"{self.label} k={self.k}"
 
 
-def methods_for(drafters: tuple[str, ...], ks: tuple[int, ...]) -> list[Method]:
-    """`none` first, then each drafter/peer at each k (plain-decoding peers have no k)."""
+def methods_for(drafters: tuple[str, ...], ks: tuple[int, ...], tree_nodes: tuple[int, ...] = ()) -> list[Method]:
+    """`none` first, then each drafter/peer at each k (plain-decoding peers have no k), each EAGLE drafter's trees of
+    `tree_nodes` nodes beside its chain at that k."""
     out = [Method("none")]
     for name in drafters:
         if name == "none":
             continue
-        out += [Method(name)] if name == "hf-greedy" else [Method(name, k) for k in ks]
+        if name == "hf-greedy":
+            out.append(Method(name))
+            continue
+        for k in ks:
+            out.append(Method(name, k))
+            if Method(name).kind == "eagle":
+                out += [Method(name, k, nodes) for nodes in tree_nodes]
     return out
 
 
@@ -110,7 +125,7 @@ class Runner:
     def generate(self, method: Method, prompt_ids: list[int], cfg: GenerationConfig) -> Answer:
         if method.kind == "peer":
             return self._hf_generate(method, prompt_ids, cfg)
-        cfg = replace(cfg, k=method.k or 1)
+        cfg = replace(cfg, k=method.k or 1, tree=method.tree)
         start = self.target.clock()
         events = list(self.backend.stream(prompt_ids, method.name, cfg, self.should_stop))
         seconds = self.target.clock() - start

@@ -22,6 +22,7 @@ class BenchRow:
     prompts: int
     prompts_skipped: int  # too long for the target's context with max_new_tokens
     context_tokens: int | None  # median first-turn prompt length (templated)
+    tree_nodes: int | None = None  # a draft tree of this many nodes, k deep; None: a chain of k (or no drafter)
     turns: int = 0  # generated answers per pass
     generated_tokens: int | None = None  # per pass
     tokens_per_second: float | None = None  # median over repeats
