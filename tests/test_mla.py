@@ -70,14 +70,14 @@ def test_mla_attention_matches_transformers(rope: dict | None) -> None:
     causal = torch.full((t, t), float("-inf")).triu(1)[None, None]
     with torch.no_grad():
         expected, _ = theirs(x, (cos, sin), causal)
-        full, probs = ours(x, drafter.rope(positions, x), None, None, want_last_row_probs=True)
+        full, probs = ours(x, drafter.rope(positions, x), None, None, probs_rows=1)
         cache = drafter.new_cache().layers[0]
-        stepped = torch.cat([ours(x[:, i : i + 1], drafter.rope(positions[i : i + 1], x), cache, None, False)[0]
+        stepped = torch.cat([ours(x[:, i : i + 1], drafter.rope(positions[i : i + 1], x), cache, None, 0)[0]
                              for i in range(t)], dim=1)
     torch.testing.assert_close(full, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(stepped, expected, rtol=1e-5, atol=1e-5)
-    assert probs.shape == (1, 4, t)
-    torch.testing.assert_close(probs.sum(-1), torch.ones(1, 4))
+    assert probs.shape == (1, 4, 1, t)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(1, 4, 1))
 
 
 def test_mla_softmax_scale_follows_yarn_mscale() -> None:

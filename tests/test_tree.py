@@ -7,6 +7,7 @@ differ, so the checks can fail."""
 from __future__ import annotations
 
 import pickle
+from dataclasses import astuple
 from typing import TYPE_CHECKING
 
 import pytest
@@ -109,6 +110,31 @@ def test_topk_one_is_a_chain(tiny: TinyModels, depth: int) -> None:
                                           GenerationConfig(max_new_tokens=NEW_TOKENS, k=depth)))
         tree = run_tree(tiny.target, tiny, "eagle3", prompt, TreeShape(depth=depth, topk=1, nodes=depth))
         assert [(e.drafted, e.accepted, e.emitted) for e in tree] == [(e.drafted, e.accepted, e.emitted) for e in chain]
+        # instrumented (the default): the same drift and RMS per depth, measured on the same queries
+        for t, c in zip(tree, chain):
+            assert (t.attention is None) == (c.attention is None) and (t.hidden_rms is None) == (c.hidden_rms is None)
+            if c.attention:
+                torch.testing.assert_close([astuple(a) for a in t.attention], [astuple(a) for a in c.attention],
+                                           rtol=1e-4, atol=1e-5)
+                torch.testing.assert_close(t.hidden_rms, c.hidden_rms, rtol=1e-4, atol=1e-5)
+
+
+def test_a_wide_tree_reports_drift_along_its_branch(tiny: TinyModels) -> None:
+    """Each drafted depth of a tree's branch carries the attention of the query that drafted it (context and draft
+    shares summing to one; depth 1 reads the context alone) and the RMS of the state fed to that query."""
+    for temperature in (0.0, 0.8):
+        events = run_tree(tiny.target, tiny, "eagle3.1", tiny.training_prompts[1], TreeShape(depth=4, topk=3,
+                                                                                              nodes=12),
+                          temperature=temperature, seed=1)
+        drafting = [e for e in events if e.drafted]
+        assert drafting and all(len(e.attention) == len(e.hidden_rms) == len(e.drafted) for e in drafting)
+        for e in drafting:
+            assert all(abs(a.context + a.draft - 1) < 1e-4 and 0 <= a.sink <= a.context for a in e.attention)
+            assert e.attention[0].draft < 1e-6  # depth 1: no draft before it
+            assert all(a.draft > 0 for a in e.attention[1:]) and all(r > 0 for r in e.hidden_rms)
+        quiet = run_tree(tiny.target, tiny, "eagle3.1", tiny.training_prompts[1], TreeShape(depth=4, topk=3, nodes=12),
+                         temperature=temperature, seed=1, instrument=False)
+        assert all(e.attention is None and e.hidden_rms is None for e in quiet)
 
 
 def test_step_event_carries_the_tree(tiny: TinyModels) -> None:

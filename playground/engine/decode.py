@@ -187,6 +187,13 @@ class PlainProbe:
             self._fed = len(context) - 1
 
 
+def attention_mass(probs: torch.Tensor, context: int) -> torch.Tensor:
+    """[sink, context, draft] shares of one query's attention [heads, keys], averaged over heads: key 0, the keys
+    before the first draft position, the rest (the drafts on the query's own branch)."""
+    row = probs.mean(0)
+    return torch.stack([row[0], row[:context].sum(), row[context:].sum()])
+
+
 @dataclass
 class _Chain:
     drafted: torch.Tensor  # [k] target ids, on the device (read back once, after verification)
@@ -214,7 +221,7 @@ def _draft_chain(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list
     for depth in range(k):
         if cfg.instrument:
             chain.hidden_rms.append(hidden[0, -1].pow(2).mean().sqrt())
-        out = drafter(ids, hidden, positions, draft_cache, want_attention=cfg.instrument)
+        out = drafter(ids, hidden, positions, draft_cache, attention_rows=1 if cfg.instrument else 0)
         logits = out.logits[0, -1].float()  # bf16/fp16 drafters: probabilities in float32, like the target's
         if cfg.greedy:
             choice = logits.argmax()
@@ -229,8 +236,7 @@ def _draft_chain(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list
         token = vocab_map[choice]
         drafted.append(token)
         if cfg.instrument:
-            row = out.last_row_attention[0].mean(0)  # this depth's query, averaged over heads
-            chain.attention.append(torch.stack([row[0], row[:context].sum(), row[context:].sum()]))
+            chain.attention.append(attention_mass(out.attention[0, :, -1], context))
         if cfg.min_draft_prob and float(prob) < cfg.min_draft_prob:
             break
         hidden = out.feedback[:, -1:]

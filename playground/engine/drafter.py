@@ -115,7 +115,7 @@ class Attention(nn.Module):
         rope: tuple[torch.Tensor, torch.Tensor],
         cache: LayerCache | None,
         mask: torch.Tensor | None,
-        want_last_row_probs: bool,
+        probs_rows: int,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
@@ -128,8 +128,8 @@ class Attention(nn.Module):
         if mask is None and t > 1:
             mask = _causal_mask(t, k.shape[2], x.device)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.n_kv != self.n_heads)
-        probs = last_row_probs(q, k.repeat_interleave(self.n_heads // self.n_kv, dim=1), mask, self.scale) \
-            if want_last_row_probs else None
+        probs = query_probs(q, k.repeat_interleave(self.n_heads // self.n_kv, dim=1), mask, self.scale, probs_rows) \
+            if probs_rows else None
         out = out.transpose(1, 2).reshape(b, t, -1)
         return self.o_proj(out), probs
 
@@ -139,14 +139,15 @@ def _causal_mask(t: int, keys: int, device: torch.device) -> torch.Tensor:
     return torch.ones(t, keys, dtype=torch.bool, device=device).tril(keys - t)
 
 
-def last_row_probs(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, scale: float) -> torch.Tensor:
-    """Attention of the last query only, [b, heads, keys]: what drift is measured on. Recomputed explicitly (one
-    small product) so that the attention itself keeps the fused kernel."""
-    scores = (q[:, :, -1:] @ k.transpose(-1, -2)) * scale
+def query_probs(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, scale: float, rows: int) -> torch.Tensor:
+    """Attention of the last `rows` queries only, [b, heads, rows, keys]: what drift is measured on (a chain's last
+    query; every frontier node of a tree's depth). Recomputed explicitly (one small product) so that the attention
+    itself keeps the fused kernel."""
+    scores = (q[:, :, -rows:] @ k.transpose(-1, -2)) * scale
     if mask is not None:
-        last = mask[..., -1:, :]
+        last = mask[..., -rows:, :]
         scores = scores.masked_fill(~last, float("-inf")) if mask.dtype == torch.bool else scores + last
-    return scores.softmax(-1)[:, :, 0]
+    return scores.softmax(-1)
 
 
 def deinterleave(x: torch.Tensor) -> torch.Tensor:
@@ -183,7 +184,7 @@ class MLAttention(nn.Module):
         self.kv_b_proj = nn.Linear(self.rank, self.n_heads * (self.nope + self.v_dim), bias=False)
         self.o_proj = nn.Linear(self.n_heads * self.v_dim, cfg.hidden_size, bias=cfg.attention_bias)
 
-    def forward(self, x, rope, cache, mask, want_last_row_probs):
+    def forward(self, x, rope, cache, mask, probs_rows):
         b, t, _ = x.shape
         q = self.q_proj(x) if hasattr(self, "q_proj") else self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
         q = q.view(b, t, self.n_heads, self.nope + self.rope_dim).transpose(1, 2)
@@ -200,7 +201,7 @@ class MLAttention(nn.Module):
         if mask is None and t > 1:
             mask = _causal_mask(t, k.shape[2], x.device)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
-        probs = last_row_probs(q, k, mask, self.scale) if want_last_row_probs else None
+        probs = query_probs(q, k, mask, self.scale, probs_rows) if probs_rows else None
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1)), probs
 
 
@@ -229,14 +230,14 @@ class DecoderLayer(nn.Module):
         if first:
             self.hidden_norm = nn.RMSNorm(h, eps=eps)
 
-    def forward(self, embeds, hidden, rope, cache, mask, want_probs):
+    def forward(self, embeds, hidden, rope, cache, mask, probs_rows):
         if self.first:
             normed_hidden = self.hidden_norm(hidden)
             residual = normed_hidden if self.norm_before_residual else hidden
             x = torch.cat([self.input_layernorm(embeds), normed_hidden], dim=-1)
         else:
             residual, x = hidden, self.input_layernorm(hidden)
-        attn, probs = self.self_attn(x, rope, cache, mask, want_probs)
+        attn, probs = self.self_attn(x, rope, cache, mask, probs_rows)
         h = residual + attn
         return h + self.mlp(self.post_attention_layernorm(h)), probs
 
@@ -247,7 +248,7 @@ class DraftOutput:
     hidden: torch.Tensor  # [b, t, H] pre-norm output
     normed: torch.Tensor  # [b, t, H] norm(hidden), what lm_head reads
     feedback: torch.Tensor  # what the next draft step is fed: `normed` (EAGLE-3.1) or `hidden` (EAGLE-3)
-    last_row_attention: torch.Tensor | None  # [b, heads, keys] of the last query, averaged over layers
+    attention: torch.Tensor | None  # [b, heads, rows, keys] of the last `attention_rows` queries, averaged over layers
 
 
 class Eagle3Drafter(nn.Module):
@@ -294,7 +295,7 @@ class Eagle3Drafter(nn.Module):
         positions: torch.Tensor,  # [t]
         cache: DrafterCache | None = None,
         mask: torch.Tensor | None = None,
-        want_attention: bool = False,
+        attention_rows: int = 0,  # return the attention of this many last queries (drift); 0: none
         with_logits: bool = True,  # training scores a subset of positions and calls lm_head itself
     ) -> DraftOutput:
         embeds = self.embed_tokens(input_ids).to(hidden.dtype)  # shared target embeddings may be in another dtype
@@ -303,7 +304,7 @@ class Eagle3Drafter(nn.Module):
         probs = []
         h = hidden
         for layer, layer_cache in zip(self.layers, caches):
-            h, p = layer(embeds, h, rope, layer_cache, mask, want_attention)
+            h, p = layer(embeds, h, rope, layer_cache, mask, attention_rows)
             probs.append(p)
         normed = self.norm(h)
         return DraftOutput(
@@ -311,5 +312,5 @@ class Eagle3Drafter(nn.Module):
             hidden=h,
             normed=normed,
             feedback=normed if self.config.norm_output else h,
-            last_row_attention=torch.stack(probs).mean(0) if want_attention else None,
+            attention=torch.stack(probs).mean(0) if attention_rows else None,
         )

@@ -28,11 +28,20 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .cache import DrafterCache
-from .decode import GenerationConfig, _check_prompt, _choose, _generator, _Stopper, cancelled_event, prefill_event
+from .decode import (
+    GenerationConfig,
+    _check_prompt,
+    _choose,
+    _generator,
+    _Stopper,
+    attention_mass,
+    cancelled_event,
+    prefill_event,
+)
 from .drafter import Eagle3Drafter
 from .sampling import accept_sampled_tree, probabilities, sample_without_replacement
 from .target import Target
-from .trace import StepEvent
+from .trace import AttentionMass, StepEvent
 from .tree_shape import TreeShape, tree_problem
 
 
@@ -46,6 +55,16 @@ class DraftTree:
     probs: list[float]  # the drafter's probability of the node given its parent
     scores: list[float]  # greedy: summed log-probabilities of the branch; sampling: the rank template's prior
     proposals: dict[int, torch.Tensor] = field(default_factory=dict)  # sampling: node -> q its children came from
+    # instrumented: node (-1 the root) -> ([sink, context, draft] attention of the query that drafted its children,
+    # RMS of the hidden state fed there): what a chain reports per depth, here along any branch
+    queries: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+
+    def drift(self, branch: list[int]) -> tuple[list[AttentionMass], list[float]] | None:
+        """Attention masses and hidden RMS per depth along `branch` (each depth's from the query that drafted it)."""
+        if not self.queries or not branch:
+            return None
+        drafted_by = [self.queries[self.parents[node]] for node in branch]
+        return ([AttentionMass(*mass.tolist()) for mass, _ in drafted_by], [float(rms) for _, rms in drafted_by])
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -121,35 +140,46 @@ def _draft_mask(nodes: list[_Node], frontier: list[int], context: int, start: in
     return mask
 
 
-def _keep(nodes: list[_Node], n: int) -> DraftTree:
+def _keep(nodes: list[_Node], n: int, queries: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> DraftTree:
     """The n best-scored nodes, in depth order. Ties go to the shallower node, so a parent, never scored below its
     child, is always kept before it."""
     best = sorted(range(len(nodes)), key=lambda i: (-nodes[i].score, nodes[i].depth))[:n]
     best.sort(key=lambda i: nodes[i].depth)
-    return _tree(nodes, best)
+    return _tree(nodes, best, {}, queries)
 
 
-def _tree(nodes: list[_Node], kept: list[int], proposals: dict[int, torch.Tensor] | None = None) -> DraftTree:
-    """A DraftTree of the nodes `kept` (indices into `nodes`, in depth order); `proposals` by index into `nodes`."""
-    index = {old: new for new, old in enumerate(kept)}
+def _tree(nodes: list[_Node], kept: list[int], proposals: dict[int, torch.Tensor],
+          queries: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> DraftTree:
+    """A DraftTree of the nodes `kept` (indices into `nodes`, in depth order); `proposals` and `queries` by index into
+    `nodes` (-1 the root), those of nodes not kept dropped."""
+    index = {old: new for new, old in enumerate(kept)} | {-1: -1}
     chosen = [nodes[i] for i in kept]
-    return DraftTree(tokens=[node.token for node in chosen], parents=[index.get(node.parent, -1) for node in chosen],
+    return DraftTree(tokens=[node.token for node in chosen], parents=[index[node.parent] for node in chosen],
                      depths=[node.depth for node in chosen], probs=[math.exp(node.logprob) for node in chosen],
                      scores=[node.score for node in chosen],
-                     proposals={index.get(node, -1): q for node, q in (proposals or {}).items()})
+                     proposals={index[node]: q for node, q in proposals.items() if node in index},
+                     queries={index[node]: stats for node, stats in queries.items() if node in index})
+
+
+def _query_stats(out, hidden: torch.Tensor, rows: int, context: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per query of the last `rows` of a drafter call: its attention masses and the RMS of the hidden state fed."""
+    return [(attention_mass(out.attention[0, :, row], context), hidden[0, -rows + row].pow(2).mean().sqrt())
+            for row in range(rows)]
 
 
 @torch.inference_mode()
 def draft_tree(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list[int], pending_aux: torch.Tensor,
-               pending_start: int, shape: TreeShape, vocab_map: torch.Tensor) -> DraftTree:
+               pending_start: int, shape: TreeShape, vocab_map: torch.Tensor, instrument: bool = False) -> DraftTree:
     """Draft a tree of `shape` after `tokens`; the first call feeds the pending target features, as a chain's does."""
     device = pending_aux.device
     context = len(tokens) - 1
     draft_cache.rollback(pending_start)
     hidden = drafter.project(pending_aux.to(drafter.fc.weight.dtype))[None]
     ids = torch.tensor([tokens[pending_start + 1 :]], device=device)
-    out = drafter(ids, hidden, torch.arange(pending_start, context, device=device), draft_cache)
+    out = drafter(ids, hidden, torch.arange(pending_start, context, device=device), draft_cache,
+                  attention_rows=int(instrument))
     nodes: list[_Node] = []
+    queries = dict(zip([-1], _query_stats(out, hidden, 1, context))) if instrument else {}
     frontier, logits, feedback = [-1], out.logits[0, -1:], out.feedback[0, -1:]
     for depth in range(1, shape.depth + 1):
         made = _expand(nodes, frontier, logits, shape.topk, depth, vocab_map)
@@ -163,9 +193,12 @@ def draft_tree(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list[i
         hidden = feedback[[fed_row[nodes[i].parent] for i in frontier]][None]
         ids = torch.tensor([[nodes[i].token for i in frontier]], device=device)
         positions = torch.full((len(frontier),), context + depth - 1, device=device)
-        out = drafter(ids, hidden, positions, draft_cache, mask=_draft_mask(nodes, frontier, context, start).to(device))
+        out = drafter(ids, hidden, positions, draft_cache, mask=_draft_mask(nodes, frontier, context, start).to(device),
+                      attention_rows=len(frontier) if instrument else 0)
+        if instrument:
+            queries |= dict(zip(frontier, _query_stats(out, hidden, len(frontier), context)))
         logits, feedback = out.logits[0], out.feedback[0]
-    return _keep(nodes, shape.nodes)
+    return _keep(nodes, shape.nodes, queries)
 
 
 def _prior(path: tuple[int, ...]) -> float:
@@ -203,8 +236,10 @@ def draft_sampled_tree(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens
     draft_cache.rollback(pending_start)
     hidden = drafter.project(pending_aux.to(drafter.fc.weight.dtype))[None]
     ids = torch.tensor([tokens[pending_start + 1 :]], device=device)
-    out = drafter(ids, hidden, torch.arange(pending_start, context, device=device), draft_cache)
+    out = drafter(ids, hidden, torch.arange(pending_start, context, device=device), draft_cache,
+                  attention_rows=int(cfg.instrument))
     nodes: list[_Node] = []
+    queries = dict(zip([-1], _query_stats(out, hidden, 1, context))) if cfg.instrument else {}
     paths = {-1: ()}
     proposals: dict[int, torch.Tensor] = {}
     frontier, logits, feedback = [-1], out.logits[0, -1:], out.feedback[0, -1:]
@@ -229,9 +264,12 @@ def draft_sampled_tree(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens
         hidden = feedback[[fed_row[nodes[i].parent] for i in frontier]][None]
         ids = torch.tensor([[nodes[i].token for i in frontier]], device=device)
         positions = torch.full((len(frontier),), context + level - 1, device=device)
-        out = drafter(ids, hidden, positions, draft_cache, mask=_draft_mask(nodes, frontier, context, start).to(device))
+        out = drafter(ids, hidden, positions, draft_cache, mask=_draft_mask(nodes, frontier, context, start).to(device),
+                      attention_rows=len(frontier) if cfg.instrument else 0)
+        if cfg.instrument:
+            queries |= dict(zip(frontier, _query_stats(out, hidden, len(frontier), context)))
         logits, feedback = out.logits[0], out.feedback[0]
-    return _tree(nodes, list(range(len(nodes))), proposals)  # made depth by depth: already in depth order
+    return _tree(nodes, list(range(len(nodes))), proposals, queries)  # made depth by depth: already in depth order
 
 
 NO_TREE = DraftTree([], [], [], [], [])
@@ -279,7 +317,7 @@ def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int],
             drafts = NO_TREE
         elif template is None:
             drafts = draft_tree(drafter, draft_cache, tokens, pending_aux, pending_start, replace(tree, depth=depth),
-                                vocab_map)
+                                vocab_map, cfg.instrument)
         else:
             drafts = draft_sampled_tree(drafter, draft_cache, tokens, pending_aux, pending_start, template, depth, cfg,
                                         vocab_map, target.vocab_size, generator)
@@ -303,9 +341,11 @@ def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int],
         tokens += emitted
         t2 = target.clock()
 
+        attention, hidden_rms = drafts.drift(branch) or (None, None)
         yield StepEvent(
             step=step, drafted=[drafts.tokens[i] for i in branch], accepted=len(path), emitted=emitted,
             draft_probs=[drafts.probs[i] for i in branch] if cfg.instrument else None,
+            attention=attention, hidden_rms=hidden_rms,
             draft_ms=(t1 - t0) * 1000, verify_ms=(t2 - t1) * 1000,
             total_tokens=len(generated), elapsed_ms=(t2 - start) * 1000,
             finished=reason is not None, finish_reason=reason,
