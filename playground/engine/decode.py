@@ -17,7 +17,7 @@ import torch
 
 from playground.k_range import k_problem
 
-from .cache import DrafterCache
+from .cache import DrafterCache, TargetCache
 from .drafter import Eagle3Drafter
 from .sampling import accept_greedy, accept_sampled, probabilities, sample
 from .target import Target
@@ -101,6 +101,18 @@ def _generator(cfg: GenerationConfig, device: torch.device) -> torch.Generator |
     generator = torch.Generator(device=device)
     generator.manual_seed(cfg.seed if cfg.seed is not None else torch.seed())
     return generator
+
+
+def prefill(target: Target, aux_layers: list[int], prompt_ids: list[int], cache: TargetCache, cfg: GenerationConfig,
+            generator: torch.Generator | None, stopper: _Stopper, start: float
+            ) -> tuple[list[int], list[int], str | None, StepEvent, torch.Tensor]:
+    """A speculative run's first step: target features for every prompt position, and the first token from the target
+    alone. Returns (prompt + that token, the emitted tokens, why the run ends if it does, the step's event, the
+    features)."""
+    out = target.forward(prompt_ids, cache, aux_layers, last_only=True)
+    tokens = list(prompt_ids) + [_choose(out.logits[-1], cfg, generator)]
+    generated, reason = stopper.clip([], tokens[-1:])
+    return tokens, generated, reason, prefill_event(generated, reason, start, target.clock()), out.aux
 
 
 def prefill_event(generated: list[int], reason: str | None, start: float, now: float) -> StepEvent:
@@ -263,12 +275,10 @@ def speculative_generate(target: Target, drafter: Eagle3Drafter, aux_layers: lis
     cache, draft_cache = target.new_cache(), drafter.new_cache()
     start = target.clock()
 
-    # Prefill: target features for every prompt position, and the first token from the target alone.
-    prefill = target.forward(prompt_ids, cache, aux_layers, last_only=True)
-    tokens = list(prompt_ids) + [_choose(prefill.logits[-1], cfg, generator)]
-    generated, reason = stopper.clip([], tokens[-1:])
-    yield prefill_event(generated, reason, start, target.clock())
-    pending_aux, pending_start, step = prefill.aux, 0, 0  # target features not yet seen by the drafter
+    tokens, generated, reason, first, pending_aux = prefill(target, aux_layers, prompt_ids, cache, cfg, generator,
+                                                            stopper, start)
+    yield first
+    pending_start, step = 0, 0  # pending_aux: target features not yet seen by the drafter
 
     while reason is None:
         if should_stop is not None and should_stop():

@@ -31,12 +31,11 @@ from .cache import DrafterCache
 from .decode import (
     GenerationConfig,
     _check_prompt,
-    _choose,
     _generator,
     _Stopper,
     attention_mass,
     cancelled_event,
-    prefill_event,
+    prefill,
 )
 from .drafter import Eagle3Drafter
 from .sampling import accept_sampled_tree, probabilities, sample_without_replacement
@@ -161,44 +160,61 @@ def _tree(nodes: list[_Node], kept: list[int], proposals: dict[int, torch.Tensor
                      queries={index[node]: stats for node, stats in queries.items() if node in index})
 
 
-def _query_stats(out, hidden: torch.Tensor, rows: int, context: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per query of the last `rows` of a drafter call: its attention masses and the RMS of the hidden state fed."""
-    return [(attention_mass(out.attention[0, :, row], context), hidden[0, -rows + row].pow(2).mean().sqrt())
-            for row in range(rows)]
+class _TreeDrafter:
+    """The drafter calls of one tree: the pending target features first (as a chain's first call), then one call per
+    depth for every frontier node, each fed its parent's state and attending to the context and its own branch.
+    Instrumented, it keeps each call's query stats by node (-1 the root)."""
+
+    def __init__(self, drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list[int], pending_aux: torch.Tensor,
+                 pending_start: int, instrument: bool) -> None:
+        self.drafter, self.cache, self.instrument = drafter, draft_cache, instrument
+        self.device, self.context = pending_aux.device, len(tokens) - 1
+        self.queries: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        draft_cache.rollback(pending_start)
+        hidden = drafter.project(pending_aux.to(drafter.fc.weight.dtype))[None]
+        ids = torch.tensor([tokens[pending_start + 1 :]], device=self.device)
+        out = drafter(ids, hidden, torch.arange(pending_start, self.context, device=self.device), draft_cache,
+                      attention_rows=int(instrument))
+        self._keep_stats(out, hidden, [-1])
+        self.fed, self.logits, self.feedback = [-1], out.logits[0, -1:], out.feedback[0, -1:]
+
+    def feed(self, nodes: list[_Node], frontier: list[int], depth: int) -> None:
+        """Draft after each frontier node of `depth`: `logits` and `feedback` then hold their rows."""
+        start = self.cache.length
+        for row, index in enumerate(frontier):
+            nodes[index].row = start + row
+        fed_row = {node: row for row, node in enumerate(self.fed)}
+        hidden = self.feedback[[fed_row[nodes[i].parent] for i in frontier]][None]
+        ids = torch.tensor([[nodes[i].token for i in frontier]], device=self.device)
+        positions = torch.full((len(frontier),), self.context + depth - 1, device=self.device)
+        mask = _draft_mask(nodes, frontier, self.context, start).to(self.device)
+        out = self.drafter(ids, hidden, positions, self.cache, mask=mask,
+                           attention_rows=len(frontier) if self.instrument else 0)
+        self._keep_stats(out, hidden, frontier)
+        self.fed, self.logits, self.feedback = frontier, out.logits[0], out.feedback[0]
+
+    def _keep_stats(self, out, hidden: torch.Tensor, queried: list[int]) -> None:
+        """Per query of the call's last rows: its attention masses and the RMS of the hidden state fed to it."""
+        if self.instrument:
+            rows = len(queried)
+            self.queries |= {node: (attention_mass(out.attention[0, :, row], self.context),
+                                    hidden[0, row - rows].pow(2).mean().sqrt()) for row, node in enumerate(queried)}
 
 
 @torch.inference_mode()
 def draft_tree(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list[int], pending_aux: torch.Tensor,
                pending_start: int, shape: TreeShape, vocab_map: torch.Tensor, instrument: bool = False) -> DraftTree:
     """Draft a tree of `shape` after `tokens`; the first call feeds the pending target features, as a chain's does."""
-    device = pending_aux.device
-    context = len(tokens) - 1
-    draft_cache.rollback(pending_start)
-    hidden = drafter.project(pending_aux.to(drafter.fc.weight.dtype))[None]
-    ids = torch.tensor([tokens[pending_start + 1 :]], device=device)
-    out = drafter(ids, hidden, torch.arange(pending_start, context, device=device), draft_cache,
-                  attention_rows=int(instrument))
+    calls = _TreeDrafter(drafter, draft_cache, tokens, pending_aux, pending_start, instrument)
     nodes: list[_Node] = []
-    queries = dict(zip([-1], _query_stats(out, hidden, 1, context))) if instrument else {}
-    frontier, logits, feedback = [-1], out.logits[0, -1:], out.feedback[0, -1:]
+    frontier = [-1]
     for depth in range(1, shape.depth + 1):
-        made = _expand(nodes, frontier, logits, shape.topk, depth, vocab_map)
+        made = _expand(nodes, frontier, calls.logits, shape.topk, depth, vocab_map)
         if depth == shape.depth:
             break
-        fed_row = {node: row for row, node in enumerate(frontier)}
         frontier = sorted(made, key=lambda i: -nodes[i].score)[: shape.topk]
-        start = draft_cache.length
-        for row, index in enumerate(frontier):
-            nodes[index].row = start + row
-        hidden = feedback[[fed_row[nodes[i].parent] for i in frontier]][None]
-        ids = torch.tensor([[nodes[i].token for i in frontier]], device=device)
-        positions = torch.full((len(frontier),), context + depth - 1, device=device)
-        out = drafter(ids, hidden, positions, draft_cache, mask=_draft_mask(nodes, frontier, context, start).to(device),
-                      attention_rows=len(frontier) if instrument else 0)
-        if instrument:
-            queries |= dict(zip(frontier, _query_stats(out, hidden, len(frontier), context)))
-        logits, feedback = out.logits[0], out.feedback[0]
-    return _keep(nodes, shape.nodes, queries)
+        calls.feed(nodes, frontier, depth)
+    return _keep(nodes, shape.nodes, calls.queries)
 
 
 def _prior(path: tuple[int, ...]) -> float:
@@ -231,24 +247,17 @@ def draft_sampled_tree(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens
     """Draft the template's nodes down to `depth`: each expanded node draws its children from the drafter's q there
     (temperature and top-p as the target's), without replacement, in rank order; q, scattered into the target
     vocabulary, is kept for verification. Fewer children where q has fewer tokens."""
-    device = pending_aux.device
-    context = len(tokens) - 1
-    draft_cache.rollback(pending_start)
-    hidden = drafter.project(pending_aux.to(drafter.fc.weight.dtype))[None]
-    ids = torch.tensor([tokens[pending_start + 1 :]], device=device)
-    out = drafter(ids, hidden, torch.arange(pending_start, context, device=device), draft_cache,
-                  attention_rows=int(cfg.instrument))
+    calls = _TreeDrafter(drafter, draft_cache, tokens, pending_aux, pending_start, cfg.instrument)
     nodes: list[_Node] = []
-    queries = dict(zip([-1], _query_stats(out, hidden, 1, context))) if cfg.instrument else {}
     paths = {-1: ()}
     proposals: dict[int, torch.Tensor] = {}
-    frontier, logits, feedback = [-1], out.logits[0, -1:], out.feedback[0, -1:]
+    frontier = [-1]
     for level in range(1, depth + 1):
-        made, fed = [], frontier  # `fed`: the nodes whose rows `logits` and `feedback` are
-        for parent, row in zip(frontier, logits.float()):
+        made = []
+        for parent, row in zip(frontier, calls.logits.float()):
             ranks = sum(1 for path in template if path[:-1] == paths[parent])
             q = probabilities(row, cfg.temperature, cfg.top_p)
-            proposals[parent] = torch.zeros(vocab_size, device=device).index_copy_(0, vocab_map, q)
+            proposals[parent] = torch.zeros(vocab_size, device=q.device).index_copy_(0, vocab_map, q)
             for rank, choice in enumerate(sample_without_replacement(q, ranks, generator)):
                 path = paths[parent] + (rank,)
                 nodes.append(_Node(int(vocab_map[choice]), parent, level, math.log(float(q[choice])), _prior(path)))
@@ -257,19 +266,8 @@ def draft_sampled_tree(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens
         frontier = [i for i in made if paths[i] + (0,) in template]
         if level == depth or not frontier:
             break
-        start = draft_cache.length
-        for row, index in enumerate(frontier):
-            nodes[index].row = start + row
-        fed_row = {node: row for row, node in enumerate(fed)}
-        hidden = feedback[[fed_row[nodes[i].parent] for i in frontier]][None]
-        ids = torch.tensor([[nodes[i].token for i in frontier]], device=device)
-        positions = torch.full((len(frontier),), context + level - 1, device=device)
-        out = drafter(ids, hidden, positions, draft_cache, mask=_draft_mask(nodes, frontier, context, start).to(device),
-                      attention_rows=len(frontier) if cfg.instrument else 0)
-        if cfg.instrument:
-            queries |= dict(zip(frontier, _query_stats(out, hidden, len(frontier), context)))
-        logits, feedback = out.logits[0], out.feedback[0]
-    return _tree(nodes, list(range(len(nodes))), proposals, queries)  # made depth by depth: already in depth order
+        calls.feed(nodes, frontier, level)
+    return _tree(nodes, list(range(len(nodes))), proposals, calls.queries)  # made depth by depth: in depth order
 
 
 NO_TREE = DraftTree([], [], [], [], [])
@@ -297,11 +295,10 @@ def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int],
     cache, draft_cache = target.new_cache(), drafter.new_cache()
     start = target.clock()
 
-    prefill = target.forward(prompt_ids, cache, aux_layers, last_only=True)
-    tokens = list(prompt_ids) + [_choose(prefill.logits[-1], cfg, generator)]
-    generated, reason = stopper.clip([], tokens[-1:])
-    yield prefill_event(generated, reason, start, target.clock())
-    pending_aux, pending_start, step = prefill.aux, 0, 0
+    tokens, generated, reason, first, pending_aux = prefill(target, aux_layers, prompt_ids, cache, cfg, generator,
+                                                            stopper, start)
+    yield first
+    pending_start, step = 0, 0
 
     while reason is None:
         if should_stop is not None and should_stop():
