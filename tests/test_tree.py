@@ -163,9 +163,11 @@ def test_step_event_carries_the_tree(tiny: TinyModels) -> None:
 def test_the_sampling_template_is_fixed_and_closed() -> None:
     """The rank template (sampling's tree shape): `nodes` paths, each with its parent and its earlier siblings, no
     deeper than `depth` nor wider than `topk`."""
-    for shape in SHAPES + [TreeShape(depth=2, topk=3, nodes=7), TreeShape(depth=1, topk=2, nodes=16)]:
+    for shape in SHAPES + [TreeShape(depth=2, topk=3, nodes=7), TreeShape(depth=1, topk=2, nodes=16),
+                           TreeShape(depth=3, topk=2, nodes=16)]:
         template = rank_template(shape)
-        assert len(template) == min(shape.nodes, shape.max_nodes) and template == rank_template(shape)
+        every_path = sum(shape.topk**depth for depth in range(1, shape.depth + 1))
+        assert len(template) == min(shape.nodes, every_path) and template == rank_template(shape)
         for path in template:
             assert 1 <= len(path) <= shape.depth and max(path) < shape.topk
             assert len(path) == 1 or path[:-1] in template

@@ -291,7 +291,7 @@ def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int],
     generator = _generator(cfg, device)
     template = None if cfg.greedy else rank_template(tree)
     vocab_map = drafter.to_target_ids(torch.arange(drafter.config.draft_vocab_size, device=device))
-    target.expect_rows(tree.max_nodes + 1)
+    target.expect_rows((tree.max_nodes if template is None else len(template)) + 1)  # the root and every node
     cache, draft_cache = target.new_cache(), drafter.new_cache()
     start = target.clock()
 

@@ -29,7 +29,8 @@ class TreeShape:
 
     @property
     def max_nodes(self) -> int:
-        """Nodes a step verifies at most: `nodes`, or every node drafted where fewer are."""
+        """Nodes a greedy step verifies at most: `nodes`, or every node drafted where fewer are (a sampled tree verifies
+        its rank template's nodes: engine/tree.py)."""
         return min(self.nodes, self.topk + (self.depth - 1) * self.topk**2)
 
 
