@@ -12,6 +12,9 @@ from pathlib import Path
 
 from playground.machine import cpu_name
 from playground.presets import REPO_ROOT, SHIPPED_DRAFTERS
+from playground.viz.summary import times_text as _times
+
+from .rows import result_cell
 
 BEGIN = "<!-- speedup table: rendered by scripts/render_readme.py from the committed result files -->"
 END = "<!-- end of the speedup table -->"
@@ -32,10 +35,6 @@ def _link(path: Path) -> str:
     relative = path.relative_to(REPO_ROOT)
     return f"[`{relative.parent.name}/{relative.name}`]({relative})" if relative.name == "results.json" \
         else f"[`{relative.name}`]({relative})"
-
-
-def _times(value: float) -> str:
-    return f"{value:.2f}×"
 
 
 def _ranged(entry: dict) -> str:
@@ -119,15 +118,9 @@ def _engine_rows(engines: dict, before: dict) -> list[str]:
     ]
 
 
-def _cell(rows: list[dict], drafter: str, prompt_set: str, k: int) -> dict:
-    (row,) = [r for r in rows if (r["drafter"], r["prompt_set"], r["template"], r["k"]) == (drafter, prompt_set,
-                                                                                             "default", k)]
-    return row
-
-
 def _drift_row(drift: dict, before: dict) -> str:
     rows, config = drift["rows"], drift["config"]
-    long = [_cell(rows, d, "long-4k", 8) for d in DRAFTERS]
+    long = [result_cell(rows, d, "long-4k") for d in DRAFTERS]
     context = f"~{long[0]['context_tokens'] / 1000:.0f}k-token prompts"
     passes = "one pass" if config["repeats"] == 1 else f"{config['repeats']} passes"
     machine = drift.get("machine", before)
@@ -140,7 +133,7 @@ def _drift_row(drift: dict, before: dict) -> str:
 def _h200_row(h200: dict) -> str:
     config = h200["config"]
     sets = [s for s in SET_NAMES if any(r["prompt_set"] == s for r in h200["rows"])]
-    per_drafter = {d: {s: _cell(h200["rows"], d, s, 4)["speedup"] for s in sets} for d in DRAFTERS}
+    per_drafter = {d: {s: result_cell(h200["rows"], d, s, k=4)["speedup"] for s in sets} for d in DRAFTERS}
     passes = "one pass" if config["repeats"] == 1 else f"{config['repeats']} passes"
     verdict = row_verdict({d: list(by_set.values()) for d, by_set in per_drafter.items()})
     per_set = "one prompt" if config["limit"] == 1 else f"{config['limit']} prompts"

@@ -52,6 +52,14 @@ class BenchRow:
         return row
 
 
+def result_cell(rows: list[dict], drafter: str, prompt_set: str = "held-out", template: str = "default",
+                k: int = 8) -> dict:
+    """The one row of a committed results.json (rows as written, not read back) for this drafter and cell."""
+    (row,) = [r for r in rows if (r["drafter"], r["prompt_set"], r["template"], r["k"]) == (drafter, prompt_set,
+                                                                                             template, k)]
+    return row
+
+
 @dataclass
 class BenchResult:
     rows: list[BenchRow]

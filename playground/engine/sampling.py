@@ -52,9 +52,15 @@ def accept_sampled(drafted: torch.Tensor, draft_probs: torch.Tensor, target_prob
     accepted = int((u * q < p).cumprod(0).sum()) if k else 0  # u < p/q without dividing by zero
     if accepted == k:
         return k, int(sample(target_probs[k], generator))
-    residual = (target_probs[accepted] - draft_probs[accepted]).clamp_min(0.0)
-    total = residual.sum()
-    return accepted, int(sample(torch.where(total > 0, residual / total, target_probs[accepted]), generator))
+    return accepted, int(sample(residual(target_probs[accepted], draft_probs[accepted]), generator))
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """normalise(max(0, p - q)): what a rejected draft is replaced from (p itself where p - q has no positive mass,
+    i.e. p == q, where no rejection can happen)."""
+    rest = (p - q).clamp_min(0.0)
+    total = rest.sum()
+    return torch.where(total > 0, rest / total, p)
 
 
 def sample_without_replacement(probs: torch.Tensor, n: int, generator: torch.Generator | None) -> list[int]:
@@ -69,9 +75,7 @@ def sample_without_replacement(probs: torch.Tensor, n: int, generator: torch.Gen
 def reject_sibling(p: torch.Tensor, q: torch.Tensor, token: int) -> tuple[torch.Tensor, torch.Tensor]:
     """After a sibling draft `token` was rejected: the target's residual normalise(max(0, p - q)), which gives `token`
     no mass, and the proposal the next sibling was drawn from, q without `token`, renormalised."""
-    residual = (p - q).clamp_min(0.0)
-    total = residual.sum()
-    p = torch.where(total > 0, residual / total, p)
+    p = residual(p, q)
     q = q.clone()
     q[token] = 0.0
     left = q.sum()

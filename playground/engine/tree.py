@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
@@ -221,6 +222,11 @@ def _prior(path: tuple[int, ...]) -> float:
     return -sum(math.log(rank + 2) for rank in path)
 
 
+def template_widths(template: set[tuple[int, ...]]) -> dict[tuple[int, ...], int]:
+    """How many children each node of a rank template has (the root is `()`; leaves are absent)."""
+    return Counter(path[:-1] for path in template)
+
+
 def rank_template(shape: TreeShape) -> set[tuple[int, ...]]:
     """For sampling: which nodes a tree has, named by their path of sibling ranks ((0,) the first child of the root,
     (0, 1) its second child, ...), decided before any token is drawn. A node of ranks r1..rd has the prior
@@ -241,12 +247,12 @@ def rank_template(shape: TreeShape) -> set[tuple[int, ...]]:
 
 @torch.inference_mode()
 def draft_sampled_tree(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list[int],
-                       pending_aux: torch.Tensor, pending_start: int, template: set[tuple[int, ...]], depth: int,
+                       pending_aux: torch.Tensor, pending_start: int, widths: dict[tuple[int, ...], int], depth: int,
                        cfg: GenerationConfig, vocab_map: torch.Tensor, vocab_size: int,
                        generator: torch.Generator | None) -> DraftTree:
-    """Draft the template's nodes down to `depth`: each expanded node draws its children from the drafter's q there
-    (temperature and top-p as the target's), without replacement, in rank order; q, scattered into the target
-    vocabulary, is kept for verification. Fewer children where q has fewer tokens."""
+    """Draft a rank template's nodes (`widths`: template_widths) down to `depth`: each expanded node draws its children
+    from the drafter's q there (temperature and top-p as the target's), without replacement, in rank order; q,
+    scattered into the target vocabulary, is kept for verification. Fewer children where q has fewer tokens."""
     calls = _TreeDrafter(drafter, draft_cache, tokens, pending_aux, pending_start, cfg.instrument)
     nodes: list[_Node] = []
     paths = {-1: ()}
@@ -255,15 +261,14 @@ def draft_sampled_tree(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens
     for level in range(1, depth + 1):
         made = []
         for parent, row in zip(frontier, calls.logits.float()):
-            ranks = sum(1 for path in template if path[:-1] == paths[parent])
             q = probabilities(row, cfg.temperature, cfg.top_p)
             proposals[parent] = torch.zeros(vocab_size, device=q.device).index_copy_(0, vocab_map, q)
-            for rank, choice in enumerate(sample_without_replacement(q, ranks, generator)):
+            for rank, choice in enumerate(sample_without_replacement(q, widths[paths[parent]], generator)):
                 path = paths[parent] + (rank,)
                 nodes.append(_Node(int(vocab_map[choice]), parent, level, math.log(float(q[choice])), _prior(path)))
                 paths[len(nodes) - 1] = path
                 made.append(len(nodes) - 1)
-        frontier = [i for i in made if paths[i] + (0,) in template]
+        frontier = [i for i in made if paths[i] in widths]
         if level == depth or not frontier:
             break
         calls.feed(nodes, frontier, level)
@@ -290,6 +295,7 @@ def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int],
     stopper, device = _Stopper(target, cfg, len(prompt_ids)), target.device
     generator = _generator(cfg, device)
     template = None if cfg.greedy else rank_template(tree)
+    widths = template_widths(template) if template else {}
     vocab_map = drafter.to_target_ids(torch.arange(drafter.config.draft_vocab_size, device=device))
     target.expect_rows((tree.max_nodes if template is None else len(template)) + 1)  # the root and every node
     cache, draft_cache = target.new_cache(), drafter.new_cache()
@@ -316,7 +322,7 @@ def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int],
             drafts = draft_tree(drafter, draft_cache, tokens, pending_aux, pending_start, replace(tree, depth=depth),
                                 vocab_map, cfg.instrument)
         else:
-            drafts = draft_sampled_tree(drafter, draft_cache, tokens, pending_aux, pending_start, template, depth, cfg,
+            drafts = draft_sampled_tree(drafter, draft_cache, tokens, pending_aux, pending_start, widths, depth, cfg,
                                         vocab_map, target.vocab_size, generator)
         t1 = target.clock()
 

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from playground.bench.engines import committed_section
+from playground.bench.rows import result_cell
 from playground.machine import cpu_name
 from playground.presets import KIMI_TINY, REPO_ROOT, SHIPPED_DRAFTERS
 from playground.viz import DRAFT_ACCEPTANCE_RATE_HELP, MEAN_ACCEPTANCE_LENGTH_HELP
+from playground.viz.summary import times_text as _times
 
 DRIFT_STUDY = REPO_ROOT / "assets" / "bench" / "drift" / "results.json"
 KIMI_DRIFT_STUDY = REPO_ROOT / "assets" / "bench" / "drift-kimi-tiny" / "results.json"
@@ -59,22 +61,12 @@ def _al(value: float) -> str:
     return f"{value:.2f}"
 
 
-def _times(value: float) -> str:
-    return f"{value:.2f}×"
-
-
 def _pct(share: float) -> str:
     return f"{100 * share:.0f} %"
 
 
-def _cell(rows: list[dict], drafter: str, prompt_set: str = "held-out", template: str = "default", k: int = 8) -> dict:
-    (row,) = [r for r in rows if (r["drafter"], r["prompt_set"], r["template"], r["k"]) == (drafter, prompt_set,
-                                                                                             template, k)]
-    return row
-
-
 def _ratio(rows: list[dict], **cell) -> float:
-    return _cell(rows, "eagle3.1", **cell)["mean_acceptance_length"] / _cell(rows, "eagle3", **cell)[
+    return result_cell(rows, "eagle3.1", **cell)["mean_acceptance_length"] / result_cell(rows, "eagle3", **cell)[
         "mean_acceptance_length"]
 
 
@@ -118,7 +110,7 @@ guesses are accepted.
 
 def _drift_findings(m: Measurements) -> list[str]:
     rows = m.drift["rows"]
-    e3, e31 = _cell(rows, "eagle3"), _cell(rows, "eagle3.1")
+    e3, e31 = result_cell(rows, "eagle3"), result_cell(rows, "eagle3.1")
     rms3, rms31 = e3["hidden_rms_by_depth"], e31["hidden_rms_by_depth"]
     grows = "grows" if rms3[-1] > rms3[0] else "changes"
     depth = len(e3["attention_by_depth"])
@@ -128,8 +120,8 @@ def _drift_findings(m: Measurements) -> list[str]:
     shifted = [_times(_ratio(rows, prompt_set=p, template=t)) for p, t in SHIFTED_CELLS]
     gain = [_ratio(rows, prompt_set=p, template=t) for p, t in SHIFTED_CELLS]
     largest = "largest" if min(gain) > max(_ratio(rows, k=k) for k in (1, 4)) else "not always largest"
-    al = {(d, k): _al(_cell(rows, d, k=k)["mean_acceptance_length"]) for d in DRAFTERS for k in (1, 4)}
-    contexts = {p: f"~{_cell(rows, 'eagle3', p)['context_tokens'] / 1000:.0f}k" for p in ("long-1k", "long-4k")}
+    al = {(d, k): _al(result_cell(rows, d, k=k)["mean_acceptance_length"]) for d in DRAFTERS for k in (1, 4)}
+    contexts = {p: f"~{result_cell(rows, 'eagle3', p)['context_tokens'] / 1000:.0f}k" for p in ("long-1k", "long-4k")}
     return [
         f"- The carried state's RMS {grows} with depth for EAGLE-3 (about {rms3[0]:.0f} → {rms3[-1]:.0f} over depths "
         f"1–{len(rms3)}) and {_stays_or_moves(rms31)} for EAGLE-3.1: that is what `norm_output` fixes.",
@@ -209,10 +201,10 @@ def _speed_finding(m: Measurements) -> str:
 
 def _slower_finding(m: Measurements) -> str:
     rows = m.drift["rows"]
-    long4k = {d: _cell(rows, d, "long-4k")["speedup"] for d in DRAFTERS}
-    llama3 = _cell(rows, "eagle3", template="llama3")["speedup"]
-    short = {d: _cell(rows, d, k=4)["speedup"] for d in DRAFTERS}
-    context = f"~{_cell(rows, 'eagle3', 'long-4k')['context_tokens'] / 1000:.0f}k"
+    long4k = {d: result_cell(rows, d, "long-4k")["speedup"] for d in DRAFTERS}
+    llama3 = result_cell(rows, "eagle3", template="llama3")["speedup"]
+    short = {d: result_cell(rows, d, k=4)["speedup"] for d in DRAFTERS}
+    context = f"~{result_cell(rows, 'eagle3', 'long-4k')['context_tokens'] / 1000:.0f}k"
     slower = [f"at {context} prompt tokens (Python source before a question), at k = 8: {_times(long4k['eagle3'])} for "
               f"EAGLE-3 and {_times(long4k['eagle3.1'])} for EAGLE-3.1"]
     slower.append(f"under the unfamiliar `llama3` template EAGLE-3 ran at {_times(llama3)}")
@@ -277,7 +269,7 @@ def _kimi(m: Measurements) -> str:
         f"{by_method[d]['acceptance']['ours']['mean_acceptance_length']:.3f} / "
         f"{by_method[d]['acceptance']['vllm']['mean_acceptance_length']:.3f} for {NAMES[d]}" for d in DRAFTERS)
     ours = ", ".join(f"{NAMES[d]} {_al(evaluation['acceptance'][d][k]['mean_acceptance_length'])}" for d in DRAFTERS)
-    rms3, rms31 = (_cell(rows, d)["hidden_rms_by_depth"] for d in DRAFTERS)
+    rms3, rms31 = (result_cell(rows, d)["hidden_rms_by_depth"] for d in DRAFTERS)
     llama3 = _ratio(rows, template="llama3")
     keeps = "keeps far more" if llama3 > 1.5 else "keeps more" if llama3 > 1 else "keeps no more"
     return f"""### Kimi K2.6's architecture, at toy size
