@@ -118,10 +118,12 @@ def _smollm2_bf16() -> Preset:
         title="SmolLM2-135M-Instruct and our drafters in bfloat16 (CPU with bf16 instructions)",
         dtype="bfloat16",
         description="The default pair with the target in bfloat16. On a CPU with bf16 instructions (AVX-512 BF16 or "
-        "AMX) our engine multiplies packed bf16 weights and verifies drafts row-exactly, so greedy speculation stays "
-        "token-identical to plain bf16 decoding; the answers differ from float32's, which stays the default.",
-        notes="Without bf16 instructions bf16 runs through emulated kernels, and the run says its speculative "
-              "tokens are not token-identical to plain decoding.",
+        "AMX) our engine multiplies packed bf16 weights and, where those products keep rows apart (measured at load), "
+        "verifies drafts row-exactly, so greedy speculation stays token-identical to plain bf16 decoding; the answers "
+        "differ from float32's, which stays the default.",
+        notes="Without bf16 instructions bf16 runs through emulated kernels; there, and where the bf16 products round "
+              "a row differently among several, the run says its speculative tokens are not token-identical to "
+              "plain decoding.",
     )
 
 

@@ -5,7 +5,9 @@
 
 Three targets are loaded from the same converted SmolLM2 folder: float32 through transformers (the engine before the
 fast path: `Target(fast=False)`), float32 on the fast path, and, where the CPU has bf16 instructions, bfloat16 on the
-fast path. Every prompt runs plain and speculative on each, back to back, so a noisy neighbour slows them alike.
+fast path. Where this machine keeps the transposed vocabulary head for one-row products (`Projection.try_columns`),
+a fourth, float32 on the fast path with that copy dropped from target and drafter, shows what it buys. Every prompt
+runs plain and speculative on each, back to back, so a noisy neighbour slows them alike.
 Instrumentation is off. Prints, per target: the seconds to load it (from the converted folder, files in the page
 cache), the first token's latency (the prefill step of plain decoding, median over runs), medians over every step of
 every run of a plain step (ms) and of a speculative step's drafting and verification (ms; verification includes
@@ -41,7 +43,9 @@ def load(folder: str, dtype: torch.dtype, fast: bool, drafter_path: str):
     target = Target.load(folder, dtype=dtype, fast=fast)
     seconds = time.perf_counter() - start
     drafter, _ = load_drafter(drafter_path)  # float32, as the local backend keeps drafters on the CPU
-    return target, drafter, target.attach(drafter), seconds
+    aux = target.attach(drafter)
+    drafter.prepare_for_decoding()  # as the local backend does
+    return target, drafter, aux, seconds
 
 
 def main() -> None:
@@ -61,6 +65,10 @@ def main() -> None:
                "fast float32": load(folder, torch.float32, True, drafter_path)}
     if native_bfloat16():
         targets["fast bfloat16"] = load(folder, torch.bfloat16, True, drafter_path)
+    if targets["fast float32"][0].fast.lm_head.columns is not None:
+        untransposed = load(folder, torch.float32, True, drafter_path)
+        untransposed[0].fast.lm_head.columns, untransposed[1].head = None, None
+        targets["fast float32, untransposed head"] = untransposed
     prompts = [targets["fast float32"][0].encode_chat(r.messages([]))
                for r in load_prompt_set("mt-bench", args.limit).records]
     plain_cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, instrument=False)
@@ -95,7 +103,9 @@ def main() -> None:
     for name, s in stats.items():
         med = {key: statistics.median(s[key]) for key in ("first_token_ms", "plain_ms", "draft_ms", "verify_ms",
                                                            "plain_tps", "spec_tps", "ratios")}
+        target = targets[name][0]
         rows[name] = {**med, "load_seconds": load_seconds[name], "identical": s["identical"],
+                      "kernels": target.fast.kernels if target.fast else "transformers",
                       "mean_acceptance_length": s["counters"].mean_acceptance_length}
         print(f"| {name} | {load_seconds[name]:.2f} | {med['first_token_ms']:.0f} | {med['plain_ms']:.1f} | "
               f"{med['draft_ms']:.1f} | {med['verify_ms']:.1f} | "

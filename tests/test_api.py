@@ -56,15 +56,16 @@ def test_chat_streams_text_and_metrics(client: Client) -> None:
 
 
 def test_the_status_says_which_precision_ran(client: Client) -> None:
-    """float32 by default; the bf16 preset says bfloat16, and (only where its verification cannot be row-exact: a CPU
-    without bf16 instructions) that speculative tokens may differ from plain decoding's."""
+    """float32 by default; the bf16 preset says bfloat16, and where its verification cannot be row-exact (a CPU
+    without bf16 instructions, or whose bf16 products round a row differently among several: measured when the
+    app loads the target) that speculative tokens may differ from plain decoding's."""
     from playground.engine.llama import native_bfloat16
 
     status, run = (chat(client)[-1][i] for i in (2, -1))
     assert "float32" in status and run["precision"] == "float32"
     status, run = (chat(client, preset="smollm2-135m-bf16")[-1][i] for i in (2, -1))
     assert "bfloat16" in status and "finished" in status
-    assert ("not token-identical" in run["precision"]) == (not native_bfloat16())
+    assert native_bfloat16() or "not token-identical" in run["precision"]  # exactness claimed only with bf16 kernels
 
 
 def test_adaptive_drafting_reaches_the_engine(client: Client, app_url: str) -> None:

@@ -1,6 +1,7 @@
 """The fast decode forward (engine/llama.py) computes what transformers computes, and decoding through either is
-lossless; its caches roll back by length and grow past their first capacity; its packed products agree with the
-plain ones. The models are the session's tiny Llama pair (tests/tiny.py), loaded from disk."""
+lossless; its caches roll back by length and grow past their first capacity; its packed products, and one-row
+products through a transposed weight, agree with the plain ones. The models are the session's tiny Llama pair
+(tests/tiny.py), loaded from disk."""
 
 from __future__ import annotations
 
@@ -10,9 +11,17 @@ import pytest
 import torch
 from transformers import AutoTokenizer, MistralConfig, MistralForCausalLM
 
-from playground.engine import GenerationConfig, Target, load_drafter, plain_generate, speculative_generate
+from playground.engine import (
+    GenerationConfig,
+    Target,
+    TreeShape,
+    load_drafter,
+    plain_generate,
+    speculative_generate,
+    tree_generate,
+)
 from playground.engine.cache import FIRST_CAPACITY, KVCache
-from playground.engine.llama import native_bfloat16
+from playground.engine.llama import Projection, native_bfloat16, rows_independent
 
 
 def load_target(root: Path, fast: bool, dtype: torch.dtype = torch.float32) -> Target:
@@ -85,10 +94,73 @@ def test_packed_products_agree_with_plain_ones(tiny_root: Path) -> None:
     target.expect_rows(len(step))
     if not torch.backends.mkl.is_available():
         pytest.skip("this torch build has no MKL: float32 products are never packed")
-    assert target.fast.kernels == "mkl-packed"
+    assert target.fast.kernels.startswith("mkl-packed")
     packed = target.forward(step, cache).logits
     torch.testing.assert_close(packed, plain, rtol=1e-4, atol=1e-4)
     assert target.fast.forward(torch.tensor(step[:3]), cache, [], False)[0].shape[0] == 3  # other counts: unpacked
+
+
+def test_one_row_products_through_the_transposed_weight_agree_with_plain_ones() -> None:
+    """`Projection.columns` serves one-row products only; whether `try_columns` keeps it is this machine's timing, so
+    the copy is set here directly, and what `try_columns` keeps is checked for its layout."""
+    generator = torch.Generator().manual_seed(5)
+    weight, bias = torch.randn(300, 48, generator=generator), torch.randn(300, generator=generator)
+    projection = Projection(weight, bias)
+    projection.columns = weight.t().contiguous()
+    one, three = torch.randn(1, 48, generator=generator), torch.randn(3, 48, generator=generator)
+    torch.testing.assert_close(projection(one), torch.nn.functional.linear(one, weight, bias))
+    projection.columns = torch.zeros_like(projection.columns)  # a wrong copy shows which rows read it
+    assert projection(one).equal(bias[None])
+    assert projection(three).equal(torch.nn.functional.linear(three, weight, bias))
+    measured = Projection(weight, None)
+    if measured.try_columns():
+        assert measured.columns.is_contiguous() and measured.columns.equal(weight.t())
+
+
+class _RowMixingProjection(Projection):
+    """A stand-in for a kernel whose rounding of a row depends on the rows beside it (no kernel on this machine can
+    be relied on to do that): each row gets a trace of the others."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return super().__call__(x) + 1e-3 * (x.sum(0) - x).sum(-1, keepdim=True)
+
+
+class _RowByRowProjection(Projection):
+    """A stand-in for a row-independent kernel: every row multiplied alone."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([super(_RowByRowProjection, self).__call__(row[None]) for row in x])
+
+
+def test_row_exactness_is_measured_not_assumed() -> None:
+    """`FastLlama.row_exact` (bfloat16) comes from this probe of every product shape, not from the CPU's flags."""
+    weight = torch.randn(64, 32, generator=torch.Generator().manual_seed(7))
+    assert not rows_independent(_RowMixingProjection(weight, None), 5)
+    assert rows_independent(_RowByRowProjection(weight, None), 5)
+
+
+def test_drafts_through_a_transposed_head_stay_lossless(tiny_root: Path) -> None:
+    """A drafter prepared for decoding scores only the rows asked for, through lm_head's transposed copy (forced
+    here): its logits agree with lm_head's, and chains and trees drafted with it stay token-identical to plain."""
+    target = load_target(tiny_root, fast=True)
+    drafter, _ = load_drafter(tiny_root / "eagle3.1")
+    aux = target.attach(drafter)
+    hidden, positions = torch.randn(1, 3, drafter.config.hidden_size), torch.arange(3)
+    with torch.inference_mode():
+        full = drafter(torch.tensor([[5, 6, 7]]), hidden, positions).logits
+        drafter.head = Projection(drafter.lm_head.weight.detach(), None)
+        drafter.head.columns = drafter.lm_head.weight.detach().t().contiguous()
+        last = drafter(torch.tensor([[5, 6, 7]]), hidden, positions, logits_rows=1).logits
+        assert drafter(torch.tensor([[5]]), hidden[:, :1], positions[:1], logits_rows=0).logits is None
+    assert last.shape == (1, 1, drafter.config.draft_vocab_size)
+    torch.testing.assert_close(last[0, 0], full[0, -1], rtol=1e-5, atol=1e-5)
+    prompt = ids(20, target.vocab_size, 6)
+    cfg = GenerationConfig(max_new_tokens=32, k=4)
+    plain = [t for e in plain_generate(target, prompt, cfg) for t in e.emitted]
+    assert [t for e in speculative_generate(target, drafter, aux, prompt, cfg) for t in e.emitted] == plain
+    tree = [t for e in tree_generate(target, drafter, aux, prompt, cfg, TreeShape(depth=4, topk=3, nodes=10))
+            for t in e.emitted]
+    assert tree == plain
 
 
 def test_decoding_through_transformers_stays_lossless(tiny_root: Path) -> None:
@@ -131,7 +203,9 @@ def test_bfloat16_speculation_is_token_identical_to_bfloat16_plain(tiny, tiny_ro
     """Row-exact verification: each verified row is computed bit for bit as a one-token step computes it, so even
     bfloat16's coarse logits give the same greedy tokens (no near-tie tolerance here, unlike float32's test)."""
     target = load_target(tiny_root, True, torch.bfloat16)
-    assert target.fast.row_exact
+    if not target.fast.row_exact:
+        pytest.skip("this CPU's bf16 products round a row differently among several (measured at load): "
+                    "no row-exact verification here, and the run says so")
     drafter, _ = load_drafter(tiny_root / name)  # float32, as the local backend keeps drafters on the CPU
     aux = target.attach(drafter)
     prompts = [ids(n, target.vocab_size, 10 + n) for n in (3, 40, 150)] + tiny.training_prompts[:3]

@@ -71,6 +71,7 @@ class LocalBackend:
                 drafter, layout = load_drafter(source, dtype=dtype)
                 drafter = drafter.to(self.device)
                 aux = target.attach(drafter)
+                drafter.prepare_for_decoding()
                 self._drafters[source] = LoadedDrafter(drafter, aux, layout, source)
             return self._drafters[source]
 

@@ -233,7 +233,7 @@ def _draft_chain(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list
     for depth in range(k):
         if cfg.instrument:
             chain.hidden_rms.append(hidden[0, -1].pow(2).mean().sqrt())
-        out = drafter(ids, hidden, positions, draft_cache, attention_rows=1 if cfg.instrument else 0)
+        out = drafter(ids, hidden, positions, draft_cache, attention_rows=1 if cfg.instrument else 0, logits_rows=1)
         logits = out.logits[0, -1].float()  # bf16/fp16 drafters: probabilities in float32, like the target's
         if cfg.greedy:
             choice = logits.argmax()

@@ -1,7 +1,7 @@
 """A decode forward for Llama-architecture targets, in the manner of gpt-fast: plain tensors, a preallocated KV cache.
 
 It runs the weights of the loaded Hugging Face model (shared, not copied) and computes what transformers' forward
-computes (float32: the same logits, bit for bit, tests/test_fast_forward.py), without what a decode loop does not
+computes (float32: the same logits to rounding, tests/test_fast_forward.py), without what a decode loop does not
 need:
 - per-op module calls: each layer is four matrix products (q, k and v fused into one weight, gate and up into
   another; the Hugging Face modules keep views into the fused weights, so memory does not grow) and a few fused ops;
@@ -10,10 +10,14 @@ need:
 - hooks: the aux hidden states the drafter reads are taken from the residual stream as the loop passes them, and
   the vocabulary is scored only at the positions asked for.
 Two things make a verification cheap next to a plain step (`Projection`): float32 weights packed for the
-verification's k + 1 rows (MKL), and bfloat16 weights in oneDNN's packed layout on CPUs with bf16 instructions.
-In bfloat16 a verification is also *row-exact*: its products are row-independent, and each verified query attends
-alone over exactly the keys a one-token step would see, so every verified row is computed bit for bit as plain
-decoding computes it, and greedy speculative output equals plain bfloat16 decoding's.
+verification's k + 1 rows (MKL), and bfloat16 weights in oneDNN's packed layout on CPUs with bf16 instructions. A
+plain step's vocabulary product (one row, the widest product of a step) goes through a transposed copy of the
+weight where this machine runs it faster that way (`Projection.try_columns`), so that plain decoding, the baseline
+of every speedup, is as fast as the engine can make it.
+In bfloat16 a verification is also *row-exact* where this CPU's packed products are row-independent (measured at
+load, `rows_independent`): each verified query then attends alone over exactly the keys a one-token step would see,
+so every verified row is computed bit for bit as plain decoding computes it, and greedy speculative output equals
+plain bfloat16 decoding's. Where they are not, the run says its tokens may differ from plain decoding's.
 
 Only plain Llama layers take this path (`fast_forward_problem` says why a model does not); everything else runs
 through transformers.
@@ -21,7 +25,9 @@ through transformers.
 
 from __future__ import annotations
 
+import statistics
 import threading
+import time
 from pathlib import Path
 
 import torch
@@ -32,6 +38,7 @@ from .cache import FIRST_CAPACITY, KVCache
 
 MAX_EXACT_ROWS = 17  # a verification of up to k + 1 = 17 tokens (MAX_K = 16) is computed row-exactly
 PACK_SHARE = 0.25  # float32 packs may take at most this share of the memory available when they are made
+COLUMNS_GAIN = 1.2  # a one-row product keeps the transposed weight only when it runs at least this much faster
 MEMINFO = Path("/proc/meminfo")
 
 
@@ -75,12 +82,16 @@ class Projection:
     - float32: MKL's packed GEMM multiplies a few rows much faster than its plain one (on a 2-core Xeon the k + 1 = 5
       rows of a verification cost 1.4x one row instead of 1.8x), but a pack serves only the row count it was packed
       for (other counts fall back to the plain product) and takes 2-5x the weight's memory. One pack at a time.
-    - bfloat16 on a CPU with bf16 instructions: oneDNN's packed weight, for any row count."""
+    - bfloat16 on a CPU with bf16 instructions: oneDNN's packed weight, for any row count.
+    - one row, where measured faster: x @ W^T through a contiguous copy of W^T (`try_columns`). On a 2-core AMD EPYC
+      the one-row product of SmolLM2's vocabulary head (49152 x 576) took 11.4 ms as `F.linear` and 5.9 ms this way;
+      narrow products gained nothing, so only the vocabulary heads try it."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         self.weight, self.bias = weight, bias
         self.mkl: tuple[int, torch.Tensor] | None = None  # (rows, packed weight): read once per call, so swaps are safe
         self.onednn: torch.Tensor | None = None
+        self.columns: torch.Tensor | None = None  # W^T, contiguous: one-row products, where faster here
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.onednn is not None:
@@ -88,7 +99,32 @@ class Projection:
         mkl = self.mkl
         if mkl is not None and x.shape[0] == mkl[0]:
             return torch.ops.mkl._mkl_linear(x, mkl[1], self.weight, self.bias, mkl[0])
+        if self.columns is not None and x.shape[0] == 1:
+            y = x @ self.columns
+            return y if self.bias is None else y + self.bias
         return F.linear(x, self.weight, self.bias)
+
+    def try_columns(self, reps: int = 5) -> bool:
+        """Keep a contiguous W^T for one-row products if they run `COLUMNS_GAIN` times faster through it on this
+        machine (timed here, alternating, median of `reps`), and the copy fits in `PACK_SHARE` of the available
+        memory. CPU only, not with oneDNN's pack. Returns whether the copy was kept."""
+        weight = self.weight
+        available = available_memory()
+        if (weight.device.type != "cpu" or self.onednn is not None or not available
+                or weight.numel() * weight.element_size() > PACK_SHARE * available):
+            return False
+        columns = weight.detach().t().contiguous()
+        x = torch.randn(1, weight.shape[1], dtype=weight.dtype)
+        plain, transposed = [], []
+        with torch.inference_mode():
+            x @ columns, F.linear(x, weight)  # first touches
+            for _ in range(reps):
+                for product, times in ((lambda: F.linear(x, weight), plain), (lambda: x @ columns, transposed)):
+                    start = time.perf_counter()
+                    product()
+                    times.append(time.perf_counter() - start)
+        self.columns = columns if statistics.median(plain) >= COLUMNS_GAIN * statistics.median(transposed) else None
+        return self.columns is not None
 
     def pack_mkl(self, rows: int) -> int:
         """Pack for `rows`-row products; returns the pack's bytes."""
@@ -98,6 +134,17 @@ class Projection:
 
     def pack_onednn(self) -> None:
         self.onednn = torch.ops.mkldnn._reorder_linear_weight(self.weight, 8)
+
+
+def rows_independent(projection: Projection, max_rows: int) -> bool:
+    """Whether a product of 2..max_rows rows gives each row bit for bit what that row alone gives: what row-exact
+    verification needs of every product. Kernels are chosen by shape, not by values, so one random probe per row
+    count shows whether a kernel rounds a row differently in company."""
+    weight = projection.weight
+    x = torch.randn(max_rows, weight.shape[1], generator=torch.Generator().manual_seed(0)).to(weight.dtype)
+    with torch.inference_mode():
+        alone = torch.cat([projection(x[i : i + 1]) for i in range(max_rows)])
+        return all(projection(x[:rows]).equal(alone[:rows]) for rows in range(2, max_rows + 1))
 
 
 def _fused(linears: list[nn.Linear]) -> Projection:
@@ -206,12 +253,19 @@ class FastLlama:
         if dtype == torch.bfloat16 and self.embed.device.type == "cpu" and native_bfloat16():
             for projection in self.projections():
                 projection.pack_onednn()
-            self.row_exact = True
+            # Measured, not assumed from the CPU's flags: on a 2-core AMD EPYC (Zen 4: AVX-512 BF16, no AMX) oneDNN
+            # rounds SmolLM2's down and vocabulary products of one row differently from the same rows among several.
+            shapes = {tuple(p.weight.shape): p for p in self.projections()}
+            self.row_exact = all(rows_independent(p, MAX_EXACT_ROWS) for p in shapes.values())
+        self.lm_head.try_columns()
 
     @property
     def kernels(self) -> str:
-        """Which products run: "onednn-packed" (bfloat16), "mkl-packed" (float32, once packed) or "plain"."""
-        return "onednn-packed" if self.lm_head.onednn is not None else "mkl-packed" if self._packed_rows else "plain"
+        """Which products run: "onednn-packed" (bfloat16), "mkl-packed" (float32, once packed) or "plain", then
+        "+ transposed head" where a one-row vocabulary product goes through the transposed weight."""
+        head = self.lm_head
+        products = "onednn-packed" if head.onednn is not None else "mkl-packed" if self._packed_rows else "plain"
+        return products + (" + transposed head" if head.columns is not None else "")
 
     def expect_rows(self, rows: int) -> None:
         """Pack the float32 weights for `rows`-row products (a verification's k + 1), within `PACK_SHARE` of the

@@ -175,7 +175,7 @@ class _TreeDrafter:
         hidden = drafter.project(pending_aux.to(drafter.fc.weight.dtype))[None]
         ids = torch.tensor([tokens[pending_start + 1 :]], device=self.device)
         out = drafter(ids, hidden, torch.arange(pending_start, self.context, device=self.device), draft_cache,
-                      attention_rows=int(instrument))
+                      attention_rows=int(instrument), logits_rows=1)
         self._keep_stats(out, hidden, [-1])
         self.fed, self.logits, self.feedback = [-1], out.logits[0, -1:], out.feedback[0, -1:]
 

@@ -167,7 +167,7 @@ def ttt_loss(drafter: Eagle3Drafter, batch: TeacherBatch, depth: int) -> tuple[t
     for j in range(depth):
         ids = _shift(batch.input_ids, j, 0)
         mask = torch.cat([causal] + [diagonal] * j, dim=1)
-        out = drafter(ids, hidden, positions + j, cache, mask=mask, with_logits=False)
+        out = drafter(ids, hidden, positions + j, cache, mask=mask, logits_rows=0)
         scored = _shift(batch.valid, j, False)
         p = batch.target_p[valid_at >= j]
         log_q = F.log_softmax(drafter.lm_head(out.normed[scored]).float(), dim=-1)
