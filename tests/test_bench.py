@@ -159,10 +159,15 @@ def test_a_bench_with_tree_methods_sets_trees_beside_their_chains(tiny_pair: Pat
     tree, chain = rows["eagle3.1", 8], rows["eagle3.1", None]
     assert tree.label == "EAGLE-3.1 tree 8" and tree.k == 3 and tree.lossless is True
     assert tree.mean_acceptance_length is not None and tree.speedup is not None
+    # step costs: a chain of 3 verifies at most 4 rows a step, the tree at most 9; plain decoding drafts nothing
+    assert 1 < chain.verified_per_step <= 4 < tree.verified_per_step <= 9
+    assert tree.draft_ms > 0 and tree.verify_ms > 0 and chain.draft_ms > 0
+    plain = rows["none", None]
+    assert plain.verified_per_step is None and plain.draft_ms is None and plain.verify_ms > 0
     said = findings(result.rows, greedy=True)
     assert any(f.startswith(f"On {tree.prompt_set} · default, EAGLE-3.1 tree 8 k=3 accepted "
                             f"{tree.mean_acceptance_length:.2f} tokens per step against its chain's "
-                            f"{chain.mean_acceptance_length:.2f}") for f in said), said
+                            f"{chain.mean_acceptance_length:.2f}") and "per step it verified" in f for f in said), said
     assert any("EAGLE-3.1 had the longer mean acceptance length in" in f and "of 1 matched" in f for f in said)
     with pytest.raises(ValueError, match="applies to chains"):
         BenchConfig(sweeps=[sweep], min_draft_prob=0.3).validate()

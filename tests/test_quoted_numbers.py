@@ -275,3 +275,29 @@ def test_the_tree_numbers_are_the_committed_runs(name: str) -> None:
     if result.get("temperature", 0) == 0:
         tree, chain = (rows[n]["mean_acceptance_length"] for n in ("tree n16 d5 k4, EAGLE-3.1", "chain k=4, EAGLE-3.1"))
         assert f"accepts {tree:.2f} tokens per step against a chain's {chain:.2f}" in README.replace("\n  ", " ")
+
+
+def test_the_tree_bench_table_is_the_committed_run() -> None:
+    """docs/trees.md's table of the bench on three prompt sets is assets/bench/trees/sets/results.json, row for row,
+    and the ranges its prose quotes (a tree's step cost and acceptance over its chain's) are the file's."""
+    result = json.loads((ROOT / "assets" / "bench" / "trees" / "sets" / "results.json").read_text())
+    trees = (DOCS / "trees.md").read_text()
+    for r in result["rows"]:
+        if r["kind"] == "baseline":
+            cells = ["plain decoding", "1.00", "1", "1.00", "-"]
+        else:
+            runs = r["speedup_runs"]
+            cells = [f"{r['label']} k={r['k']}", f"{r['mean_acceptance_length']:.2f}", f"{r['verified_per_step']:.1f}",
+                     f"{r['speedup']:.2f} ({min(runs):.2f}-{max(runs):.2f})", f"{r['draft_ms']:.1f}"]
+        assert f"| {r['prompt_set']} | " + " | ".join(cells) + f" | {r['verify_ms']:.1f} |" in trees, r["label"]
+    chains = {(r["drafter"], r["k"], r["prompt_set"]): r for r in result["rows"]
+              if r["kind"] == "eagle" and r["tree_nodes"] is None}
+    cost, acceptance = [], []
+    for tree in (r for r in result["rows"] if r["tree_nodes"]):
+        chain = chains[tree["drafter"], tree["k"], tree["prompt_set"]]
+        cost.append((tree["draft_ms"] + tree["verify_ms"]) / (chain["draft_ms"] + chain["verify_ms"]))
+        acceptance.append(tree["mean_acceptance_length"] / chain["mean_acceptance_length"])
+    flat = _flat(trees)
+    assert f"took {min(cost):.2f}-{max(cost):.2f}x its chain's" in flat
+    assert f"acceptance was {min(acceptance):.2f}-{max(acceptance):.2f}x its chain's" in flat
+    assert f"accepts {min(acceptance):.2f}x to {max(acceptance):.2f}x the tokens per step" in flat

@@ -5,6 +5,8 @@
   median, and `speedup_runs` the per-pass ratios against plain decoding in the same pass.
 * Acceptance metrics come from `engine.trace.summarize` over all timed steps of a row (vLLM's pooled definitions);
   attention and hidden-state RMS from the instrumented pass, whose speed is reported but never used for speed.
+* Step costs (`draft_ms`, `verify_ms`: medians over the timed steps after each answer's first) and rows verified
+  per drafting step (chains: drafts + 1; trees: nodes + 1) say what a method pays per step for its acceptance.
 * `lossless` (greedy only): every answer of every pass equals plain decoding's, token for token.
 """
 
@@ -55,6 +57,14 @@ def _row(cell: Cell, method: Method, passes: list[Pass] | None, instrumented: Pa
     row.tokens_per_second = _median_speed(passes)
     row.speedup = row.tokens_per_second / row.baseline_tokens_per_second
     row.speedup_runs = [_speed(p) / _speed(b) for p, b in zip(passes, baseline)]
+    steps = [e for p in passes for conversation in p for a in conversation for e in (a.events or [])[1:]]  # no prefill
+    drafting = [e for e in steps if e.drafted or e.tree_tokens]
+    if drafting:
+        row.verified_per_step = statistics.mean(len(e.tree_tokens or e.drafted) + 1 for e in drafting)
+        row.draft_ms = statistics.median(e.draft_ms for e in drafting if e.draft_ms is not None) \
+            if any(e.draft_ms is not None for e in drafting) else None
+    verify = [e.verify_ms for e in steps if e.verify_ms is not None]
+    row.verify_ms = statistics.median(verify) if verify else None
     if method.kind == "eagle":
         metrics = summarize([e for p in passes for conversation in p for a in conversation for e in a.events], method.k)
         row.mean_acceptance_length = metrics.mean_acceptance_length

@@ -222,6 +222,11 @@ def _tree_findings(rows: list[BenchRow]) -> list[str]:
             finding += (f"; speedup {tree.speedup:.2f}× against {chain.speedup:.2f}×"
                         + (", within noise" if _overlap(tree, chain) else "")
                         + (" (one pass: no spread measured)" if speedup_range(tree) is None else ""))
+        if None not in (tree.verify_ms, chain.verify_ms, tree.draft_ms, chain.draft_ms, tree.verified_per_step,
+                        chain.verified_per_step):
+            finding += (f"; per step it verified {tree.verified_per_step:.0f} rows against "
+                        f"{chain.verified_per_step:.0f}, in {tree.verify_ms:.0f} ms against {chain.verify_ms:.0f}, "
+                        f"after {tree.draft_ms:.0f} ms of drafting against {chain.draft_ms:.0f}")
         out.append(finding + ".")
     return out
 

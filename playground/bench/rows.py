@@ -33,6 +33,9 @@ class BenchRow:
     mean_acceptance_length: float | None = None
     draft_acceptance_rate: float | None = None
     per_position_acceptance: list[float] | None = None
+    verified_per_step: float | None = None  # rows the target verified per drafting step: drafts (or nodes) + 1
+    draft_ms: float | None = None  # per drafting step, median over the timed passes
+    verify_ms: float | None = None  # per step after the first (plain: a one-token step), median over the timed passes
     attention_by_depth: list[AttentionMass] | None = None  # per depth, from the instrumented pass
     hidden_rms_by_depth: list[float] | None = None
     instrumented_tokens_per_second: float | None = None
