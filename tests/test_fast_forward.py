@@ -21,7 +21,7 @@ from playground.engine import (
     tree_generate,
 )
 from playground.engine.cache import FIRST_CAPACITY, KVCache
-from playground.engine.llama import Projection, native_bfloat16, rows_independent
+from playground.engine.llama import MAX_EXACT_ROWS, Projection, native_bfloat16, rows_independent
 
 
 def load_target(root: Path, fast: bool, dtype: torch.dtype = torch.float32) -> Target:
@@ -216,4 +216,7 @@ def test_bfloat16_speculation_is_token_identical_to_bfloat16_plain(tiny, tiny_ro
             events = list(speculative_generate(target, drafter, aux, prompt, GenerationConfig(max_new_tokens=40, k=k)))
             assert [t for e in events for t in e.emitted] == plain, f"{name} k={k}, {len(prompt)}-token prompt"
             accepted += sum(e.accepted for e in events[1:])
+        for shape in (TreeShape(depth=4, topk=3, nodes=10), TreeShape(depth=5, topk=4, nodes=MAX_EXACT_ROWS + 8)):
+            events = list(tree_generate(target, drafter, aux, prompt, GenerationConfig(max_new_tokens=40), shape))
+            assert [t for e in events for t in e.emitted] == plain, f"{name} {shape}, {len(prompt)}-token prompt"
     assert accepted > 0, "no draft accepted: the test would not have verified a single chain"

@@ -22,6 +22,7 @@ from playground.engine import (
     speculative_generate,
     tree_generate,
 )
+from playground.engine.llama import MAX_EXACT_ROWS
 from playground.engine.tree import DraftTree, rank_template
 from tests.test_lossless import assert_same_or_near_tie
 
@@ -91,13 +92,15 @@ def test_greedy_tree_is_token_identical_transformers(tiny: TinyModels, plain: li
 
 
 def test_row_exact_tree_verification(tiny: TinyModels, plain: list[list[int]]) -> None:
-    """The bfloat16 row-exact branch (each query alone over the keys plain decoding caches) also takes trees."""
+    """The bfloat16 row-exact branch (each query alone over the keys plain decoding caches) also takes trees, those
+    of more rows than row independence is probed for too (their products in groups of at most MAX_EXACT_ROWS)."""
     fast = tiny.target.fast
     fast.row_exact = True
     try:
         for prompt, want in zip(prompts(tiny), plain):
-            events = run_tree(tiny.target, tiny, "eagle3", prompt, TreeShape(depth=4, topk=3, nodes=12))
-            assert_same_or_near_tie(tiny.target, prompt, flat(events), want, "row-exact tree")
+            for shape in (TreeShape(depth=4, topk=3, nodes=12), TreeShape(depth=4, topk=4, nodes=MAX_EXACT_ROWS + 6)):
+                events = run_tree(tiny.target, tiny, "eagle3", prompt, shape)
+                assert_same_or_near_tie(tiny.target, prompt, flat(events), want, f"row-exact tree {shape}")
     finally:
         fast.row_exact = False
 

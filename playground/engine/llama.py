@@ -36,7 +36,8 @@ from torch import nn
 
 from .cache import FIRST_CAPACITY, KVCache
 
-MAX_EXACT_ROWS = 17  # a verification of up to k + 1 = 17 tokens (MAX_K = 16) is computed row-exactly
+MAX_EXACT_ROWS = 17  # row independence is probed up to k + 1 = 17 rows (MAX_K = 16); a larger tree's verification
+# multiplies its rows in groups of at most this many
 PACK_SHARE = 0.25  # float32 packs may take at most this share of the memory available when they are made
 COLUMNS_GAIN = 1.2  # a one-row product keeps the transposed weight only when it runs at least this much faster
 MEMINFO = Path("/proc/meminfo")
@@ -93,7 +94,11 @@ class Projection:
         self.onednn: torch.Tensor | None = None
         self.columns: torch.Tensor | None = None  # W^T, contiguous: one-row products, where faster here
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, rows_at_once: int | None = None) -> torch.Tensor:
+        """x [rows, in] -> [rows, out]; with `rows_at_once`, never more rows in one product than that (row-exact
+        verification of a tree larger than the row counts `rows_independent` probed)."""
+        if rows_at_once is not None and x.shape[0] > rows_at_once:
+            return torch.cat([self(part) for part in x.split(rows_at_once)])
         if self.onednn is not None:
             return torch.ops.mkldnn._linear_pointwise(x, self.onednn, self.bias, "none", [], "")
         mkl = self.mkl
@@ -310,7 +315,10 @@ class FastLlama:
         cache.reserve(end)
         x = F.embedding(ids, self.embed)  # [t, H]: one sequence, so no batch dimension
         cos, signed_sin = self.rope.span(start, end, x) if tree is None else self.rope(tree[0], x)  # [1, t, head_dim]
-        one_query_at_a_time = self.row_exact and 1 < t <= MAX_EXACT_ROWS
+        # row-exact: every verification (a chain's k + 1 rows, a tree's nodes), not a prefill, which plain and
+        # speculative decoding compute alike
+        one_query_at_a_time = self.row_exact and 1 < t and (t <= MAX_EXACT_ROWS or tree is not None)
+        rows_at_once = MAX_EXACT_ROWS if one_query_at_a_time else None
         # new queries see every cached key and the new keys up to their own position (a tree: their ancestors)
         sees = torch.ones(t, t, dtype=torch.bool, device=ids.device).tril() if tree is None else tree[1]
         mask = None if t == 1 or one_query_at_a_time else torch.cat(
@@ -324,7 +332,7 @@ class FastLlama:
         for i, layer in enumerate(self.layers):
             if i in wanted:
                 captured[i] = x
-            qkv = layer.qkv(F.rms_norm(x, x.shape[-1:], layer.input_norm, self.eps))
+            qkv = layer.qkv(F.rms_norm(x, x.shape[-1:], layer.input_norm, self.eps), rows_at_once)
             qk, v = qkv.view(t, heads + 2 * kv_heads, head_dim).transpose(0, 1).split([heads + kv_heads, kv_heads])
             qk = rotate(qk, cos, signed_sin)  # queries and keys rotated together: [heads + kv_heads, t, head_dim]
             q = qk[:heads]
@@ -342,11 +350,12 @@ class FastLlama:
             else:
                 attn = F.scaled_dot_product_attention(q[None], keys[:, :, :end], values[:, :, :end], attn_mask=mask,
                                                       scale=self.scale, enable_gqa=kv_heads != heads)
-            x = x + layer.o(attn[0].transpose(0, 1).reshape(t, heads * head_dim))
-            gate, up = layer.gate_up(F.rms_norm(x, x.shape[-1:], layer.post_norm, self.eps)).chunk(2, dim=-1)
-            x = x + layer.down(F.silu(gate) * up)
+            x = x + layer.o(attn[0].transpose(0, 1).reshape(t, heads * head_dim), rows_at_once)
+            gate, up = layer.gate_up(F.rms_norm(x, x.shape[-1:], layer.post_norm, self.eps), rows_at_once).chunk(
+                2, dim=-1)
+            x = x + layer.down(F.silu(gate) * up, rows_at_once)
         if len(self.layers) in wanted:
             captured[len(self.layers)] = x
         cache.length = end
-        logits = self.lm_head(F.rms_norm(x[-1:] if last_only else x, x.shape[-1:], self.norm, self.eps))
+        logits = self.lm_head(F.rms_norm(x[-1:] if last_only else x, x.shape[-1:], self.norm, self.eps), rows_at_once)
         return logits, [captured[i] for i in aux_layers]
