@@ -48,7 +48,7 @@ class BenchConfig:
                                temperature=self.temperature, top_p=self.top_p, min_draft_prob=self.min_draft_prob)
         cfg.validate()
         for nodes in sorted({n for s in self.sweeps for n in s.tree_nodes}):
-            problem = tree_problem(cfg, TreeShape(depth=cfg.k, nodes=nodes))
+            problem = tree_problem(cfg, TreeShape.k_deep(cfg.k, nodes))
             if problem:
                 raise ValueError(f"--tree-nodes {nodes}: {problem}")
 

@@ -69,7 +69,7 @@ class Method:
     @property
     def tree(self) -> TreeShape | None:
         """A tree method's shape: k deep, TreeShape's children per node, `tree_nodes` nodes."""
-        return TreeShape(depth=self.k, nodes=self.tree_nodes) if self.tree_nodes else None
+        return TreeShape.k_deep(self.k, self.tree_nodes) if self.tree_nodes else None
 
     def __str__(self) -> str:
         return self.label if self.k is None else f"{self.label} k={self.k}"

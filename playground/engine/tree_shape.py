@@ -20,6 +20,12 @@ class TreeShape:
     topk: int = 4  # children per expanded node, and frontier nodes expanded per depth
     nodes: int = 16  # nodes verified per step (the root, the last emitted token, comes on top)
 
+    @classmethod
+    def k_deep(cls, k: int, nodes: int) -> TreeShape:
+        """The tree the UI, its API and the bench draft where a chain would draft k: `nodes` nodes, k deep (so the
+        charts by depth keep their meaning), the default children per node."""
+        return cls(depth=k, nodes=nodes)
+
     def problem(self) -> str | None:
         for name, most in (("depth", MAX_DEPTH), ("topk", MAX_TOPK), ("nodes", MAX_NODES)):
             value = getattr(self, name)

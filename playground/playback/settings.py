@@ -98,7 +98,7 @@ class RunSettings:
     @property
     def tree(self) -> TreeShape | None:
         """The draft tree of a tree run: k deep, TreeShape's children per node, `tree_nodes` nodes."""
-        return TreeShape(depth=self.k, nodes=self.tree_nodes) if self.tree_nodes and not self.plain else None
+        return TreeShape.k_deep(self.k, self.tree_nodes) if self.tree_nodes and not self.plain else None
 
     @property
     def template_name(self) -> str | None:
