@@ -11,17 +11,11 @@ import pytest
 import torch
 from transformers import AutoTokenizer, MistralConfig, MistralForCausalLM
 
-from playground.engine import (
-    GenerationConfig,
-    Target,
-    TreeShape,
-    load_drafter,
-    plain_generate,
-    speculative_generate,
-    tree_generate,
-)
+from playground.engine import GenerationConfig, Target, load_drafter, plain_generate, speculative_generate
 from playground.engine.cache import FIRST_CAPACITY, KVCache
 from playground.engine.llama import MAX_EXACT_ROWS, Projection, native_bfloat16, rows_independent
+from playground.engine.tree import tree_generate
+from playground.engine.tree_shape import TreeShape
 
 
 def load_target(root: Path, fast: bool, dtype: torch.dtype = torch.float32) -> Target:
