@@ -62,6 +62,7 @@ def generate(args: argparse.Namespace) -> dict:
     target = getattr(backend, "target", None)  # the local engine's: which forward ran
     result = {"preset": preset.name, "target": preset.target, "dtype": preset.dtype,
               "forward": target.forward_path if target is not None else preset.backend,
+              "kernels": target.fast.kernels if target is not None and target.fast is not None else None,
               "tree": asdict(tree) if tree else None, **record.to_dict()}
     if args.json:
         print(json.dumps(result))
