@@ -62,14 +62,21 @@ def make_backend(args: argparse.Namespace, preset: Preset):
         raise UsageError(str(err)) from None
 
 
-def parse_ks(text: str | None) -> tuple[int, ...] | None:
-    """A `--k` comma list (e.g. "1,3,4"), each k in 1..MAX_K; None for an empty one."""
+def parse_int_list(text: str | None, flag: str) -> tuple[int, ...] | None:
+    """A comma list of integers given to `flag` (e.g. "1,3,4"); None for an empty one."""
     if not text:
         return None
     try:
-        ks = tuple(int(part) for part in text.split(","))
+        return tuple(int(part) for part in text.split(","))
     except ValueError:
-        raise UsageError(f"--k takes a comma list of integers, got {text!r}") from None
+        raise UsageError(f"{flag} takes a comma list of integers, got {text!r}") from None
+
+
+def parse_ks(text: str | None) -> tuple[int, ...] | None:
+    """A `--k` comma list (e.g. "1,3,4"), each k in 1..MAX_K; None for an empty one."""
+    ks = parse_int_list(text, "--k")
+    if ks is None:
+        return None
     problem = next((k_problem(k) for k in ks if k_problem(k)), None)
     if problem:
         raise UsageError(f"--k {text}: {problem}")

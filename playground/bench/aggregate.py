@@ -61,8 +61,8 @@ def _row(cell: Cell, method: Method, passes: list[Pass] | None, instrumented: Pa
     drafting = [e for e in steps if e.drafted or e.tree_tokens]
     if drafting:
         row.verified_per_step = statistics.mean(len(e.tree_tokens or e.drafted) + 1 for e in drafting)
-        row.draft_ms = statistics.median(e.draft_ms for e in drafting if e.draft_ms is not None) \
-            if any(e.draft_ms is not None for e in drafting) else None
+        draft = [e.draft_ms for e in drafting if e.draft_ms is not None]
+        row.draft_ms = statistics.median(draft) if draft else None
     verify = [e.verify_ms for e in steps if e.verify_ms is not None]
     row.verify_ms = statistics.median(verify) if verify else None
     if method.kind == "eagle":

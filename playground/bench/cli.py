@@ -16,7 +16,14 @@ from playground.bench.profiles import get_profile, measured_durations, profile_l
 from playground.bench.report import write_outputs
 from playground.bench.runner import Bench, run_bench
 from playground.engine import MAX_K
-from playground.flags import UsageError, add_min_draft_prob_flag, add_threads_flag, parse_ks, resolve_preset
+from playground.flags import (
+    UsageError,
+    add_min_draft_prob_flag,
+    add_threads_flag,
+    parse_int_list,
+    parse_ks,
+    resolve_preset,
+)
 from playground.presets import DEVICES, DTYPES, REPO_ROOT, Preset
 from playground.prompt_sets import builtin_sets
 
@@ -33,21 +40,11 @@ def _check_drafters(config: BenchConfig, preset: Preset) -> None:
                          f"{', '.join(PEERS)}, or a drafter folder / Hub id")
 
 
-def parse_tree_nodes(text: str | None) -> tuple[int, ...] | None:
-    if not text:
-        return None
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise UsageError(f"--tree-nodes takes whole numbers separated by commas, got {text!r}") from None
-
-
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     config = with_overrides(
         get_profile(args.profile), prompt_sets=_names(args.prompts), drafters=_names(args.drafters),
-        ks=parse_ks(args.k), tree_nodes=parse_tree_nodes(args.tree_nodes), templates=_names(args.templates),
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
+        ks=parse_ks(args.k), tree_nodes=parse_int_list(args.tree_nodes, "--tree-nodes"),
+        templates=_names(args.templates), max_new_tokens=args.max_new_tokens, temperature=args.temperature,
         top_p=args.top_p, min_draft_prob=args.min_draft_prob, repeats=args.repeats, limit=args.limit, turns=args.turns,
         seed=args.seed, assistant=args.assistant)
     try:
