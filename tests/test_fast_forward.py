@@ -111,6 +111,30 @@ def test_one_row_products_through_the_transposed_weight_agree_with_plain_ones() 
         assert measured.columns.is_contiguous() and measured.columns.equal(weight.t())
 
 
+def test_a_layer_group_in_the_transposed_layout_keeps_one_copy_and_the_same_numbers(tiny_root: Path) -> None:
+    """`use_columns` on a target's layer projections changes their layout in place: the fused weight becomes a view of
+    W^T, the Hugging Face modules' weights views of it (no second copy), and every forward, one row or several, on the
+    fast path or through transformers, computes what it computed before (forced here for every role; whether
+    `prefer_columns` keeps it is this machine's timing)."""
+    target, reference = load_target(tiny_root, fast=True), load_target(tiny_root, fast=False)
+    prompt = ids(9, target.vocab_size, 21)
+    before = target.forward(prompt, target.new_cache()).logits
+    for group in target.fast.layer_groups().values():
+        for projection in group:
+            projection.use_columns(projection.weight.detach().t().contiguous())
+    layer = target.fast.layers[0]
+    attn = target.model.model.layers[0].self_attn
+    assert layer.qkv.weight.data_ptr() == layer.qkv.columns.data_ptr() == attn.q_proj.weight.data_ptr()
+    assert attn.k_proj.weight.equal(layer.qkv.columns.t()[attn.q_proj.weight.shape[0]:][: attn.k_proj.weight.shape[0]])
+    cache = target.new_cache()
+    torch.testing.assert_close(target.forward(prompt, cache).logits, before, rtol=1e-5, atol=1e-5)
+    one_row = target.forward(prompt[:1], target.new_cache()).logits
+    torch.testing.assert_close(one_row, before[:1], rtol=1e-5, atol=1e-5)
+    moved = Target(target.model, target.tokenizer, fast=False)  # the modules' transposed views, through transformers
+    torch.testing.assert_close(moved.forward(prompt, moved.new_cache()).logits,
+                               reference.forward(prompt, reference.new_cache()).logits, rtol=1e-4, atol=1e-4)
+
+
 class _RowMixingProjection(Projection):
     """A stand-in for a kernel whose rounding of a row depends on the rows beside it (no kernel on this machine can
     be relied on to do that): each row gets a trace of the others."""

@@ -88,11 +88,13 @@ class Projection:
       the one-row product of SmolLM2's vocabulary head (49152 x 576) took 11.4 ms as `F.linear` and 5.9 ms this way;
       narrow products gained nothing, so only the vocabulary heads try it."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None,
+                 owners: list[tuple[nn.Linear, int]] = ()) -> None:
         self.weight, self.bias = weight, bias
         self.mkl: tuple[int, torch.Tensor] | None = None  # (rows, packed weight): read once per call, so swaps are safe
         self.onednn: torch.Tensor | None = None
         self.columns: torch.Tensor | None = None  # W^T, contiguous: one-row products, where faster here
+        self.owners = list(owners)  # (module, first row): modules whose weight is a view of rows of this one
 
     def __call__(self, x: torch.Tensor, rows_at_once: int | None = None) -> torch.Tensor:
         """x [rows, in] -> [rows, out]; with `rows_at_once`, never more rows in one product than that (row-exact
@@ -110,26 +112,19 @@ class Projection:
         return F.linear(x, self.weight, self.bias)
 
     def try_columns(self, reps: int = 5) -> bool:
-        """Keep a contiguous W^T for one-row products if they run `COLUMNS_GAIN` times faster through it on this
-        machine (timed here, alternating, median of `reps`), and the copy fits in `PACK_SHARE` of the available
-        memory. CPU only, not with oneDNN's pack. Returns whether the copy was kept."""
-        weight = self.weight
-        available = available_memory()
-        if (weight.device.type != "cpu" or self.onednn is not None or not available
-                or weight.numel() * weight.element_size() > PACK_SHARE * available):
-            return False
-        columns = weight.detach().t().contiguous()
-        x = torch.randn(1, weight.shape[1], dtype=weight.dtype)
-        plain, transposed = [], []
-        with torch.inference_mode():
-            x @ columns, F.linear(x, weight)  # first touches
-            for _ in range(reps):
-                for product, times in ((lambda: F.linear(x, weight), plain), (lambda: x @ columns, transposed)):
-                    start = time.perf_counter()
-                    product()
-                    times.append(time.perf_counter() - start)
-        self.columns = columns if statistics.median(plain) >= COLUMNS_GAIN * statistics.median(transposed) else None
-        return self.columns is not None
+        """`prefer_columns` for this projection alone; returns whether it now takes one-row products through W^T."""
+        return prefer_columns([self], reps)
+
+    def use_columns(self, columns: torch.Tensor) -> None:
+        """One-row products through `columns` (W^T, contiguous) from now on. Where modules own views of the weight
+        (the target's layers), the weight itself becomes a view of `columns`, so the layout changes and memory does
+        not grow; where none does (a tied vocabulary head, whose rows are also the embedding), `columns` is a copy."""
+        self.columns = columns
+        if self.owners:
+            self.weight = columns.t()
+            for module, first in self.owners:
+                rows = module.weight.shape[0]
+                module.weight = nn.Parameter(self.weight[first : first + rows], requires_grad=False)
 
     def pack_mkl(self, rows: int) -> int:
         """Pack for `rows`-row products; returns the pack's bytes."""
@@ -139,6 +134,44 @@ class Projection:
 
     def pack_onednn(self) -> None:
         self.onednn = torch.ops.mkldnn._reorder_linear_weight(self.weight, 8)
+
+
+def prefer_columns(group: list[Projection], reps: int = 3) -> bool:
+    """Whether one-row products of `group` (projections of one shape, e.g. every layer's q/k/v) run `COLUMNS_GAIN`
+    times faster through contiguous copies of W^T on this machine; if so, each takes its copy (`use_columns`).
+
+    Timed here, the two layouts alternating, the median of `reps` passes over the whole group: one pass streams every
+    weight of the group from memory as a decode step does, where one weight timed alone would sit in the cache. On a
+    2-core AMD EPYC (Zen 4) one row through SmolLM2's q/k/v took 204 us as `F.linear` and 143 us through W^T, its
+    gate/up 598 and 332 us, its vocabulary head 9.6 and 4.6 ms; its o and down products gained nothing. CPU float32
+    or float16 weights only (not oneDNN's bf16 pack), and only while the copies fit in `PACK_SHARE` of the available
+    memory (they are needed at once for the timing; a group whose weights are owned by modules keeps no second copy)."""
+    weights = [p.weight for p in group]
+    available = available_memory()
+    size = sum(w.numel() * w.element_size() for w in weights)
+    if (not group or any(w.device.type != "cpu" for w in weights) or any(p.onednn is not None for p in group)
+            or not available or size > PACK_SHARE * available):
+        return False
+    columns = [w.detach().t().contiguous() for w in weights]
+    x = torch.randn(1, weights[0].shape[1], dtype=weights[0].dtype)
+
+    def pass_through(layout: list[torch.Tensor], linear: bool) -> float:
+        start = time.perf_counter()
+        for w in layout:
+            F.linear(x, w) if linear else x @ w
+        return time.perf_counter() - start
+
+    plain, transposed = [], []
+    with torch.inference_mode():
+        pass_through(weights, True), pass_through(columns, False)  # first touches
+        for _ in range(reps):
+            plain.append(pass_through(weights, True))
+            transposed.append(pass_through(columns, False))
+    if statistics.median(plain) < COLUMNS_GAIN * statistics.median(transposed):
+        return False
+    for projection, copy in zip(group, columns):
+        projection.use_columns(copy)
+    return True
 
 
 def rows_independent(projection: Projection, max_rows: int) -> bool:
@@ -159,14 +192,15 @@ def _fused(linears: list[nn.Linear]) -> Projection:
     if any(has_bias) and not all(has_bias):
         raise ValueError("fused projections disagree on bias")
     bias = torch.cat([lin.bias.detach() for lin in linears]) if all(has_bias) else None
-    start = 0
+    start, owners = 0, []
     for lin in linears:
         rows = lin.weight.shape[0]
         lin.weight = nn.Parameter(weight[start : start + rows], requires_grad=False)
         if bias is not None:
             lin.bias = nn.Parameter(bias[start : start + rows], requires_grad=False)
+        owners.append((lin, start))
         start += rows
-    return Projection(weight, bias)
+    return Projection(weight, bias, owners)
 
 
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # frequencies that do not depend on the length
@@ -224,13 +258,15 @@ class _Layer:
     def __init__(self, layer) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         self.qkv = _fused([attn.q_proj, attn.k_proj, attn.v_proj])
-        self.o = Projection(attn.o_proj.weight, attn.o_proj.bias)
+        self.o = _fused([attn.o_proj])
         self.gate_up = _fused([mlp.gate_proj, mlp.up_proj])
-        self.down = Projection(mlp.down_proj.weight, mlp.down_proj.bias)
+        self.down = _fused([mlp.down_proj])
         self.input_norm, self.post_norm = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
 
+    ROLES = ("qkv", "o", "gate_up", "down")
+
     def projections(self) -> list[Projection]:
-        return [self.qkv, self.o, self.gate_up, self.down]
+        return [getattr(self, role) for role in self.ROLES]
 
 
 class FastLlama:
@@ -262,15 +298,21 @@ class FastLlama:
             # rounds SmolLM2's down and vocabulary products of one row differently from the same rows among several.
             shapes = {tuple(p.weight.shape): p for p in self.projections()}
             self.row_exact = all(rows_independent(p, MAX_EXACT_ROWS) for p in shapes.values())
-        self.lm_head.try_columns()
+        self.transposed = [name for name, group in self.layer_groups().items() if prefer_columns(group)]
+        if self.lm_head.try_columns():
+            self.transposed.append("lm_head")
 
     @property
     def kernels(self) -> str:
         """Which products run: "onednn-packed" (bfloat16), "mkl-packed" (float32, once packed) or "plain", then
-        "+ transposed head" where a one-row vocabulary product goes through the transposed weight."""
+        "+ transposed one-row qkv, gate_up, lm_head" naming the products whose one-row case goes through W^T."""
         head = self.lm_head
         products = "onednn-packed" if head.onednn is not None else "mkl-packed" if self._packed_rows else "plain"
-        return products + (" + transposed head" if head.columns is not None else "")
+        return products + (f" + transposed one-row {', '.join(self.transposed)}" if self.transposed else "")
+
+    def layer_groups(self) -> dict[str, list[Projection]]:
+        """Every layer's projections by role (qkv, o, gate_up, down): one shape per role."""
+        return {role: [getattr(layer, role) for layer in self.layers] for role in _Layer.ROLES}
 
     def expect_rows(self, rows: int) -> None:
         """Pack the float32 weights for `rows`-row products (a verification's k + 1), within `PACK_SHARE` of the
