@@ -15,10 +15,10 @@ import sys
 import playground.backends.zerogpu  # noqa: F401 - on a ZeroGPU Space `spaces` must be imported before CUDA is touched
 
 # isort: split
-import torch
 from starlette.middleware import Middleware
 
 from playground import settings
+from playground.engine.threads import thread_policy
 from playground.playback import load_preset
 from playground.presets import default_preset_name
 from playground.ui import APP_CSS, THEME, build_app
@@ -44,7 +44,7 @@ def main() -> None:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)  # ours at INFO (a refused request is one line); other libraries at WARNING
     if threads := settings.number("PLAYGROUND_THREADS"):
-        torch.set_num_threads(int(threads))
+        thread_policy().fix(int(threads))
     problem = load_preset(default_preset_name())
     if problem:
         log.warning("not loaded: %s", problem)

@@ -24,10 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     space.register(commands)
     args = parser.parse_args(argv)
     threads = getattr(args, "threads", None) or settings.number("PLAYGROUND_THREADS")
-    import torch
-
     if threads:
-        torch.set_num_threads(int(threads))
+        from playground.engine.threads import thread_policy
+
+        thread_policy().fix(int(threads))
     from playground.engine import CheckpointError, TargetError
 
     try:

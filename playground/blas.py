@@ -1,4 +1,12 @@
-"""CPU matrix-multiply dispatch: let MKL use its AVX2 kernels on AMD processors.
+"""CPU runtime settings that must precede torch: MKL's kernels on AMD processors, and how long OpenMP threads spin.
+
+`bound_openmp_spin`: GNU OpenMP (PyTorch's CPU wheels) keeps an idle thread spinning for ~300,000 iterations
+(milliseconds) before it sleeps, so after each multi-threaded product the helper thread holds its core while the next,
+one-threaded phase runs, competing with a neighbour process or the page the app renders. Bounded to 10,000
+iterations it sleeps within a fraction of a millisecond (engine/threads.py samples the machine's load between
+products and must not count it). libgomp reads the variable when it loads, so this runs on `import playground`.
+
+`prefer_avx2_kernels`:
 
 PyTorch's CPU wheel multiplies float32 matrices with Intel MKL, which on a non-Intel processor picks generic
 kernels. For the skinny products of decoding (1 to 9 rows against a weight matrix) that makes verifying k + 1
@@ -39,4 +47,15 @@ def prefer_avx2_kernels(environ=os.environ, cpuinfo_path: Path = CPUINFO) -> boo
     if vendor != "AuthenticAMD" or not {"avx2", "fma"} <= flags:
         return False
     environ["MKL_CBWR"] = "AVX2"
+    return True
+
+
+SPIN_COUNT = "10000"
+
+
+def bound_openmp_spin(environ=os.environ) -> bool:
+    """Set GOMP_SPINCOUNT unless the user chose a wait policy or a spin count; True when this call set it."""
+    if "GOMP_SPINCOUNT" in environ or "OMP_WAIT_POLICY" in environ:
+        return False
+    environ["GOMP_SPINCOUNT"] = SPIN_COUNT
     return True

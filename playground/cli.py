@@ -11,6 +11,7 @@ from pathlib import Path
 from playground.engine import MAX_K, GenerationConfig, RunRecord, TreeShape
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.text import IncrementalDecoder
+from playground.engine.threads import busy_text
 from playground.flags import (
     UsageError,
     add_min_draft_prob_flag,
@@ -63,14 +64,16 @@ def generate(args: argparse.Namespace) -> dict:
     result = {"preset": preset.name, "target": preset.target, "dtype": preset.dtype,
               "forward": target.forward_path if target is not None else preset.backend,
               "kernels": target.fast.kernels if target is not None and target.fast is not None else None,
+              "threads": target.threads.describe() if target is not None and target.threads is not None else None,
               "tree": asdict(tree) if tree else None, **record.to_dict()}
     if args.json:
         print(json.dumps(result))
     else:
         m = record.metrics
         al = f"{m.mean_acceptance_length:.2f}" if m.mean_acceptance_length else "n/a"
+        busy = busy_text(m.busy_share)
         print(f"\n\n[{m.generated_tokens} tokens, {m.tokens_per_second:.1f} tok/s, mean acceptance length {al}, "
-              f"finish: {record.finish_reason}]", file=sys.stderr)
+              f"finish: {record.finish_reason}{'; ' + busy if busy else ''}]", file=sys.stderr)
     return result
 
 

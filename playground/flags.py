@@ -84,8 +84,9 @@ def parse_ks(text: str | None) -> tuple[int, ...] | None:
 
 
 def add_threads_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: PLAYGROUND_THREADS, else torch's); "
-                        "1 holds up better on a busy machine")
+    parser.add_argument("--threads", type=int, help="torch CPU threads for every phase of a step (default: "
+                        "PLAYGROUND_THREADS, else the adaptive policy: one-row work on the thread count measured "
+                        "fastest at load, verification on every core no other task takes; docs/engine.md)")
 
 
 def add_min_draft_prob_flag(parser: argparse.ArgumentParser) -> None:

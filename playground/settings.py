@@ -13,8 +13,8 @@ SETTINGS: dict[str, str] = {
     "PLAYGROUND_MODELS_DIR": "a folder with target/, eagle3/ and eagle3.1/ that replaces the default pair",
     "PLAYGROUND_CACHE_DIR": "where SmolLM2's GGUF is converted once (default: $XDG_CACHE_HOME or ~/.cache, "
                             "/eagle-playground)",
-    "PLAYGROUND_THREADS": "torch CPU threads for the app and the CLI (default: torch's; 1 holds up better on a busy "
-                          "machine)",
+    "PLAYGROUND_THREADS": "torch CPU threads for every phase of a step, in the app and the CLI (default: the "
+                          "adaptive policy of docs/engine.md, which holds up when other processes share the cores)",
     "PLAYGROUND_CONCURRENCY": "model runs at once in the app (default 1, so measured speeds are not shared)",
     "PLAYGROUND_PRESETS": "comma list: the presets this process offers, in order (default: all that run here)",
     "PLAYGROUND_DEFAULT_PRESET": "the preset the app starts on (default: smollm2-135m where offered)",

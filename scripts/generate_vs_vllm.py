@@ -3,12 +3,16 @@
     python scripts/generate_vs_vllm.py                       # 16 MT-Bench first turns, plain and EAGLE-3.1 k=4
     python scripts/generate_vs_vllm.py --limit 8 --dtype bfloat16 --methods none,eagle3,eagle3.1
     python scripts/generate_vs_vllm.py --preset kimi-tiny --prompt-set held-out --k 3 --methods none,eagle3,eagle3.1
+    python scripts/generate_vs_vllm.py --prompt-set held-out --limit 5 --neighbours 0,1,2  # idle, 1, 2 busy loops
 
 Each method runs on each engine in a process of its own, one engine at a time (so no idle engine shares the cores):
 - ours: `python -m playground generate --json` once per prompt, in-process (its `metrics.tokens_per_second`:
   generated tokens / the request's wall time, prefill included), after one untimed warm-up request;
 - vLLM: `vllm.LLM` built from the same engine arguments as the app's vLLM backend, `LLM.generate` timed around each
   single request, after one untimed warm-up request.
+With `--neighbours 0,1,2` every engine and method is timed again beside that many busy-loop processes
+(`playground/bench/neighbours.py`, started after the warm-up, ended after the last request), a row per condition, with
+each row's rate as a share of its idle rate ("kept"). `--engines ours` times our engine alone.
 Prints per-request tokens/s (median and range) for each engine and method, the ratio ours / vLLM, whether the
 greedy token ids agree, and each engine's acceptance by position (accepted at position i / drafting steps, pooled
 over the prompts: ours from its step events, vLLM's from its spec-decode counters diffed around each request);
@@ -30,6 +34,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from playground.bench.neighbours import busy_neighbours, parse_neighbours  # noqa: E402
 
 
 def prompts(args: argparse.Namespace) -> list[str]:
@@ -54,11 +60,14 @@ def run_ours(args: argparse.Namespace) -> list[dict]:
     texts = prompts(args)
     generate(texts[0])  # warm-up, untimed
     rows = []
-    for text in texts:
-        record = generate(text)
+    with busy_neighbours(args.neighbours):
+        records = [generate(text) for text in texts]
+    for record in records:
         metrics = record["metrics"]
         rows.append({"tokens_per_second": metrics["tokens_per_second"], "token_ids": record["token_ids"],
                      "forward": record["forward"], "drafts": metrics["drafting_steps"],
+                     "kernels": record.get("kernels"), "threads": record.get("threads"),
+                     "busy_share": metrics.get("busy_share"),
                      "accepted_per_position": metrics["per_position_counts"]})
     return rows
 
@@ -93,18 +102,20 @@ def run_vllm(args: argparse.Namespace) -> list[dict]:
         return counters_from_snapshot(get_metrics_snapshot()) or SpecCounters()
 
     rows = []
-    for ids in encoded:
-        before = counters()
-        start = time.perf_counter()
-        output = llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)[0].outputs[0]
-        seconds = time.perf_counter() - start
-        request = counters() - before
-        rows.append({"tokens_per_second": len(output.token_ids) / seconds, "token_ids": list(output.token_ids),
-                     "drafts": request.drafts, "accepted_per_position": request.accepted_per_pos})
+    with busy_neighbours(args.neighbours):
+        for ids in encoded:
+            before = counters()
+            start = time.perf_counter()
+            output = llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)[0].outputs[0]
+            seconds = time.perf_counter() - start
+            request = counters() - before
+            rows.append({"tokens_per_second": len(output.token_ids) / seconds, "token_ids": list(output.token_ids),
+                         "drafts": request.drafts, "accepted_per_position": request.accepted_per_pos})
     return rows
 
 
 def child(args: argparse.Namespace) -> None:
+    args.neighbours = int(args.neighbours)
     run = run_ours if args.engine == "ours" else run_vllm
     print("ROWS " + json.dumps(run(args)), flush=True)
 
@@ -128,38 +139,55 @@ def acceptance(rows: list[dict]) -> dict | None:
 
 
 def parent(args: argparse.Namespace) -> None:
-    results: dict[tuple[str, str], list[dict]] = {}
-    for method in args.methods.split(","):
-        for engine in ("ours", "vllm"):
-            command = [sys.executable, __file__, "--child", "--engine", engine, "--method", method, "--dtype",
-                       args.dtype, "--k", str(args.k), "--limit", str(args.limit), "--max-new-tokens",
-                       str(args.max_new_tokens), "--preset", args.preset, "--prompt-set", args.prompt_set]
-            done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
-            line = next(line for line in done.stdout.splitlines() if line.startswith("ROWS "))
-            results[engine, method] = json.loads(line[5:])
-            print(f"{engine:4} {method:8} {summary(results[engine, method])['median']:6.1f} tok/s (median)",
-                  file=sys.stderr, flush=True)
+    methods, engines = args.methods.split(","), args.engines.split(",")
+    conditions = parse_neighbours(args.neighbours)
+    results: dict[tuple[str, str, int], list[dict]] = {}
+    for neighbours in conditions:
+        for method in methods:
+            for engine in engines:
+                command = [sys.executable, __file__, "--child", "--engine", engine, "--method", method, "--dtype",
+                           args.dtype, "--k", str(args.k), "--limit", str(args.limit), "--max-new-tokens",
+                           str(args.max_new_tokens), "--preset", args.preset, "--prompt-set", args.prompt_set,
+                           "--neighbours", str(neighbours)]
+                done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
+                line = next(line for line in done.stdout.splitlines() if line.startswith("ROWS "))
+                results[engine, method, neighbours] = json.loads(line[5:])
+                print(f"{engine:4} {method:8} beside {neighbours} busy: "
+                      f"{summary(results[engine, method, neighbours])['median']:6.1f} tok/s (median)",
+                      file=sys.stderr, flush=True)
     table = []
-    print(f"| method | ours tok/s | vLLM tok/s | ours / vLLM | same ids | ({args.dtype}, {args.limit} prompts, "
-          f"{args.max_new_tokens} tokens, k={args.k}) |\n|---|---|---|---|---|---|")
-    for method in args.methods.split(","):
-        ours, theirs = summary(results["ours", method]), summary(results["vllm", method])
-        same = sum(a["token_ids"] == b["token_ids"] for a, b in zip(results["ours", method], results["vllm", method]))
-        table.append({"method": method, "ours": ours, "vllm": theirs, "ratio": ours["median"] / theirs["median"],
-                      "same_ids": same, "prompts": len(results["ours", method]),
-                      "forward": results["ours", method][0]["forward"],
-                      "acceptance": {"ours": acceptance(results["ours", method]),
-                                     "vllm": acceptance(results["vllm", method])}})
-        print(f"| {method} | {ours['median']:.1f} ({ours['min']:.1f}–{ours['max']:.1f}) | {theirs['median']:.1f} "
-              f"({theirs['min']:.1f}–{theirs['max']:.1f}) | {table[-1]['ratio']:.2f}× | "
-              f"{same}/{table[-1]['prompts']} | |")
-    for row in table:
-        if row["acceptance"]["ours"] and row["acceptance"]["vllm"]:
-            mine, theirs = row["acceptance"]["ours"], row["acceptance"]["vllm"]
-            print(f"{row['method']}: acceptance by position, ours {[round(x, 3) for x in mine['per_position']]} "
-                  f"(length {mine['mean_acceptance_length']:.3f}, {mine['drafts']} drafting steps), vLLM "
-                  f"{[round(x, 3) for x in theirs['per_position']]} (length {theirs['mean_acceptance_length']:.3f}, "
-                  f"{theirs['drafts']} drafting steps)")
+    print(f"| busy neighbours | method | engine | tok/s (median, range) | kept of idle | speedup | "
+          f"({args.dtype}, {args.limit} prompts, {args.max_new_tokens} tokens, k={args.k}) |")
+    print("|---|---|---|---|---|---|---|")
+    for neighbours in conditions:
+        for method in methods:
+            for engine in engines:
+                rows = results[engine, method, neighbours]
+                rates = summary(rows)
+                idle = results.get((engine, method, 0))
+                plain = results.get((engine, "none", neighbours))
+                entry = {"neighbours": neighbours, "method": method, "engine": engine, **rates,
+                         "kept_of_idle": rates["median"] / summary(idle)["median"] if idle and neighbours else None,
+                         "speedup": rates["median"] / summary(plain)["median"] if plain and method != "none" else None,
+                         "same_ids_as_plain": (sum(a["token_ids"] == b["token_ids"] for a, b in zip(rows, plain))
+                                               if plain and method != "none" else None),
+                         "prompts": len(rows), "forward": rows[0].get("forward"), "kernels": rows[0].get("kernels"),
+                         "threads": rows[0].get("threads"),
+                         "busy_share": [r.get("busy_share") for r in rows] if engine == "ours" else None,
+                         "acceptance": acceptance(rows)}
+                table.append(entry)
+                kept = f"{entry['kept_of_idle']:.2f}×" if entry["kept_of_idle"] else "—"
+                speedup = f"{entry['speedup']:.2f}×" if entry["speedup"] else "—"
+                print(f"| {neighbours} | {method} | {engine} | {rates['median']:.1f} ({rates['min']:.1f}–"
+                      f"{rates['max']:.1f}) | {kept} | {speedup} | |")
+    if "ours" in engines and "vllm" in engines:
+        for neighbours in conditions:
+            for method in methods:
+                ours, theirs = results["ours", method, neighbours], results["vllm", method, neighbours]
+                same = sum(a["token_ids"] == b["token_ids"] for a, b in zip(ours, theirs))
+                ratio = summary(ours)["median"] / summary(theirs)["median"]
+                print(f"beside {neighbours} busy, {method}: ours / vLLM {ratio:.2f}×, same ids {same}/{len(ours)}; "
+                      f"acceptance ours {acceptance(ours)}, vLLM {acceptance(theirs)}")
     if args.out:
         from importlib.metadata import PackageNotFoundError, version
 
@@ -173,7 +201,7 @@ def parent(args: argparse.Namespace) -> None:
             except PackageNotFoundError:
                 continue
         Path(args.out).write_text(json.dumps({"rows": table, "preset": args.preset, "prompt_set": args.prompt_set,
-                                              "dtype": args.dtype, "k": args.k,
+                                              "dtype": args.dtype, "k": args.k, "neighbours": list(conditions),
                                               "max_new_tokens": args.max_new_tokens, "machine": machine},
                                              indent=1) + "\n")
 
@@ -187,6 +215,8 @@ if __name__ == "__main__":
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--limit", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--engines", default="ours,vllm")
+    parser.add_argument("--neighbours", default="0", help="comma list of busy-loop process counts (a condition each)")
     parser.add_argument("--out")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--engine", choices=["ours", "vllm"], help=argparse.SUPPRESS)

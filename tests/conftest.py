@@ -26,9 +26,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
 
-torch.set_num_threads(int(os.environ["PLAYGROUND_THREADS"]) if os.environ.get("PLAYGROUND_THREADS") else 1)
+from playground.engine.threads import thread_policy  # noqa: E402
+
+thread_policy().fix(int(os.environ["PLAYGROUND_THREADS"]) if os.environ.get("PLAYGROUND_THREADS") else 1)
 
 
 MARKERS = {

@@ -199,14 +199,15 @@ def test_errors_are_one_line_on_stderr(tiny: TinyModels, broken_drafter: Path, t
 
 
 def test_the_json_is_a_run_record_that_reads_back_typed(outputs: dict[str, dict]) -> None:
-    """`--json` is `RunRecord.to_dict()` plus preset, target, dtype, forward, the fast path's kernels and tree (None
-    for a chain); `from_dict` gives back the same record, typed."""
+    """`--json` is `RunRecord.to_dict()` plus preset, target, dtype, forward, the fast path's kernels, the thread
+    policy and tree (None for a chain); `from_dict` gives back the same record, typed."""
     from playground.engine import AttentionMass, GenerationConfig, RunRecord, StepEvent
 
     result = dict(outputs["eagle3.1-preset"])
     assert {result.pop("preset"), result.pop("target")} and "metrics" in result
     assert (result.pop("dtype"), result.pop("forward"), result.pop("tree")) == ("float32", "fast", None)
     assert result.pop("kernels").split(" + ")[0] in ("mkl-packed", "plain")
+    assert "thread" in result.pop("threads")  # the tests fix the threads: "1 thread (set by the user)"
     record = RunRecord.from_dict(result)
     assert json.loads(json.dumps(record.to_dict())) == result
     assert isinstance(record.config, GenerationConfig) and isinstance(record.steps[1], StepEvent)

@@ -12,7 +12,10 @@ requests in flight at a time (a new one starts when one ends). Metric definition
   `identical_to_local`: equal to the local engine's, same method;
 - instrumented rows (our engine, each EAGLE method, at the lowest C): the same requests with attention, hidden-state
   RMS and draft probabilities recorded, as the app records them; `instrumentation_cost` = 1 - their per-user
-  tokens/s / the uninstrumented row's.
+  tokens/s / the uninstrumented row's;
+- `--neighbours 0,1,2`: every level again beside that many busy-loop processes (`bench/neighbours.py`), a row per
+  condition; speedups compare rows of the same condition, and `kept_of_idle` is a row's per-user tokens/s over the
+  same engine, method and C with no neighbour: how much of its idle speed it keeps on a shared machine.
 
 The local engine serves concurrent requests from threads, each a batch of one, sharing the CPU's cores; vLLM
 batches them. Each engine runs alone: the local engine first, then each vLLM engine, shut down before the next
@@ -31,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from playground.bench.neighbours import busy_neighbours, parse_neighbours
 from playground.engine import GenerationConfig, SpecCounters, emitted_ids
 from playground.machine import machine_info
 from playground.presets import DEFAULT, DRAFTER_LABELS, REPO_ROOT, get_preset
@@ -52,6 +56,7 @@ class EngineBenchConfig:
     engines: tuple[str, ...] = ENGINES
     methods: tuple[str, ...] = METHODS
     dtype: str = "float32"  # both engines run in it
+    neighbours: tuple[int, ...] = (0,)  # busy-loop processes beside each level, a condition each
 
 
 @dataclass
@@ -81,6 +86,8 @@ class EngineRow:
     identical_to_local: bool | None = None
     instrumented: bool = False  # drift, RMS and draft probabilities recorded (our engine only)
     instrumentation_cost: float | None = None  # 1 - tokens/s instrumented / uninstrumented, same C
+    neighbours: int = 0  # busy-loop processes that ran beside the level
+    kept_of_idle: float | None = None  # per-user tokens/s / the same row's with no neighbour
     token_ids: list[list[int]] = field(default_factory=list, repr=False)  # per prompt; not written out
 
 
@@ -104,7 +111,7 @@ def request_runner(backend, drafter: str, cfg: GenerationConfig) -> Callable[[li
 
 
 def make_row(engine: str, drafter: str, k: int, requests: list[Request], seconds: float, concurrency: int,
-             instrumented: bool = False) -> EngineRow:
+             instrumented: bool = False, neighbours: int = 0) -> EngineRow:
     rates = [len(r.token_ids) / r.seconds for r in requests]
     counters = sum((r.counters for r in requests), SpecCounters())
     tokens = sum(len(r.token_ids) for r in requests)
@@ -113,18 +120,21 @@ def make_row(engine: str, drafter: str, k: int, requests: list[Request], seconds
                      statistics.median(rates), (min(rates), max(rates)), tokens / seconds, seconds,
                      mean_acceptance_length=counters.mean_acceptance_length,
                      per_position_acceptance=counters.per_position_acceptance, instrumented=instrumented,
-                     token_ids=[r.token_ids for r in requests])
+                     neighbours=neighbours, token_ids=[r.token_ids for r in requests])
 
 
 def compare_rows(rows: list[EngineRow]) -> None:
     """Fill speedups, token identity and instrumentation costs from the other rows of the same run."""
-    by = {(r.engine, r.drafter, r.concurrency): r for r in rows if not r.instrumented}
+    by = {(r.engine, r.drafter, r.concurrency, r.neighbours): r for r in rows if not r.instrumented}
     for row in rows:
-        plain = by.get((row.engine, "none", row.concurrency))
+        plain = by.get((row.engine, "none", row.concurrency, row.neighbours))
         if plain is not None:
             row.speedup = row.per_user_tokens_per_second / plain.per_user_tokens_per_second
             row.identical_to_plain = row.token_ids == plain.token_ids
-        local = by.get(("local", row.drafter, row.concurrency))
+        idle = by.get((row.engine, row.drafter, row.concurrency, 0))
+        if idle is not None and row.neighbours and not row.instrumented:
+            row.kept_of_idle = row.per_user_tokens_per_second / idle.per_user_tokens_per_second
+        local = by.get(("local", row.drafter, row.concurrency, row.neighbours))
         if local is not None and row.engine != "local":
             row.identical_to_local = row.token_ids == local.token_ids
         if row.instrumented and local is not None:
@@ -145,14 +155,17 @@ def run_engine_bench(config: EngineBenchConfig, log: Callable[[str], None] = pri
         for drafter in config.methods:
             run = request_runner(backend, drafter, cfg)
             run(prompts[0])  # start (vLLM: an engine of its own) and warm up this path, untimed
-            levels = [(c, False) for c in config.concurrency]
+            levels = [(c, False, n) for n in config.neighbours for c in config.concurrency]
             if engine == "local" and drafter != "none":  # what the app's drift views cost, one request at a time
-                levels.insert(1, (min(config.concurrency), True))
-            for concurrency, instrumented in levels:
+                levels.insert(1, (min(config.concurrency), True, config.neighbours[0]))
+            for concurrency, instrumented, neighbours in levels:
                 level_run = request_runner(backend, drafter, replace(cfg, instrument=True)) if instrumented else run
-                requests, seconds = run_level(level_run, prompts, concurrency)
-                rows.append(make_row(engine, drafter, config.k, requests, seconds, concurrency, instrumented))
-                log(f"{engine:5} {drafter:8} C={concurrency:<2}{' instrumented' if instrumented else ''} "
+                with busy_neighbours(neighbours):
+                    requests, seconds = run_level(level_run, prompts, concurrency)
+                rows.append(make_row(engine, drafter, config.k, requests, seconds, concurrency, instrumented,
+                                     neighbours))
+                log(f"{engine:5} {drafter:8} C={concurrency:<2}{' instrumented' if instrumented else ''}"
+                    f"{f' beside {neighbours} busy' if neighbours else ''} "
                     f"{rows[-1].per_user_tokens_per_second:6.1f} tok/s per user, "
                     f"{rows[-1].throughput_tokens_per_second:6.1f} in all ({seconds:.0f} s)")
             if hasattr(backend, "shutdown"):
@@ -171,7 +184,8 @@ def engine_info(engine: str, backend) -> dict:
     if engine == "local":
         target = backend.target
         return {"torch_threads": torch.get_num_threads(), "forward": target.forward_path,
-                "kernels": target.fast.kernels if target.fast else "transformers"}
+                "kernels": target.fast.kernels if target.fast else "transformers",
+                "threads": target.threads.describe() if target.threads else None}
     import vllm
 
     from playground.backends.vllm_backend import memory_setting
@@ -184,8 +198,10 @@ def engine_info(engine: str, backend) -> dict:
 
 def table(result: dict) -> str:
     """The result as a Markdown table (README, About tab)."""
-    lines = ["| engine | method | C | per-user tok/s (median) | speedup | throughput tok/s | AL | "
-             "same tokens as plain / local |", "|---|---|---|---|---|---|---|---|"]
+    beside = any(r.get("neighbours") for r in result["rows"])
+    head = ["engine", "method", "C", *(["busy neighbours"] if beside else []), "per-user tok/s (median)",
+            *(["kept of idle"] if beside else []), "speedup", "throughput tok/s", "AL", "same tokens as plain / local"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in result["rows"]:
         same = "/".join({True: "yes", False: "no", None: "—"}[r[key]] for key in ("identical_to_plain",
                                                                                  "identical_to_local"))
@@ -193,8 +209,11 @@ def table(result: dict) -> str:
         label = r["label"] + (f" k={r['k']}" if r["k"] else "")
         if r.get("instrumented"):
             label += f", instrumented ({instrumentation_label(r['instrumentation_cost'])})"
-        lines.append(f"| {r['engine']} | {label} | {r['concurrency']} | {r['per_user_tokens_per_second']:.1f} | "
-                     f"{r['speedup']:.2f}× | {r['throughput_tokens_per_second']:.1f} | {al} | {same} |")
+        kept = f"{r['kept_of_idle']:.2f}× | " if r.get("kept_of_idle") else "— | "
+        lines.append(f"| {r['engine']} | {label} | {r['concurrency']} | "
+                     + (f"{r.get('neighbours', 0)} | " if beside else "") + f"{r['per_user_tokens_per_second']:.1f} | "
+                     + (kept if beside else "") + f"{r['speedup']:.2f}× | {r['throughput_tokens_per_second']:.1f} | "
+                     f"{al} | {same} |")
     return "\n".join(lines)
 
 
@@ -245,7 +264,7 @@ def main(args: argparse.Namespace) -> None:
     config = EngineBenchConfig(prompt_set=args.prompts, prompts=args.limit, max_new_tokens=args.max_new_tokens,
                                k=args.k, concurrency=tuple(int(c) for c in args.concurrency.split(",")),
                                engines=tuple(args.engines.split(",")), methods=tuple(args.methods.split(",")),
-                               dtype=args.dtype)
+                               dtype=args.dtype, neighbours=parse_neighbours(args.neighbours))
     out = Path(args.out or REPO_ROOT / "runs" / "bench" / f"engines-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     result = run_engine_bench(config, lambda line: print(line, flush=True))
@@ -265,5 +284,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--engines", default=",".join(ENGINES))
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="both engines' weights")
+    p.add_argument("--neighbours", default="0", help="comma list of busy-loop process counts to run every level "
+                   "beside, a row per condition (e.g. 0,1,2: idle, then beside one and two busy neighbours)")
     p.add_argument("--out", help="output folder (default: runs/bench/engines-<time>)")
     p.set_defaults(func=main)

@@ -20,7 +20,7 @@ from playground.k_range import k_problem
 from .cache import DrafterCache, TargetCache
 from .drafter import Eagle3Drafter
 from .sampling import accept_greedy, accept_sampled, probabilities, sample
-from .target import Target
+from .target import Target, TargetOutput
 from .trace import AttentionMass, StepEvent
 from .tree_shape import TreeShape, tree_problem
 
@@ -112,14 +112,15 @@ def prefill(target: Target, aux_layers: list[int], prompt_ids: list[int], cache:
     out = target.forward(prompt_ids, cache, aux_layers, last_only=True)
     tokens = list(prompt_ids) + [_choose(out.logits[-1], cfg, generator)]
     generated, reason = stopper.clip([], tokens[-1:])
-    return tokens, generated, reason, prefill_event(generated, reason, start, target.clock()), out.aux
+    return tokens, generated, reason, prefill_event(generated, reason, start, target.clock(), out), out.aux
 
 
-def prefill_event(generated: list[int], reason: str | None, start: float, now: float) -> StepEvent:
+def prefill_event(generated: list[int], reason: str | None, start: float, now: float,
+                  out: TargetOutput) -> StepEvent:
     """Step 0 of a speculative run: the prefill and the first token, nothing drafted."""
     return StepEvent(step=0, drafted=[], accepted=0, emitted=list(generated), verify_ms=(now - start) * 1000,
                      total_tokens=len(generated), elapsed_ms=(now - start) * 1000, finished=reason is not None,
-                     finish_reason=reason)
+                     finish_reason=reason, threads=out.threads, others_running=out.others_running)
 
 
 def cancelled_event(step: int, generated: list[int], start: float, now: float) -> StepEvent:
@@ -145,7 +146,8 @@ def plain_generate(target: Target, prompt_ids: list[int], cfg: GenerationConfig,
     start = target.clock()
     while True:
         t0 = target.clock()
-        token = _choose(target.forward(next_input, cache, last_only=True).logits[-1], cfg, generator)
+        out = target.forward(next_input, cache, last_only=True)
+        token = _choose(out.logits[-1], cfg, generator)
         emitted, reason = stopper.clip(generated, [token])
         generated += emitted
         if reason is None and should_stop is not None and should_stop():
@@ -153,7 +155,8 @@ def plain_generate(target: Target, prompt_ids: list[int], cfg: GenerationConfig,
         now = target.clock()
         yield StepEvent(step=step, drafted=[], accepted=0, emitted=emitted, verify_ms=(now - t0) * 1000,
                         total_tokens=len(generated), elapsed_ms=(now - start) * 1000,
-                        finished=reason is not None, finish_reason=reason)
+                        finished=reason is not None, finish_reason=reason, threads=out.threads,
+                        others_running=out.others_running)
         if reason is not None:
             return
         next_input, step = [token], step + 1
@@ -290,6 +293,7 @@ def speculative_generate(target: Target, drafter: Eagle3Drafter, aux_layers: lis
         k = min(cfg.k, stopper.limit - len(generated) - 1, target.max_positions - len(tokens) - 1)
 
         t0 = target.clock()
+        target.use_threads(1)  # a draft is a one-row product through small weights
         chain = _draft_chain(drafter, draft_cache, tokens, pending_aux, pending_start, k, cfg, vocab_map,
                              target.vocab_size, generator) if k > 0 else _Chain(no_drafts, [], [], [])
         t1 = target.clock()
@@ -323,4 +327,5 @@ def speculative_generate(target: Target, drafter: Eagle3Drafter, aux_layers: lis
             draft_ms=(t1 - t0) * 1000, verify_ms=(t2 - t1) * 1000,
             total_tokens=len(generated), elapsed_ms=(t2 - start) * 1000,
             finished=reason is not None, finish_reason=reason,
+            threads=verify.threads, others_running=verify.others_running,
         )

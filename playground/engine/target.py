@@ -20,6 +20,7 @@ from .checkpoint import CheckpointError
 from .drafter import Eagle3Drafter
 from .llama import FastLlama, fast_forward_problem
 from .templates import encode_chat
+from .threads import ThreadPolicy, thread_policy
 
 
 def cache_keyword(model) -> str:
@@ -36,6 +37,8 @@ class TargetError(ValueError):
 class TargetOutput:
     logits: torch.Tensor  # [t, vocab], float32
     aux: torch.Tensor | None  # [t, n_aux * hidden] when captured
+    threads: int | None = None  # CPU threads the forward ran on (None on a GPU)
+    others_running: int | None = None  # other runnable tasks on the machine just before it (None where unknown)
 
 
 class Target:
@@ -63,6 +66,9 @@ class Target:
                              "GPU targets run through transformers (the fast path is verified on the CPU only)"
                              if self.device.type != "cpu" else fast_forward_problem(model))
         self.fast = FastLlama(model) if self.fast_problem is None else None
+        self.threads: ThreadPolicy | None = thread_policy() if self.device.type == "cpu" else None
+        if self.threads is not None and not self.threads.measured:
+            self.threads.calibrate(self._one_row_forward())
 
     @property
     def forward_path(self) -> str:
@@ -158,6 +164,20 @@ class Target:
         if self.fast is not None:
             self.fast.expect_rows(rows)
 
+    def use_threads(self, rows: int) -> int | None:
+        """Set the CPU threads for a product of `rows` rows (the policy of engine/threads.py); None on a GPU."""
+        return self.threads.use(rows) if self.threads is not None else None
+
+    def _one_row_forward(self):
+        """A one-token step after a short context, on a cache of its own: what the thread policy times at load."""
+        cache = self.new_cache()
+        self.forward(list(range(8)), cache, last_only=True)
+
+        def step() -> None:
+            cache.rollback(8)
+            self.forward([8], cache, last_only=True)
+        return step
+
     def capture_layers(self, layer_ids, run):
         """Call `run()` (a forward of this target's model) and return (its output, {layer id: captured state})."""
         self._capture.wanted, self._capture.found = set(layer_ids), {}
@@ -174,17 +194,20 @@ class Target:
 
         `tree` = (positions [t], sees [t, t] bool) verifies a draft tree: new token i sits at positions[i] and attends
         to the cache and to the new tokens j where sees[i, j]."""
+        others = self.threads.sample() if self.threads is not None else None
+        threads = self.use_threads(len(input_ids))
         if self.fast is not None:
             ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device).view(-1)
             logits, aux = self.fast.forward(ids, cache, aux_layers or [], last_only, tree)
-            return TargetOutput(logits=logits.float(), aux=torch.cat(aux, dim=-1) if aux_layers else None)
+            return TargetOutput(logits=logits.float(), aux=torch.cat(aux, dim=-1) if aux_layers else None,
+                                threads=threads, others_running=others)
         ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device).view(1, -1)
         extra = {} if tree is None else self._tree_arguments(cache, *tree)
         out, found = self.capture_layers(aux_layers or (), lambda: self.model(
             input_ids=ids, use_cache=True, logits_to_keep=1 if last_only else 0, **{self.cache_keyword: cache.inner},
             **extra))
         aux = torch.cat([found[i][0] for i in aux_layers], dim=-1) if aux_layers else None
-        return TargetOutput(logits=out.logits[0].float(), aux=aux)
+        return TargetOutput(logits=out.logits[0].float(), aux=aux, threads=threads, others_running=others)
 
     @torch.no_grad()
     def features(self, tokens: torch.Tensor, aux_layers: list[int]) -> TargetOutput:

@@ -62,6 +62,10 @@ class StepEvent:
     tree_depths: list[int] | None = None  # 1 = a child of the last emitted token
     tree_probs: list[float] | None = None  # the drafter's probability of each node given its parent
     tree_path: list[int] | None = None  # the accepted nodes (indices into tree_tokens), shallowest first
+    # The machine while the step ran (engine/threads.py): the CPU threads its target forward ran on and the other
+    # runnable tasks sampled just before it; None on a GPU, from other backends, or where the system does not say
+    threads: int | None = None
+    others_running: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -86,6 +90,8 @@ class RunMetrics:
     attention_by_depth: list[AttentionMass] | None = None
     hidden_rms_by_depth: list[float] | None = None
     per_position_counts: list[int] = field(default_factory=list)
+    busy_share: float | None = None  # share of steps that began with another task runnable: a busy machine
+    threads: list[int] | None = None  # the CPU thread counts the steps' target forwards ran on
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -244,6 +250,9 @@ class RunTally:
     last_ms: float = 0.0
     attention: _DepthMeans = field(default_factory=_DepthMeans)
     hidden_rms: _DepthMeans = field(default_factory=_DepthMeans)
+    load_samples: int = 0
+    busy_steps: int = 0
+    threads: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.counters.accepted_per_pos += [0] * (self.k - len(self.counters.accepted_per_pos))
@@ -266,6 +275,11 @@ class RunTally:
             self.attention.add([(a.sink, a.context, a.draft) for a in event.attention])
         if event.drafted and event.hidden_rms:
             self.hidden_rms.add([(v,) for v in event.hidden_rms])
+        if event.others_running is not None:
+            self.load_samples += 1
+            self.busy_steps += event.others_running > 0
+        if event.threads is not None:
+            self.threads.add(event.threads)
 
     def metrics(self) -> RunMetrics:
         counters, decode_s = self.counters, (self.last_ms - self.first_ms) / 1000
@@ -286,6 +300,8 @@ class RunTally:
             attention_by_depth=[AttentionMass(*means) for means in attention] if attention is not None else None,
             hidden_rms_by_depth=[means[0] for means in hidden] if hidden is not None else None,
             per_position_counts=list(counters.accepted_per_pos),
+            busy_share=self.busy_steps / self.load_samples if self.load_samples else None,
+            threads=sorted(self.threads) or None,
         )
 
 

@@ -316,6 +316,7 @@ def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int],
         depth = min(tree.depth, stopper.limit - len(generated) - 1, target.max_positions - len(tokens) - 1)
 
         t0 = target.clock()
+        target.use_threads(1)  # drafting: a few rows through small weights (engine/threads.py)
         if depth == 0:
             drafts = NO_TREE
         elif template is None:
@@ -352,6 +353,7 @@ def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int],
             draft_ms=(t1 - t0) * 1000, verify_ms=(t2 - t1) * 1000,
             total_tokens=len(generated), elapsed_ms=(t2 - start) * 1000,
             finished=reason is not None, finish_reason=reason,
+            threads=verify.threads, others_running=verify.others_running,
             **(_tree_fields(drafts, path) if len(drafts) else {}),
         )
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from playground.backends import Backend, StepStream
 from playground.engine import Baseline, RunRecord, RunTally, StepEvent, emitted_ids
+from playground.engine.threads import busy_text
 from playground.viz import ProvenanceBuilder, RunView, TokenPiece, TreeStep, plain_verdict
 
 from .baseline import AFTER, SHARE, SHARE_IN_CHAT, BaselineSampler
@@ -92,7 +93,8 @@ class Run:
         if self.finished and self.measuring:  # "finished" comes with the final numbers
             return "answer done: timing plain decoding for the speedup…"
         if self.finished:
-            return FINISH_REASONS.get(self.finish_reason or "", "finished")
+            busy = busy_text(self.tally.metrics().busy_share)
+            return FINISH_REASONS.get(self.finish_reason or "", "finished") + (f"; {busy}" if busy else "")
         if self.events:
             return f"generating… {self.events[-1].total_tokens} tokens"
         if self.waiting:

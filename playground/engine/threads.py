@@ -1,0 +1,205 @@
+"""How many CPU threads each phase of a step runs on, and how busy the machine is while it runs.
+
+A decode step on a CPU mixes two kinds of work:
+- one-row products (a plain step, every draft of a chain): bound by reading the weights, which one core does about
+  as fast as two (SmolLM2 on a 2-core AMD EPYC Zen 4: a plain step 36.8 ms on one thread, 36.0 on two);
+- a verification of k + 1 rows (and a prefill): compute-bound, so two threads run it in ~0.6x one's time.
+OpenMP threads meet at a barrier after every product. When another process holds a core, the thread that shares it
+is descheduled for a time slice while its partner waits, so every barrier costs milliseconds: beside one busy loop
+the same plain step took 127 ms on two threads and 52 on one, a 5-row verification 196 ms and 87.
+
+So the policy (`ThreadPolicy`), chosen per phase and adapting to the machine as steps run:
+- one-row work runs on the thread count measured fastest for it at load (`calibrate`; one thread unless more are
+  measurably faster), so it never waits at a barrier for nothing;
+- multi-row work runs on every thread while no other task is runnable, and on as many as the cores left free when
+  others are (`LoadGauge`: the runnable tasks the kernel counts, less this one, smoothed over steps).
+A user who sets the threads (`--threads`, PLAYGROUND_THREADS, OMP_NUM_THREADS) gets exactly that many, in every
+phase. Every step event carries the threads its verification ran on and the load sampled before it, so a reading
+taken on a busy machine says so (RunMetrics.busy_share).
+
+`playground/__init__.py` also bounds how long an idle OpenMP thread spins before it sleeps (`openmp.py`), so that
+a thread left over from a verification does not burn the core the next phase, or a neighbour, needs.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+LOADAVG = Path("/proc/loadavg")
+SMOOTHING = 0.3  # weight of the newest load sample in the running estimate
+BUSY = 0.5  # other runnable tasks, smoothed, at which a core counts as taken
+MULTI_THREAD_GAIN = 1.1  # one-row work takes more threads only when they are measured this much faster
+BUSY_NOTE_SHARE = 0.2  # a run is said to have met a busy machine when this share of its steps began beside another task
+
+
+def runnable_tasks(loadavg: Path = LOADAVG) -> int | None:
+    """Tasks the kernel counts as runnable right now, the reader included (/proc/loadavg's fourth field, "R/T");
+    None where the system does not say."""
+    try:
+        return int(loadavg.read_text().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def busy_text(busy_share: float | None) -> str:
+    """What the machine's load did to a run's readings (RunMetrics.busy_share), or "" where it ran alone or nobody
+    could tell: for status lines and the CLI."""
+    if busy_share is None or busy_share < BUSY_NOTE_SHARE:
+        return ""
+    return (f"the machine was busy (another task was runnable at {busy_share:.0%} of its steps): speeds and speedups "
+            "read lower than on an idle machine")
+
+
+def own_running_threads(tasks: Path = Path("/proc/self/task")) -> int:
+    """This process's threads in state R (running or runnable), at least 1: the caller. An OpenMP helper still
+    spinning after a product counts here, not as another task."""
+    running = 0
+    try:
+        tids = os.listdir(tasks)
+    except OSError:
+        return 1
+    for tid in tids:
+        try:
+            stat = (tasks / tid / "stat").read_bytes()
+        except OSError:
+            continue  # the thread ended meanwhile
+        running += stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] == b"R"
+    return max(running, 1)
+
+
+def other_runnable_tasks() -> int | None:
+    """Runnable tasks on the machine that are not this process's threads; None where the system does not say. The
+    per-thread count is read only when the machine count says something else may run (one file read otherwise)."""
+    running = runnable_tasks()
+    if running is None:
+        return None
+    return 0 if running <= 1 else max(running - own_running_threads(), 0)
+
+
+class LoadGauge:
+    """Other runnable tasks than this process's, sampled once per target forward and smoothed: a neighbour process,
+    a browser rendering the page. (Another run in this process shares the cores too, but through threads the OS
+    counts as ours; the app runs one at a time by default.)"""
+
+    def __init__(self, read: Callable[[], int | None] = other_runnable_tasks) -> None:
+        self._read = read
+        self.smoothed = 0.0
+        self.last: int | None = None
+
+    def sample(self) -> int | None:
+        """Other runnable tasks now (None where unknown); updates the smoothed estimate."""
+        others = self._read()
+        if others is None:
+            return None
+        self.last = others
+        self.smoothed += SMOOTHING * (others - self.smoothed)
+        return others
+
+    @property
+    def busy_cores(self) -> int:
+        """Cores other tasks take, by the smoothed estimate."""
+        return int(self.smoothed + 1 - BUSY) if self.smoothed >= BUSY else 0
+
+
+def user_threads(environ=os.environ) -> int | None:
+    """Threads the user fixed for OpenMP (OMP_NUM_THREADS), or None. The playground's own `--threads` and
+    PLAYGROUND_THREADS reach the policy through `ThreadPolicy.fix`, called by the entry points."""
+    value = environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity, where the system says)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+class ThreadPolicy:
+    """Threads per phase (module docstring). `use(rows)` before a product of `rows` rows sets torch's threads and
+    returns how many; `describe()` says what the policy is, for run records and status lines."""
+
+    def __init__(self, max_threads: int | None = None, fixed: int | None = None,
+                 gauge: LoadGauge | None = None) -> None:
+        self.fixed = fixed
+        self.max_threads = fixed or max_threads or torch.get_num_threads()
+        self.one_row = 1 if fixed is None else fixed
+        self.gauge = gauge or LoadGauge()
+        self.measured: dict[int, float] = {}  # one-row forward ms by thread count, from `calibrate`
+        self._lock = threading.Lock()
+
+    def fix(self, threads: int) -> None:
+        """Every phase on exactly `threads` from now on (the user's choice)."""
+        self.fixed = self.max_threads = self.one_row = threads
+        torch.set_num_threads(threads)
+
+    def multi_row(self) -> int:
+        """Threads for multi-row work now: every thread, less the cores other tasks take (at least one)."""
+        if self.fixed is not None:
+            return self.fixed
+        return max(1, min(self.max_threads, usable_cores() - self.gauge.busy_cores))
+
+    def use(self, rows: int) -> int:
+        threads = self.one_row if rows <= 1 and self.fixed is None else self.multi_row()
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        return threads
+
+    def sample(self) -> int | None:
+        """A load sample, once per step (between products): the other runnable tasks now."""
+        return self.gauge.sample()
+
+    def calibrate(self, one_row_forward: Callable[[], object], reps: int = 5) -> None:
+        """Time `one_row_forward` on one thread and on every thread, alternating, median of `reps`, and keep the
+        faster for one-row work (more threads only if `MULTI_THREAD_GAIN` faster). Skipped where the user fixed the
+        threads, where there is one, or while other tasks run (their load would decide, not the kernels): one-row work
+        then stays on one thread."""
+        if self.fixed is not None or self.max_threads < 2:
+            return
+        with self._lock:
+            if self.gauge.sample():
+                return
+            times: dict[int, list[float]] = {1: [], self.max_threads: []}
+            one_row_forward()
+            try:
+                for _ in range(reps):
+                    for threads, samples in times.items():
+                        self.fixed = threads  # the forward's own `use` keeps this count while it is timed
+                        torch.set_num_threads(threads)
+                        start = time.perf_counter()
+                        one_row_forward()
+                        samples.append(time.perf_counter() - start)
+            finally:
+                self.fixed = None
+            self.measured = {t: statistics.median(s) * 1000 for t, s in times.items()}
+            many = self.measured[self.max_threads]
+            self.one_row = self.max_threads if self.measured[1] >= MULTI_THREAD_GAIN * many else 1
+            torch.set_num_threads(self.max_threads)
+
+    def describe(self) -> str:
+        if self.fixed is not None:
+            return f"{self.fixed} thread{'s' if self.fixed > 1 else ''} (set by the user)"
+        measured = ", ".join(f"{ms:.1f} ms on {t}" for t, ms in sorted(self.measured.items()))
+        return (f"one-row work on {self.one_row}, verification on up to {self.max_threads} "
+                f"(fewer while other tasks run)" + (f"; one row measured {measured}" if measured else ""))
+
+
+_POLICY: ThreadPolicy | None = None
+_POLICY_LOCK = threading.Lock()
+
+
+def thread_policy() -> ThreadPolicy:
+    """The process's policy (threads are process-wide): fixed where the environment sets the threads."""
+    global _POLICY
+    with _POLICY_LOCK:
+        if _POLICY is None:
+            _POLICY = ThreadPolicy(fixed=user_threads())
+        return _POLICY

@@ -1,0 +1,136 @@
+"""The thread policy and the load gauge (engine/threads.py), the busy neighbours of the benches, and what a run
+records of both. No timing is asserted: where a choice depends on a measurement, the measurement is scripted."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from playground.bench.neighbours import busy_neighbours, parse_neighbours
+from playground.engine import RunTally, StepEvent
+from playground.engine.threads import (
+    LoadGauge,
+    ThreadPolicy,
+    busy_text,
+    other_runnable_tasks,
+    own_running_threads,
+    runnable_tasks,
+)
+
+
+class ScriptedLoad:
+    """Other runnable tasks, as a list read one sample at a time."""
+
+    def __init__(self, values: list[int | None]) -> None:
+        self.values = list(values)
+
+    def __call__(self) -> int | None:
+        return self.values.pop(0)
+
+
+@pytest.fixture
+def restore_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_the_gauge_smooths_what_it_reads_and_calls_a_core_taken_only_when_it_stays_taken() -> None:
+    gauge = LoadGauge(ScriptedLoad([1, 0, 0, 1, 1, 1, 1, None]))
+    assert gauge.sample() == 1 and gauge.busy_cores == 0  # one sample of a neighbour: not yet a taken core
+    gauge.sample(), gauge.sample()
+    assert gauge.busy_cores == 0
+    for _ in range(4):
+        gauge.sample()
+    assert gauge.busy_cores == 1 and gauge.last == 1
+    assert gauge.sample() is None and gauge.last == 1  # unknown: the estimate stands
+
+
+def test_one_row_work_and_verification_get_their_own_thread_counts(restore_threads) -> None:
+    load = ScriptedLoad([0] * 3 + [1] * 10)
+    policy = ThreadPolicy(max_threads=2, gauge=LoadGauge(load))
+    cores = 2
+    import playground.engine.threads as threads
+
+    original = threads.usable_cores
+    threads.usable_cores = lambda: cores
+    try:
+        policy.sample()
+        assert policy.use(1) == 1 and torch.get_num_threads() == 1
+        assert policy.use(5) == 2 and torch.get_num_threads() == 2  # idle: verification on every thread
+        for _ in range(10):
+            policy.sample()
+        assert policy.use(5) == 1  # a neighbour holds a core: verification leaves it alone
+        assert policy.use(1) == 1
+    finally:
+        threads.usable_cores = original
+
+
+def test_threads_the_user_sets_hold_in_every_phase_whatever_the_load(restore_threads) -> None:
+    policy = ThreadPolicy(max_threads=2, gauge=LoadGauge(ScriptedLoad([3] * 10)))
+    policy.fix(2)
+    for _ in range(10):
+        policy.sample()
+    assert [policy.use(rows) for rows in (1, 5, 17)] == [2, 2, 2]
+    assert "set by the user" in policy.describe()
+    policy.calibrate(lambda: pytest.fail("a fixed policy measures nothing"))
+
+
+def _forward_costing(ms_by_threads: dict[int, float]):
+    def forward() -> None:
+        time.sleep(ms_by_threads[torch.get_num_threads()] / 1000)
+    return forward
+
+
+def test_calibration_keeps_one_thread_for_one_row_work_unless_more_are_measurably_faster(restore_threads) -> None:
+    same = ThreadPolicy(max_threads=2, gauge=LoadGauge(ScriptedLoad([0] * 3)))
+    same.calibrate(_forward_costing({1: 20, 2: 20}), reps=2)
+    assert same.one_row == 1 and set(same.measured) == {1, 2} and "one row measured" in same.describe()
+    faster = ThreadPolicy(max_threads=2, gauge=LoadGauge(ScriptedLoad([0] * 3)))
+    faster.calibrate(_forward_costing({1: 40, 2: 20}), reps=2)
+    assert faster.one_row == 2
+    busy = ThreadPolicy(max_threads=2, gauge=LoadGauge(ScriptedLoad([1])))
+    busy.calibrate(lambda: pytest.fail("a busy machine would decide, not the kernels"))
+    assert busy.one_row == 1 and not busy.measured
+
+
+def test_the_load_is_read_from_proc_and_this_process_threads_are_not_counted(tmp_path: Path) -> None:
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text("0.50 0.40 0.30 3/412 9876\n")
+    assert runnable_tasks(loadavg) == 3
+    assert runnable_tasks(tmp_path / "missing") is None
+    tasks = tmp_path / "task"
+    for tid, state in ((10, "R"), (11, "S"), (12, "R")):
+        (tasks / str(tid)).mkdir(parents=True)
+        (tasks / str(tid) / "stat").write_text(f"{tid} (pt worker (1)) {state} 1 2 3\n")  # a name with ") " in it
+    assert own_running_threads(tasks) == 2
+    assert own_running_threads(tmp_path / "none") == 1
+    if runnable_tasks() is not None:  # Linux: the real reading is a count, this thread never among the others
+        others = other_runnable_tasks()
+        assert others is not None and 0 <= others < runnable_tasks() + 8
+
+
+def test_a_run_records_its_threads_and_how_busy_the_machine_was() -> None:
+    events = [StepEvent(step=i, drafted=[], accepted=0, emitted=[i], elapsed_ms=10.0 * (i + 1),
+                        threads=2 if i == 0 else 1, others_running=1 if i in (2, 3) else 0) for i in range(5)]
+    metrics = RunTally.of(events, 4).metrics()
+    assert metrics.busy_share == pytest.approx(2 / 5) and metrics.threads == [1, 2]
+    assert "busy" in busy_text(metrics.busy_share) and "40%" in busy_text(metrics.busy_share)
+    assert busy_text(0.1) == "" and busy_text(None) == ""
+    bare = RunTally.of([StepEvent(step=0, drafted=[], accepted=0, emitted=[1], elapsed_ms=1.0)], 4).metrics()
+    assert bare.busy_share is None and bare.threads is None  # a backend that cannot tell says nothing
+
+
+def test_busy_neighbours_run_while_the_block_runs_and_end_with_it() -> None:
+    with busy_neighbours(2, max_seconds=60) as processes:
+        assert len(processes) == 2 and all(p.poll() is None for p in processes)
+    assert all(p.poll() is not None for p in processes)
+    with busy_neighbours(0) as none:
+        assert none == []
+    assert parse_neighbours("0,1,2") == (0, 1, 2)
+    for bad in ("", "1,x", "-1", "17"):
+        with pytest.raises(ValueError, match="--neighbours"):
+            parse_neighbours(bad)
