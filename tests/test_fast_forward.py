@@ -78,8 +78,16 @@ def test_both_caches_keep_a_tree_path_as_if_it_alone_had_been_fed(targets: tuple
         assert cache.length == len(prompt) + len(path) + 1
 
 
+def unpacked(target: Target) -> Target:
+    """The target with no oneDNN packs, whatever this machine's timing chose at load (`prefer_onednn`)."""
+    for projection in target.fast.projections():
+        projection.onednn = None
+    target.fast.onednn_roles = []
+    return target
+
+
 def test_packed_products_agree_with_plain_ones(tiny_root: Path) -> None:
-    target = load_target(tiny_root, fast=True)
+    target = unpacked(load_target(tiny_root, fast=True))
     prompt, step = ids(40, target.vocab_size, 1), ids(5, target.vocab_size, 2)
     cache = target.new_cache()
     target.forward(prompt, cache)
@@ -109,6 +117,36 @@ def test_one_row_products_through_the_transposed_weight_agree_with_plain_ones() 
     measured = Projection(weight, None)
     if measured.try_columns():
         assert measured.columns.is_contiguous() and measured.columns.equal(weight.t())
+
+
+def test_float32_products_packed_by_onednn_agree_and_stay_lossless(tiny_root: Path) -> None:
+    """oneDNN's float32 packs (forced on every product here; `prefer_onednn` keeps them where this machine measures
+    them faster) serve every product of several rows, a one-row product keeps its own layout; the logits agree with
+    plain products, and chains and trees verified through them stay token-identical to plain decoding."""
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch build has no oneDNN")
+    target = unpacked(load_target(tiny_root, fast=True))
+    prompt, step = ids(40, target.vocab_size, 11), ids(5, target.vocab_size, 12)
+    cache = target.new_cache()
+    target.forward(prompt, cache)
+    plain = target.forward(step, cache).logits
+    cache.rollback(len(prompt))
+    for projection in target.fast.projections():
+        projection.onednn = torch.ops.mkldnn._reorder_linear_weight(projection.weight.detach(), 8)
+    target.fast.onednn_roles = ["qkv", "o", "gate_up", "down", "lm_head"]
+    assert target.fast.kernels.startswith("onednn-packed qkv")
+    torch.testing.assert_close(target.forward(step, cache).logits, plain, rtol=1e-4, atol=1e-4)
+    target.expect_rows(len(step) + 1)
+    assert all(p.mkl is None for p in target.fast.projections())  # nothing left for MKL to pack
+    drafter, _ = load_drafter(tiny_root / "eagle3.1")
+    aux = target.attach(drafter)
+    question = ids(20, target.vocab_size, 13)
+    cfg = GenerationConfig(max_new_tokens=40, k=4)
+    reference = [t for e in plain_generate(target, question, cfg) for t in e.emitted]
+    chain = [t for e in speculative_generate(target, drafter, aux, question, cfg) for t in e.emitted]
+    tree = [t for e in tree_generate(target, drafter, aux, question, cfg, TreeShape(depth=4, topk=3, nodes=12))
+            for t in e.emitted]
+    assert chain == reference and tree == reference
 
 
 def test_a_layer_group_in_the_transposed_layout_keeps_one_copy_and_the_same_numbers(tiny_root: Path) -> None:

@@ -40,6 +40,8 @@ MAX_EXACT_ROWS = 17  # row independence is probed up to k + 1 = 17 rows (MAX_K =
 # multiplies its rows in groups of at most this many
 PACK_SHARE = 0.25  # float32 packs may take at most this share of the memory available when they are made
 COLUMNS_GAIN = 1.2  # a one-row product keeps the transposed weight only when it runs at least this much faster
+ONEDNN_GAIN = 1.1  # float32 products of several rows keep oneDNN's pack only when it is at least this much faster
+VERIFY_ROWS = 5  # the row count several-row layouts are timed at: a verification of k = 4 drafts
 MEMINFO = Path("/proc/meminfo")
 
 
@@ -101,14 +103,14 @@ class Projection:
         verification of a tree larger than the row counts `rows_independent` probed)."""
         if rows_at_once is not None and x.shape[0] > rows_at_once:
             return torch.cat([self(part) for part in x.split(rows_at_once)])
+        if self.columns is not None and x.shape[0] == 1:
+            y = x @ self.columns
+            return y if self.bias is None else y + self.bias
         if self.onednn is not None:
             return torch.ops.mkldnn._linear_pointwise(x, self.onednn, self.bias, "none", [], "")
         mkl = self.mkl
         if mkl is not None and x.shape[0] == mkl[0]:
             return torch.ops.mkl._mkl_linear(x, mkl[1], self.weight, self.bias, mkl[0])
-        if self.columns is not None and x.shape[0] == 1:
-            y = x @ self.columns
-            return y if self.bias is None else y + self.bias
         return F.linear(x, self.weight, self.bias)
 
     def try_columns(self, reps: int = 5) -> bool:
@@ -171,6 +173,44 @@ def prefer_columns(group: list[Projection], reps: int = 3) -> bool:
         return False
     for projection, copy in zip(group, columns):
         projection.use_columns(copy)
+    return True
+
+
+def prefer_onednn(group: list[Projection], rows: int = VERIFY_ROWS, reps: int = 3) -> bool:
+    """Whether float32 products of `rows` rows through `group` (one role of every layer, or the head) run
+    `ONEDNN_GAIN` times faster through oneDNN's packed weights than through `F.linear`; if so each keeps its pack,
+    which then serves every product of more than one row (a one-row product keeps its own layout).
+
+    Timed here as `prefer_columns` times, over the whole group. On a 2-core AMD EPYC (Zen 4, one thread) 5 rows
+    through SmolLM2's gate/up took 892 us as `F.linear` (MKL's packed GEMM: 908) and 359 us packed by oneDNN, its
+    vocabulary head 18.8 ms and 5.7 ms: MKL multiplies a few rows at a fraction of the core's speed. A pack is one
+    more copy of the weights (MKL's per-row-count packs took 3.7x), made only while it fits in `PACK_SHARE` of the
+    available memory."""
+    weights = [p.weight for p in group]
+    available = available_memory()
+    size = sum(w.numel() * w.element_size() for w in weights)
+    if (not group or not torch.backends.mkldnn.is_available() or any(w.dtype != torch.float32 for w in weights)
+            or any(w.device.type != "cpu" for w in weights) or not available or size > PACK_SHARE * available):
+        return False
+    packs = [torch.ops.mkldnn._reorder_linear_weight(w.detach(), 8) for w in weights]
+    x = torch.randn(rows, weights[0].shape[1], dtype=weights[0].dtype)
+
+    def pass_through(packed: bool) -> float:
+        start = time.perf_counter()
+        for w, pack in zip(weights, packs):
+            torch.ops.mkldnn._linear_pointwise(x, pack, None, "none", [], "") if packed else F.linear(x, w)
+        return time.perf_counter() - start
+
+    plain, onednn = [], []
+    with torch.inference_mode():
+        pass_through(False), pass_through(True)  # first touches
+        for _ in range(reps):
+            plain.append(pass_through(False))
+            onednn.append(pass_through(True))
+    if statistics.median(plain) < ONEDNN_GAIN * statistics.median(onednn):
+        return False
+    for projection, pack in zip(group, packs):
+        projection.onednn = pack
     return True
 
 
@@ -298,16 +338,22 @@ class FastLlama:
             # rounds SmolLM2's down and vocabulary products of one row differently from the same rows among several.
             shapes = {tuple(p.weight.shape): p for p in self.projections()}
             self.row_exact = all(rows_independent(p, MAX_EXACT_ROWS) for p in shapes.values())
-        self.transposed = [name for name, group in self.layer_groups().items() if prefer_columns(group)]
-        if self.lm_head.try_columns():
-            self.transposed.append("lm_head")
+        groups = {**self.layer_groups(), "lm_head": [self.lm_head]}
+        self.transposed = [role for role, group in groups.items() if prefer_columns(group)]
+        self.onednn_roles = ([role for role, group in groups.items() if prefer_onednn(group)]
+                             if dtype == torch.float32 and self.embed.device.type == "cpu" else [])
 
     @property
     def kernels(self) -> str:
-        """Which products run: "onednn-packed" (bfloat16), "mkl-packed" (float32, once packed) or "plain", then
-        "+ transposed one-row qkv, gate_up, lm_head" naming the products whose one-row case goes through W^T."""
-        head = self.lm_head
-        products = "onednn-packed" if head.onednn is not None else "mkl-packed" if self._packed_rows else "plain"
+        """Which products run: "onednn-packed" (bfloat16: every product), "onednn-packed qkv, ..." (float32: the
+        roles whose several-row products oneDNN packs), "mkl-packed" (float32 otherwise, once packed) or "plain",
+        then "+ transposed one-row qkv, gate_up, lm_head": the roles whose one-row products go through W^T."""
+        if self.embed.dtype != torch.float32 and self.lm_head.onednn is not None:
+            products = "onednn-packed"
+        elif self.onednn_roles:
+            products = "onednn-packed " + ", ".join(self.onednn_roles)
+        else:
+            products = "mkl-packed" if self._packed_rows else "plain"
         return products + (f" + transposed one-row {', '.join(self.transposed)}" if self.transposed else "")
 
     def layer_groups(self) -> dict[str, list[Projection]]:
@@ -321,13 +367,13 @@ class FastLlama:
                 or not torch.backends.mkl.is_available() or rows < 2):
             return
         with self._pack_lock:
-            if rows == self._packed_rows:
+            projections, used = [p for p in self.projections() if p.onednn is None], 0  # oneDNN's serve any rows
+            if rows == self._packed_rows or not projections:
                 return
             available = available_memory()
             budget = int(PACK_SHARE * available) if available else 0
             if self._no_room_for and budget <= self._no_room_for:
                 return
-            projections, used = self.projections(), 0
             for projection in projections:
                 projection.mkl = None  # the old pack goes before the new one is made
             for projection in projections:
