@@ -175,6 +175,9 @@ def parent(args: argparse.Namespace) -> None:
                          "threads": rows[0].get("threads"),
                          "busy_share": [r.get("busy_share") for r in rows] if engine == "ours" else None,
                          "acceptance": acceptance(rows)}
+                theirs = results.get(("vllm", method, neighbours))
+                if engine == "ours" and theirs:
+                    entry["same_ids_as_vllm"] = sum(a["token_ids"] == b["token_ids"] for a, b in zip(rows, theirs))
                 table.append(entry)
                 kept = f"{entry['kept_of_idle']:.2f}×" if entry["kept_of_idle"] else "—"
                 speedup = f"{entry['speedup']:.2f}×" if entry["speedup"] else "—"

@@ -301,3 +301,27 @@ def test_the_tree_bench_table_is_the_committed_run() -> None:
     assert f"took {min(cost):.2f}-{max(cost):.2f}x its chain's" in flat
     assert f"acceptance was {min(acceptance):.2f}-{max(acceptance):.2f}x its chain's" in flat
     assert f"accepts {min(acceptance):.2f}x to {max(acceptance):.2f}x the tokens per step" in flat
+
+
+def test_the_threads_table_is_the_committed_runs() -> None:
+    """docs/engine.md's shared-CPU table: every cell from assets/bench/threads/ (ours now and vLLM in one run, ours
+    before in the other), rounded as the page rounds."""
+    folder = ROOT / "assets" / "bench" / "threads"
+    now, before = _load(folder / "ours-vs-vllm.json")["rows"], _load(folder / "before-96a30d4.json")["rows"]
+    page = (DOCS / "engine.md").read_text()
+
+    def row(rows: list[dict], engine: str, method: str, neighbours: int) -> dict:
+        return next(r for r in rows if (r["engine"], r["method"], r["neighbours"]) == (engine, method, neighbours))
+
+    def cell(r: dict, speedup_word: str = "") -> str:
+        rate = (f"{r['median']:.1f} ({r['min']:.1f}–{r['max']:.1f})" if not r["neighbours"]
+                else f"{r['median']:.1f}, kept {r['kept_of_idle']:.2f}×")
+        return rate + (f"; {speedup_word}{r['speedup']:.2f}×" if r["speedup"] else "")
+
+    for neighbours in (0, 1, 2):
+        for method, label in (("none", "plain"), ("eagle3.1", "EAGLE-3.1")):
+            ours, theirs = row(now, "ours", method, neighbours), row(now, "vllm", method, neighbours)
+            assert ours["same_ids_as_plain"] in (None, ours["prompts"])
+            line = (f"| {neighbours} | {label} | {cell(row(before, 'ours', method, neighbours), 'speedup ')} | "
+                    f"{cell(ours)} | {cell(theirs)} | {ours['median'] / theirs['median']:.2f}× |")
+            assert line in page, line
