@@ -107,7 +107,7 @@ def test_stop_ends_the_run_between_steps(pair_models: Path) -> None:
     for run in chat_turn(conversation, PROMPT, RunSettings(max_new_tokens=1024), stop.is_set):
         if run.events and run.events[-1].total_tokens >= 10:
             switches.trip("session", "chat")
-    assert run.finish_reason == "cancelled" and run.status == "stopped"
+    assert run.finish_reason == "cancelled" and run.status.split(";")[0] == "stopped"  # a busy machine adds a note
     assert run.events[-1].total_tokens < 1024
     assert not switches.arm("session", "chat", time.monotonic()).is_set()  # a later run starts with a fresh switch
     switches.forget("session")

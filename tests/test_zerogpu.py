@@ -79,7 +79,7 @@ def test_stop_reaches_a_run_whose_engine_cannot_see_the_switch(tiny_root: Path,
     stop = False
     for run in chat_turn(Conversation(), "Hello there", RunSettings(max_new_tokens=400), lambda: stop):  # noqa: B023
         stop = stop or (bool(run.events) and run.events[-1].total_tokens >= 5)
-    assert run.finish_reason == "cancelled" and run.status == "stopped"
+    assert run.finish_reason == "cancelled" and run.status.split(";")[0] == "stopped"  # a busy machine adds a note
     assert 5 <= run.events[-1].total_tokens < 400
     assert run.baseline is None and "ZeroGPU" in run.missing_fields["baseline"]
 
