@@ -54,6 +54,9 @@ class Preset:
     server_options: dict = field(default_factory=dict)  # `vllm serve` flags that are not engine arguments (parsers)
     missing_drafters: dict[str, str] = field(default_factory=dict)  # drafter name -> why absent, how to get one
     notes: str = ""
+    # sampling defaults the model's card recommends, for a server's requests that leave them out, where the model's
+    # folder has no generation_config.json that sets them (`serve/defaults.py`); {} = none recommended
+    sampling_defaults: dict[str, float] = field(default_factory=dict)
 
     @property
     def drafter_names(self) -> list[str]:
@@ -84,6 +87,9 @@ def default_pair() -> tuple[str, dict[str, str]]:
     return HUB_ID, {"eagle3": str(SHIPPED_DRAFTERS / "eagle3"), "eagle3.1": str(SHIPPED_DRAFTERS / "eagle3.1")}
 
 
+SMOLLM2_SAMPLING = {"temperature": 0.2, "top_p": 0.9}  # SmolLM2-135M-Instruct's model card, its generate() example
+
+
 def _smollm2() -> Preset:
     target, drafters = default_pair()
     return Preset(
@@ -94,6 +100,8 @@ def _smollm2() -> Preset:
         description="Hugging Face's SmolLM2-135M-Instruct (Llama architecture, 30 layers, 8k context), installed from "
         "the package registry, with EAGLE-3 and EAGLE-3.1 drafters we trained on its own answers, identically except "
         "for fc_norm and norm_output. Runs on a laptop CPU, no model hub.",
+        # its model card samples at temperature 0.2, top-p 0.9; the GGUF's generation config sets neither
+        sampling_defaults=SMOLLM2_SAMPLING if target == HUB_ID else {},
     )
 
 

@@ -319,3 +319,75 @@ def test_a_server_that_drafts_trees_answers_as_plain_decoding(pair_models: Path,
     for drafter, adaptive, message in (("none", 0.0, "need a drafter"), ("eagle3.1", 0.3, "chains")):
         with pytest.raises(ValueError, match=message):
             load_engine(get_preset("smollm2-135m"), drafter, 4, None, adaptive, tree=shape)
+
+
+def test_sampling_defaults_come_from_the_model_then_the_preset_then_openai(tmp_path: Path) -> None:
+    """A request that leaves temperature or top_p out gets the model's generation_config.json values, else the
+    preset's shipped ones, else OpenAI's; --generation-config vllm skips the model's; an override wins."""
+    from playground.presets import SMOLLM2_SAMPLING
+    from playground.serve.defaults import parse_override, sampling_defaults
+
+    (tmp_path / "generation_config.json").write_text(json.dumps({"temperature": 0.6, "do_sample": True}))
+    model = sampling_defaults(str(tmp_path), SMOLLM2_SAMPLING)
+    assert (model.temperature, model.top_p) == (0.6, 1.0) and "generation_config.json" in model.source
+    shipped = sampling_defaults(str(tmp_path / "none"), SMOLLM2_SAMPLING, shipped_source="its card")
+    assert (shipped.temperature, shipped.top_p, shipped.source) == (0.2, 0.9, "its card")
+    assert sampling_defaults(str(tmp_path), SMOLLM2_SAMPLING, "vllm").to_dict() == {
+        "temperature": 1.0, "top_p": 1.0, "source": "OpenAI's defaults"}
+    over = sampling_defaults(str(tmp_path), {}, "auto", parse_override('{"top_p": 0.5}'))
+    assert (over.temperature, over.top_p) == (0.6, 0.5) and over.source.startswith("--override-generation-config")
+    for bad, message in (("{", "not JSON"), ("[1]", "JSON object"), ('{"top_k": 5}', "top_k"),
+                         ('{"temperature": "hot"}', "a number"), ('{"top_p": 0}', "top_p in")):
+        with pytest.raises(ValueError, match=message):
+            parse_override(bad)
+
+
+def test_a_request_without_sampling_fields_gets_the_servers_defaults_and_a_key_guards_every_route_but_health(
+        pair_models: Path, tiny) -> None:
+    """In process, through the app itself: with the defaults overridden to greedy, a request that names no
+    temperature equals plain greedy decoding, and /v1/models says which defaults apply and why; with an API key,
+    a missing or wrong key gets 401 on every route but /health, the right one gets through."""
+    from fastapi.testclient import TestClient
+
+    from playground.engine import emitted_ids, plain_generate
+    from playground.presets import get_preset
+    from playground.serve.app import build_app
+    from playground.serve.engine import load_engine
+
+    engine = load_engine(get_preset("smollm2-135m"), "eagle3.1", 4, None, override={"temperature": 0.0})
+    prompt = tiny.training_prompts[0]
+    plain = emitted_ids(list(plain_generate(engine.backend.target, prompt, GenerationConfig(max_new_tokens=16))))
+    with TestClient(build_app(engine, api_key="s3cret")) as client:
+        key = {"Authorization": "Bearer s3cret"}
+        assert client.get("/health").status_code == 200
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+            refused = client.get("/v1/models", headers=headers)
+            assert refused.status_code == 401 and "API key" in refused.json()["error"]["message"]
+            assert client.post("/v1/completions", json={"prompt": prompt}, headers=headers).status_code == 401
+        card = client.get("/v1/models", headers=key).json()["data"][0]
+        assert card["sampling_defaults"]["temperature"] == 0.0
+        assert "--override-generation-config" in card["sampling_defaults"]["source"]
+        answer = client.post("/v1/completions", headers=key,
+                             json={"prompt": prompt, "max_tokens": 16, "return_token_ids": True}).json()
+        assert answer["choices"][0]["token_ids"] == plain
+
+
+@pytest.mark.slow  # a server in a subprocess
+def test_serve_api_key_flag_and_its_start_line(tiny_root: Path) -> None:
+    """`serve --api-key K` (with an override of the sampling defaults, which the start-up line names before its
+    URL): 401 without the key and with a wrong one, 200 with it; /health stays open."""
+    with running_server(tiny_root, "--api-key", "K", "--override-generation-config", '{"temperature": 0}') as (
+            url, proc):
+        assert httpx.get(f"{url}/v1/models").status_code == 401
+        assert httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer nope"}).status_code == 401
+        assert httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer K"}).status_code == 200
+        assert httpx.get(f"{url}/health").status_code == 200
+
+
+def test_an_unsupported_parameter_is_refused_for_its_own_reason() -> None:
+    from pydantic import ValidationError
+
+    for name, value, reason in (("tools", [{"type": "function"}], "calls no tools"), ("n", 2, "one answer"),
+                                ("logprobs", True, "log-probabilities"), ("presence_penalty", 0.5, "penalties")):
+        with pytest.raises(ValidationError, match=reason):
+            ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "hi"}], name: value})

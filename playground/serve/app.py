@@ -11,6 +11,7 @@ or not. An unexpected error is one log line and a 500.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import time
@@ -98,6 +99,23 @@ class Guard:
                 await _error_response(500, f"internal error: {type(err).__name__}: {err}")(scope, receive, send)
 
 
+class RequireKey:
+    """ASGI middleware: with an API key set (`serve --api-key`, or VLLM_API_KEY as vLLM reads it), every route but
+    /health answers 401 unless the request carries `Authorization: Bearer <key>`."""
+
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
+        self.app, self.expected = app, f"Bearer {api_key}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("path") != "/health":
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                await _error_response(401, "a missing or wrong API key: send 'Authorization: Bearer <key>'")(
+                    scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 class Admission:
     """At most `running` requests decode at once; up to `waiting` more queue (awaiting, holding no thread)."""
 
@@ -139,10 +157,11 @@ def _validation_message(err: RequestValidationError) -> tuple[str, str | None]:
     return (f"{param}: {message}" if param else message), param
 
 
-def build_app(engine: ServedEngine, limits: Limits = Limits()) -> FastAPI:
+def build_app(engine: ServedEngine, limits: Limits = Limits(), api_key: str | None = None) -> FastAPI:
     app = FastAPI(title="EAGLE Playground server", docs_url=None, redoc_url=None, openapi_url=None)
     admission = Admission(limits.max_running, limits.max_waiting)
     target = engine.backend.target
+    defaults = engine.sampling
     started = int(time.time())
 
     @app.exception_handler(RequestValidationError)
@@ -184,7 +203,8 @@ def build_app(engine: ServedEngine, limits: Limits = Limits()) -> FastAPI:
             raise ApiError(400, f"This model's maximum context length is {target.max_positions} tokens and the "
                                 f"prompt has {prompt_len}: no room for an answer.", "prompt")
         return GenerationConfig(max_new_tokens=answer_budget or min(limits.default_max_tokens, room), k=engine.k,
-                                temperature=body.temperature, top_p=body.top_p, seed=body.seed,
+                                temperature=defaults.temperature if body.temperature is None else body.temperature,
+                                top_p=defaults.top_p if body.top_p is None else body.top_p, seed=body.seed,
                                 stop_strings=body.stop_strings, instrument=False,
                                 min_draft_prob=engine.min_draft_prob, tree=engine.tree)
 
@@ -279,7 +299,8 @@ def build_app(engine: ServedEngine, limits: Limits = Limits()) -> FastAPI:
 
     def model_card() -> dict:
         return {"id": engine.model_name, "object": "model", "created": started, "owned_by": "playground",
-                "root": engine.backend.preset.target, "max_model_len": target.max_positions}
+                "root": engine.backend.preset.target, "max_model_len": target.max_positions,
+                "sampling_defaults": defaults.to_dict()}
 
     @app.get("/v1/models")
     async def models() -> dict:
@@ -296,5 +317,7 @@ def build_app(engine: ServedEngine, limits: Limits = Limits()) -> FastAPI:
         return PlainTextResponse(render_prometheus(engine.collector(admission.counts)),
                                  media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    if api_key:
+        app.add_middleware(RequireKey, api_key=api_key)
     app.add_middleware(Guard, limits=limits)
     return app

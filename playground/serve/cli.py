@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shlex
 import sys
 
@@ -34,6 +35,7 @@ from playground.flags import (
 )
 from playground.presets import DEFAULT, get_preset
 
+from .defaults import parse_override
 from .engine import Limits, load_engine
 
 
@@ -47,8 +49,9 @@ def serve(args: argparse.Namespace) -> None:
     # as `vllm serve MODEL` names the model MODEL, an own target is served by the name it was given
     engine = load_engine(target_preset(args.preset, args.target), args.drafter, args.k,
                          args.served_model_name or args.target, args.min_draft_prob, args.drafter_path,
-                         tree_shape(args))
-    config = uvicorn.Config(build_app(engine, limits), host=args.host, port=args.port, access_log=args.verbose,
+                         tree_shape(args), args.generation_config, parse_override(args.override_generation_config))
+    api_key = args.api_key or os.environ.get("VLLM_API_KEY") or None
+    config = uvicorn.Config(build_app(engine, limits, api_key), host=args.host, port=args.port, access_log=args.verbose,
                             log_level="info" if args.verbose else "warning", timeout_keep_alive=5,
                             limit_concurrency=limits.max_running + limits.max_waiting + 16)
     server = uvicorn.Server(config)
@@ -62,8 +65,8 @@ def serve(args: argparse.Namespace) -> None:
             adaptive = f", adaptive {engine.min_draft_prob:g}" if engine.min_draft_prob else ""
             drafting = (f"tree of {engine.tree.nodes} nodes, depth {engine.tree.depth}, top-{engine.tree.topk}"
                         if engine.tree else f"k={engine.k}")
-            print(f"serving {engine.model_name} (drafter {engine.drafter}, {drafting}{adaptive}) on "
-                  f"http://{host}:{port}", flush=True)
+            print(f"serving {engine.model_name} (drafter {engine.drafter}, {drafting}{adaptive}; sampling defaults: "
+                  f"{engine.sampling.describe()}) on http://{host}:{port}", flush=True)
         await task
 
     asyncio.run(run())
@@ -93,6 +96,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="0 = any free port (the URL is printed)")
     p.add_argument("--served-model-name", help="the model name clients send (default: the preset's name)")
+    p.add_argument("--generation-config", choices=["auto", "vllm"], default="auto",
+                   help="auto: requests that leave out temperature or top_p get the model's recommended values (its "
+                        "generation_config.json, else the preset's model card); vllm: OpenAI's 1.0 and 1.0")
+    p.add_argument("--override-generation-config", metavar="JSON",
+                   help="sampling defaults over those, e.g. '{\"temperature\": 0.5}' (temperature, top_p)")
+    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on every route but /health, 401 otherwise "
+                   "(default: VLLM_API_KEY, as vLLM reads it; none: open)")
     p.add_argument("--verbose", action="store_true", help="log every request")
     limits = Limits()
     p.add_argument("--max-body-bytes", type=int, default=limits.max_body_bytes,

@@ -13,6 +13,9 @@ from playground.engine import GenerationConfig, SpecCounters, StepEvent, TreeSha
 from playground.engine.tree_shape import tree_problem
 from playground.k_range import k_problem
 from playground.presets import Preset
+from playground.smollm2 import local_folder
+
+from .defaults import OPENAI, SamplingDefaults, sampling_defaults
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class ServedEngine:
     model_name: str
     min_draft_prob: float = 0.0  # adaptive draft length for every request (engine.GenerationConfig); 0: k every step
     tree: TreeShape | None = None  # a draft tree per step for every request (engine/tree.py); None: chains of k
+    sampling: SamplingDefaults = SamplingDefaults(**OPENAI, source="OpenAI's defaults")  # for fields a request omits
     counters: SpecCounters | None = None
     prompt_tokens: int = 0
     generation_tokens: int = 0
@@ -77,7 +81,8 @@ class ServedEngine:
 
 
 def load_engine(preset: Preset, drafter: str, k: int, model_name: str | None, min_draft_prob: float = 0.0,
-                drafter_path: str | None = None, tree: TreeShape | None = None) -> ServedEngine:
+                drafter_path: str | None = None, tree: TreeShape | None = None, generation_config: str = "auto",
+                override: dict[str, float] | None = None) -> ServedEngine:
     """Load (and warm up) the preset's target and drafter (the preset's by name, or a folder or Hub id by
     `drafter_path`, checked against the target as it loads); refuse what cannot be served, with the reason."""
     backend = open_local_backend(preset, "serve", f"for vLLM run `python -m playground vllm-command --preset "
@@ -95,5 +100,7 @@ def load_engine(preset: Preset, drafter: str, k: int, model_name: str | None, mi
     elif drafter != "none" and drafter not in preset.drafters:
         raise ValueError(f"drafter {drafter!r} is not in preset {preset.name!r} (choose from {preset.drafter_names}) "
                          "or pass --drafter-path")
+    sampling = sampling_defaults(local_folder(preset.target), preset.sampling_defaults, generation_config, override,
+                                 f"{preset.name}'s model card")
     backend.warm_up(backend.encode([{"role": "user", "content": "hello"}]), drafter)
-    return ServedEngine(backend, drafter, k, model_name or preset.name, min_draft_prob, tree)
+    return ServedEngine(backend, drafter, k, model_name or preset.name, min_draft_prob, tree, sampling)

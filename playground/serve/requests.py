@@ -27,6 +27,17 @@ UNSUPPORTED = {
     "tool_choice": (None, "none"), "functions": (None, []), "function_call": (None, "none"), "audio": (None,),
     "modalities": (None, ["text"]), "prediction": (None,),
 }
+WHY_UNSUPPORTED = {  # the reason each is refused, by what it would ask of the server
+    **dict.fromkeys(("n", "best_of"), "it serves one answer per request"),
+    **dict.fromkeys(("logprobs", "top_logprobs", "prompt_logprobs"), "it returns no log-probabilities"),
+    **dict.fromkeys(("tools", "tool_choice", "functions", "function_call"),
+                    "it calls no tools: answers are plain text"),
+    "response_format": "it does not constrain the answer's format",
+    **dict.fromkeys(("presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "min_tokens"),
+                    "it samples from the target's own distribution, without penalties, biases or a minimum length"),
+    **dict.fromkeys(("echo", "suffix"), "it completes the prompt as given, without echo or suffix"),
+    **dict.fromkeys(("audio", "modalities", "prediction"), "it serves text only, without predicted outputs"),
+}
 # Accepted and ignored, as vLLM does: they change nothing in the answer ("user", "store", "metadata",
 # "service_tier", "parallel_tool_calls", "reasoning_effort", "stream_options.include_obfuscation", ...).
 
@@ -38,9 +49,8 @@ class Strict(BaseModel):
     def _refuse_unsupported(self) -> Strict:
         for name, value in (self.model_extra or {}).items():
             if name in UNSUPPORTED and value not in UNSUPPORTED[name]:
-                raise PydanticCustomError("unsupported", "`{param}` is not supported by this server (it serves one "
-                                          "answer per request, without log-probabilities); leave it out",
-                                          {"param": name})
+                raise PydanticCustomError("unsupported", "`{param}` is not supported by this server ({why}); leave it "
+                                          "out", {"param": name, "why": WHY_UNSUPPORTED[name]})
         return self
 
 
@@ -73,8 +83,8 @@ class Sampling(Strict):
 
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
+    temperature: float | None = Field(None, ge=0)  # None: the server's default (serve/defaults.py)
+    top_p: float | None = Field(None, gt=0, le=1)
     seed: int | None = Field(None, ge=0, lt=SEEDS)
     stop: str | list[str] | None = None
     stream: bool = False
