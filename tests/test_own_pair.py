@@ -160,3 +160,28 @@ def test_a_hub_repository_without_safetensors_is_refused(monkeypatch: pytest.Mon
     assert own_pair._hub_bytes("org/fine", "main") == 30  # the modelling code is not counted: it is never fetched
     with pytest.raises(PairRefused, match="^no model 'org/missing' on the Hugging Face Hub"):
         own_pair._hub_bytes("org/missing", "")
+
+
+def test_a_missing_folder_says_so_and_an_unreachable_hub_answers_within_seconds(tiny_root: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A path that does not exist is "no such folder", not a repo-id validation message; a Hub id on a machine
+    that cannot reach the Hub is refused within the probe's seconds, saying so (the probe here is a closed port on
+    this machine's loopback: no traffic leaves it)."""
+    import socket
+
+    from playground.backends import fit
+
+    for missing in ("/no/such/place", "./not-here", "runs/a/b"):
+        with pytest.raises(PairRefused, match="no such folder") as refused:
+            check_pair(missing, {"eagle3": str(tiny_root / "eagle3")})
+        assert "Repo id" not in str(refused.value) and "\n" not in str(refused.value)
+    with socket.socket() as spare:
+        spare.bind(("127.0.0.1", 0))
+        closed = spare.getsockname()[1]  # nothing listens once the socket closes
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed}")
+    started = time.monotonic()
+    with pytest.raises(PairRefused, match="cannot be reached") as refused:
+        check_pair("someone/made-up-model", {"eagle3": str(tiny_root / "eagle3")})
+    assert time.monotonic() - started < 10 and "127.0.0.1" in str(refused.value)
+    assert fit.hub_unreachable(f"http://127.0.0.1:{closed}", timeout_s=2) is not None
