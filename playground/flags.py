@@ -5,7 +5,7 @@ which `python -m playground` prints as one line."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from playground import settings
 from playground.engine.tree_shape import TreeShape
@@ -98,7 +98,8 @@ def add_min_draft_prob_flag(parser: argparse.ArgumentParser) -> None:
 def add_tree_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tree-nodes", type=int, help="draft an EAGLE-2-style tree of this many nodes per step "
                         "instead of a chain (local engine; sampled trees have a fixed shape: docs/trees.md)")
-    parser.add_argument("--tree-depth", type=int, help=f"the tree's depth (default {TreeShape.depth})")
+    parser.add_argument("--tree-depth", type=int, help="the tree's depth (default: --k, k deep as in the app and the "
+                        "bench)")
     parser.add_argument("--tree-topk", type=int, help=f"children per expanded node (default {TreeShape.topk})")
 
 
@@ -108,5 +109,5 @@ def tree_shape(args: argparse.Namespace) -> TreeShape | None:
         if args.tree_depth is not None or args.tree_topk is not None:
             raise UsageError("--tree-depth and --tree-topk shape a draft tree: pass --tree-nodes too")
         return None
-    return TreeShape(depth=args.tree_depth or TreeShape.depth, topk=args.tree_topk or TreeShape.topk,
-                     nodes=args.tree_nodes)
+    shape = TreeShape.k_deep(args.k, args.tree_nodes)  # one depth rule for the CLI, the server, the app, the bench
+    return replace(shape, depth=args.tree_depth or shape.depth, topk=args.tree_topk or shape.topk)

@@ -235,9 +235,10 @@ def test_tree_flags_draft_trees_that_equal_plain_decoding(capsys: pytest.Capture
     assert result["token_ids"] == json.loads(plain.stdout)["token_ids"]
     assert result["tree"] == {"depth": 3, "topk": 2, "nodes": 8}
     assert any(step["tree_tokens"] for step in result["steps"])
-    sampled = [run_in_process(capsys, "--prompt", PROMPT, "--max-new-tokens", "16", "--tree-nodes", "8",
+    sampled = [run_in_process(capsys, "--prompt", PROMPT, "--max-new-tokens", "16", "--tree-nodes", "8", "--k", "3",
                               "--temperature", "0.7", "--seed", "3", "--json") for _ in range(2)]
     assert sampled[0].returncode == 0 and json.loads(sampled[0].stdout)["token_ids"] == \
         json.loads(sampled[1].stdout)["token_ids"]  # a sampled tree run repeats with its seed
+    assert json.loads(sampled[0].stdout)["tree"] == {"depth": 3, "topk": 4, "nodes": 8}  # k deep, as the app
     line = _one_line_error(run_in_process(capsys, "--prompt", PROMPT, "--tree-nodes", "8", "--min-draft-prob", "0.3"))
     assert "chains" in line
