@@ -205,9 +205,10 @@ def test_plain_against_plain_reads_near_one_with_its_range_shown(browser, real_a
     page.close()
 
 
-def test_an_error_after_a_conversation_leaves_it_visible_and_the_status_truthful(page) -> None:
-    """A refused request (here an empty prompt) is one toast; the conversation stays on screen, not covered by an
-    error badge, and the status still describes the last answer."""
+def test_an_error_after_a_conversation_leaves_it_visible_and_the_refusal_on_the_status_line(page) -> None:
+    """A refused request (here an empty prompt): the conversation stays on screen, not covered by an error badge,
+    and the refusal is written on the status line, where it is still readable 15 s later (the toast beside it fades),
+    until the next action replaces it."""
     from playwright.sync_api import expect
 
     page.locator("#max-new-tokens input[type=number]").fill("16")
@@ -215,17 +216,20 @@ def test_an_error_after_a_conversation_leaves_it_visible_and_the_status_truthful
     page.locator("#prompt textarea").fill(PROMPT)
     page.locator("#send").click()
     page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
-    answered, status = settled_tokens(page), page.locator("#chat-status").inner_text()
+    answered = settled_tokens(page)
     page.locator("#prompt textarea").fill("   ")
     page.locator("#send").click()
-    expect(page.get_by_text("the prompt is empty: type a message first")).to_have_count(1)
+    refusal = "Refused: the prompt is empty: type a message first"
+    expect(page.locator("#chat-status")).to_have_text(refusal)
     expect(page.locator("#chat [data-testid=user]")).to_have_count(1)  # the history is back on screen
     expect(page.locator("#chat")).not_to_contain_text("Error")
-    expect(page.locator("#chat-status")).to_have_text(status)
     assert tokens(page) == answered
+    page.wait_for_timeout(15_000)
+    expect(page.locator("#chat-status")).to_have_text(refusal)  # the toast has faded; the line has not
     page.locator("#prompt textarea").fill(PROMPT)  # and the chat goes on
     page.locator("#send").click()
     page.wait_for_function("document.querySelectorAll('#chat [data-testid=user]').length === 2")
+    page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
 
 
 def test_clear_during_an_answer_leaves_nothing_behind(browser, real_app_url: str) -> None:
@@ -300,22 +304,22 @@ def test_refused_input_is_kept_explained_and_escaped(page) -> None:
     long_prompt = "word " * 9000
     page.locator("#prompt textarea").fill(long_prompt)
     page.locator("#send").click()
-    expect(page.get_by_text(re.compile(r"the prompt has \d+ tokens; the target's context is"))).to_have_count(
-        1, timeout=TIMEOUT_MS)
+    expect(page.locator("#chat-status")).to_contain_text(
+        re.compile(r"Refused: the prompt has \d+ tokens; the target's context is"), timeout=TIMEOUT_MS)
     assert page.locator("#prompt textarea").input_value() == long_prompt
     page.locator("#k input[type=number]").fill("50")
     page.locator("#k input[type=number]").press("Tab")
     page.locator("#prompt textarea").fill(PROMPT)
     page.locator("#send").click()
-    expect(page.get_by_text("k (speculative tokens per step) must be between 1 and 16, got 50")).to_have_count(
-        1, timeout=TIMEOUT_MS)
+    expect(page.locator("#chat-status")).to_contain_text(
+        "Refused: k (speculative tokens per step) must be between 1 and 16, got 50", timeout=TIMEOUT_MS)
     page.locator("#k input[type=number]").fill("4")
     page.locator("#temperature input[type=number]").fill("1")
     page.locator("#temperature input[type=number]").press("Enter")
     page.locator("#seed textarea, #seed input").first.fill("<img src=x id=injected>")
     page.locator("#send").click()
-    expect(page.get_by_text("seed must be a whole number, got '<img src=x id=injected>'")).to_have_count(
-        1, timeout=TIMEOUT_MS)
+    expect(page.locator("#chat-status")).to_contain_text(
+        "Refused: the seed must be a whole number, got '<img src=x id=injected>'", timeout=TIMEOUT_MS)
     assert page.locator("#injected").count() == 0
 
 

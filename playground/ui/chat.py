@@ -269,12 +269,12 @@ def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPa
 
     run_views = [status, stats, accept_plot, speedup_plot, position_plot, drift_plot, rms_plot, run_json]
     chat_event = in_line([send.click, prompt.submit], TAB, status).then(
-        report_user_errors(form.handler(chat)), inputs=[prompt, *form.components(), conversation, view],
+        report_user_errors(form.handler(chat), TAB), inputs=[prompt, *form.components(), conversation, view],
         outputs=[prompt, chatbot, *run_views], api_name="chat", concurrency_id=ENGINE,
         show_progress="hidden", show_progress_on=chatbot,  # not on the status line: it says when a run waits
     )
     regenerate_event = in_line([regenerate_button.click], TAB, status).then(
-        report_user_errors(form.handler(regenerate)), inputs=[*form.components(), conversation, view],
+        report_user_errors(form.handler(regenerate), TAB), inputs=[*form.components(), conversation, view],
         outputs=[chatbot, *run_views],
         api_name="regenerate", concurrency_id=ENGINE, show_progress="hidden", show_progress_on=chatbot,
     )

@@ -191,7 +191,7 @@ def build_compare_tab(preset: Preset) -> gr.Dropdown:
              speedup_plot]
     form = SettingsForm(controls, {"left": left, "right": right})
     compare_event = in_line([run_button.click, prompt.submit], TAB, status).then(
-        report_user_errors(form.handler(run_comparison)),
+        report_user_errors(form.handler(run_comparison), TAB),
         inputs=[prompt, *form.components(), view, left_engine, right_engine],
         outputs=[*shown, comparison],
         api_name="compare", concurrency_id=ENGINE, show_progress="hidden", show_progress_on=left_html,
