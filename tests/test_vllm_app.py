@@ -67,8 +67,11 @@ def test_compare_puts_our_engine_beside_vllm(vllm_app_url: str) -> None:
     exported = json.loads(Path(client.predict(api_name="/export_compare")[0]).read_text())
     runs, comparison = exported["runs"], exported["comparison"]
     assert runs[0]["token_ids"] == runs[1]["token_ids"]  # greedy: both engines give the target's own answer
-    # two engines, two plain baselines (each its own engine's), and a verdict that says so
+    # two engines, two plain baselines (each its own engine's); the verdict answers which engine is faster, from
+    # their decode rates, naming one only where the rate ranges separate
     assert not comparison["baseline_shared"] and runs[0]["baseline"]["timing"] != runs[1]["baseline"]["timing"]
-    assert "each against its own engine's plain decoding" in comparison["verdict"]["sentence"] or \
-        not comparison["verdict"]["measured"]
+    verdict = comparison["verdict"]
+    assert "on both engines" in verdict["sentence"] or not verdict["measured"], verdict
+    if verdict["faster"]:
+        assert verdict["faster"] in ("our engine", "vLLM") and verdict["sentence"].startswith("Faster engine: ")
     assert all(r["metrics"]["per_position_acceptance"] for r in runs)

@@ -60,7 +60,7 @@ def _row(cell: Cell, method: Method, passes: list[Pass] | None, instrumented: Pa
     steps = [e for p in passes for conversation in p for a in conversation for e in (a.events or [])[1:]]  # no prefill
     drafting = [e for e in steps if e.drafted or e.tree_tokens]
     if drafting:
-        row.verified_per_step = statistics.mean(len(e.tree_tokens or e.drafted) + 1 for e in drafting)
+        row.verified_per_step = summarize(drafting, method.k).verified_per_step  # nodes (or drafts) + 1, counted once
         draft = [e.draft_ms for e in drafting if e.draft_ms is not None]
         row.draft_ms = statistics.median(draft) if draft else None
     verify = [e.verify_ms for e in steps if e.verify_ms is not None]

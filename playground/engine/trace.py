@@ -92,6 +92,7 @@ class RunMetrics:
     per_position_counts: list[int] = field(default_factory=list)
     busy_share: float | None = None  # share of steps that began with another task runnable: a busy machine
     threads: list[int] | None = None  # the CPU thread counts the steps' target forwards ran on
+    verified_per_step: float | None = None  # rows the target verified per drafting step: drafts (a tree: nodes) + 1
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -252,6 +253,7 @@ class RunTally:
     hidden_rms: _DepthMeans = field(default_factory=_DepthMeans)
     load_samples: int = 0
     busy_steps: int = 0
+    verified_rows: int = 0  # over the drafting steps: a chain's drafts or a tree's nodes, and the last token
     threads: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -271,6 +273,8 @@ class RunTally:
         self.generated += len(event.emitted)
         self.last_ms = event.elapsed_ms
         self.counters.observe(event)
+        if event.drafted or event.tree_tokens:
+            self.verified_rows += len(event.tree_tokens if event.tree_tokens is not None else event.drafted) + 1
         if event.drafted and event.attention:
             self.attention.add([(a.sink, a.context, a.draft) for a in event.attention])
         if event.drafted and event.hidden_rms:
@@ -302,6 +306,7 @@ class RunTally:
             per_position_counts=list(counters.accepted_per_pos),
             busy_share=self.busy_steps / self.load_samples if self.load_samples else None,
             threads=sorted(self.threads) or None,
+            verified_per_step=self.verified_rows / counters.drafts if counters.drafts else None,
         )
 
 

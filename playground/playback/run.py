@@ -53,6 +53,7 @@ class Run:
     complete: bool = False  # the run and its baseline are done: this is its last update
     measuring: bool = False  # the answer is done and plain decoding is being timed after it (BaselineSampler.finish)
     trees: list[TreeStep] = field(default_factory=list)  # each step's draft tree, for a tree run
+    engine: str = "local"  # the backend that ran it (local, vllm, remote)
     tally: RunTally = field(init=False)  # the events' totals, kept as they arrive: a render reads, never re-counts
 
     def __post_init__(self) -> None:
@@ -161,7 +162,8 @@ class RunDriver:
     def __init__(self, backend: Backend, settings: RunSettings, prompt_ids: list[int],
                  should_stop: Callable[[], bool]) -> None:
         self.run = Run(settings, len(prompt_ids), missing_fields=dict(backend.missing_fields),
-                       precision=precision_label(backend.preset.dtype, backend.exact_speculation, settings.plain))
+                       precision=precision_label(backend.preset.dtype, backend.exact_speculation, settings.plain),
+                       engine=backend.name)
         self._backend, self._prompt_ids, self._should_stop = backend, prompt_ids, should_stop
         self.paces_itself = backend.capabilities.paces_itself
         self._stops_itself = backend.capabilities.checks_stop  # else advance() asks should_stop between steps

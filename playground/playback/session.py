@@ -5,11 +5,11 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from playground.backends import Backend, shared_backend
-from playground.presets import get_preset
-from playground.viz import RunView, Verdict, comparison_verdict
+from playground.presets import ENGINE_LABELS, get_preset
+from playground.viz import RunView, Verdict, comparison_verdict, engine_verdict
 
 from .run import Run, RunDriver, play
 from .settings import RequestError, RunSettings
@@ -173,8 +173,18 @@ class Comparison:
         """Both sides read one plain baseline, timed alongside them (same target, same backend, our engine)."""
         return self.left.baseline is not None and self.left.baseline is self.right.baseline
 
+    @property
+    def of_engines(self) -> bool:
+        """One configuration on two engines: the settings equal but for the preset, which names the same target."""
+        a, b = self.left.settings, self.right.settings
+        return (self.left.engine != self.right.engine and replace(a, preset=b.preset) == b
+                and get_preset(a.preset).target == get_preset(b.preset).target)
+
     def verdict(self, views: tuple[RunView, RunView] | None = None) -> Verdict:
         left, right = views or (self.left.view(), self.right.view())
+        if self.of_engines:
+            engines = (ENGINE_LABELS.get(run.engine, run.engine) for run in (self.left, self.right))
+            return engine_verdict(left, right, *engines)
         return comparison_verdict(left, right, self.shared_baseline)
 
     def record(self) -> dict:

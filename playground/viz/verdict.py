@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .summary import length_text, percent_text, range_text, times_text
+from playground.engine.trace import MIN_SPEEDUP_GROUPS, window_rates
+
+from .summary import length_text, percent_text, range_text, rate_text, times_text
 from .view import RunView
 
 WITHIN_NOISE = "within noise on this machine"
@@ -34,12 +36,6 @@ def _speedup_words(view: RunView) -> str:
     return f"{times_text(view.speedup)} ({range_text(view.speedup_range)})"
 
 
-def verified_per_step(view: RunView) -> float | None:
-    """Tokens the target verifies per drafting step: the drafts plus the last token (the cost side of a step)."""
-    m = view.metrics
-    return 1 + m.drafted_tokens / m.drafting_steps if m.drafting_steps else None
-
-
 def count_differences(left: RunView, right: RunView) -> list[str]:
     """What differs between two runs beyond timing noise: mean acceptance length, verified tokens per step and
     acceptance by position, where both have them and they differ."""
@@ -49,7 +45,7 @@ def count_differences(left: RunView, right: RunView) -> list[str]:
             length_text(a.mean_acceptance_length) != length_text(b.mean_acceptance_length):
         out.append(f"mean acceptance length {length_text(a.mean_acceptance_length)} vs "
                    f"{length_text(b.mean_acceptance_length)}")
-    va, vb = verified_per_step(left), verified_per_step(right)
+    va, vb = a.verified_per_step, b.verified_per_step  # a tree's nodes + 1, as the target verified them
     if va is not None and vb is not None and f"{va:.2f}" != f"{vb:.2f}":
         out.append(f"verified tokens per step {va:.2f} vs {vb:.2f}")
     pa, pb = a.per_position_acceptance or [], b.per_position_acceptance or []
@@ -75,6 +71,39 @@ def comparison_verdict(left: RunView, right: RunView, shared_baseline: bool) -> 
     fast, slow = (left, right) if left.speedup > right.speedup else (right, left)
     return Verdict(fast.label, f"Faster: {fast.label}, {_speedup_words(fast)} against {slow.label}'s "
                                f"{_speedup_words(slow)}; the ranges do not overlap ({basis}).{beyond}", True)
+
+
+def rate_range(view: RunView) -> tuple[float, float] | None:
+    """The run's decode rate over its stretches (as many as a speedup's groups): its slowest and fastest, or None
+    with too few steps to tell."""
+    rates = window_rates(view.events, MIN_SPEEDUP_GROUPS)
+    return (min(rates), max(rates)) if len(rates) >= MIN_SPEEDUP_GROUPS else None
+
+
+def engine_verdict(left: RunView, right: RunView, left_engine: str, right_engine: str) -> Verdict:
+    """One configuration on two engines: the question is which engine decodes faster, so their decode rates are set
+    side by side, each with its spread over the answer's stretches; a faster engine is named only where the two
+    ranges do not overlap. (Each side's speedup over its own engine's plain decoding answers another question.)"""
+    ranges = {left_engine: rate_range(left), right_engine: rate_range(right)}
+    rates = {left_engine: left.metrics.decode_tokens_per_second, right_engine: right.metrics.decode_tokens_per_second}
+    differences = count_differences(left, right)
+    beyond = f" Beyond noise: {'; '.join(differences)} ({left_engine} vs {right_engine})." if differences else ""
+    missing = [engine for engine, span in ranges.items() if span is None]
+    if missing:
+        return Verdict(None, f"No verdict: too few steps to measure the decode rate of {' and '.join(missing)}."
+                             f"{beyond}", False)
+
+    def words(engine: str) -> str:
+        low, high = ranges[engine]
+        return f"{rate_text(rates[engine])} tok/s ({rate_text(low)}–{rate_text(high)})"
+
+    basis = f"{left.label} on both engines; each rate's range spans the answer's stretches"
+    if ranges_overlap(ranges[left_engine], ranges[right_engine]):
+        return Verdict(None, f"Engines: {WITHIN_NOISE} — {left_engine} {words(left_engine)} and {right_engine} "
+                             f"{words(right_engine)} overlap ({basis}).{beyond}", True)
+    fast, slow = sorted(ranges, key=lambda engine: rates[engine], reverse=True)
+    return Verdict(fast, f"Faster engine: {fast}, {words(fast)} against {slow}'s {words(slow)}; the ranges do not "
+                         f"overlap ({basis}).{beyond}", True)
 
 
 def plain_verdict(view: RunView) -> Verdict | None:
