@@ -219,6 +219,26 @@ def test_drafts_through_a_transposed_head_stay_lossless(tiny_root: Path) -> None
     assert tree == plain
 
 
+def test_a_drafter_in_the_transposed_layout_drafts_the_same(tiny_root: Path) -> None:
+    """The drafter's fc and layer products in the W^T layout (forced for every one here; `prepare_for_decoding` keeps
+    it where this machine measures it faster): the modules' weights are views of W^T, the logits agree, and the
+    drafts stay lossless."""
+    target = load_target(tiny_root, fast=True)
+    drafter, _ = load_drafter(tiny_root / "eagle3.1")
+    aux = target.attach(drafter)
+    hidden, positions = torch.randn(1, 3, drafter.config.hidden_size), torch.arange(3)
+    with torch.inference_mode():
+        before = drafter(torch.tensor([[5, 6, 7]]), hidden, positions).logits
+        for module in [drafter.fc, *(m for m in drafter.layers.modules() if isinstance(m, torch.nn.Linear))]:
+            Projection(module.weight.detach(), None, [(module, 0)]).use_columns(module.weight.detach().t().contiguous())
+            assert not module.weight.is_contiguous() and module.weight.t().is_contiguous()
+        after = drafter(torch.tensor([[5, 6, 7]]), hidden, positions).logits
+    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
+    prompt, cfg = ids(20, target.vocab_size, 8), GenerationConfig(max_new_tokens=32, k=4)
+    plain = [t for e in plain_generate(target, prompt, cfg) for t in e.emitted]
+    assert [t for e in speculative_generate(target, drafter, aux, prompt, cfg) for t in e.emitted] == plain
+
+
 def test_decoding_through_transformers_stays_lossless(tiny_root: Path) -> None:
     """The fallback path (any model the fast forward does not take): speculative equals plain, and equals the fast
     path's output."""

@@ -162,8 +162,8 @@ def test_a_hub_repository_without_safetensors_is_refused(monkeypatch: pytest.Mon
         own_pair._hub_bytes("org/missing", "")
 
 
-def test_a_missing_folder_says_so_and_an_unreachable_hub_answers_within_seconds(tiny_root: Path,
-                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_folder_says_so_and_an_unreachable_hub_answers_within_seconds(
+        tiny_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A path that does not exist is "no such folder", not a repo-id validation message; a Hub id on a machine
     that cannot reach the Hub is refused within the probe's seconds, saying so (the probe here is a closed port on
     this machine's loopback: no traffic leaves it)."""
