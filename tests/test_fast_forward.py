@@ -11,7 +11,14 @@ import pytest
 import torch
 from transformers import AutoTokenizer, MistralConfig, MistralForCausalLM
 
-from playground.engine import GenerationConfig, Target, load_drafter, plain_generate, speculative_generate
+from playground.engine import (
+    GenerationConfig,
+    Target,
+    emitted_ids,
+    load_drafter,
+    plain_generate,
+    speculative_generate,
+)
 from playground.engine.cache import FIRST_CAPACITY, KVCache
 from playground.engine.llama import MAX_EXACT_ROWS, Projection, native_bfloat16, rows_independent
 from playground.engine.tree import tree_generate
@@ -86,13 +93,20 @@ def unpacked(target: Target) -> Target:
     return target
 
 
-def test_packed_products_agree_with_plain_ones(tiny_root: Path) -> None:
+def a_step_in_plain_products(tiny_root: Path, seed: int) -> tuple[Target, list[int], KVCache, torch.Tensor]:
+    """An unpacked target, a 5-token step after a 40-token prompt in its cache (rolled back to the prompt), and the
+    step's logits through plain products: what a packed layout must agree with."""
     target = unpacked(load_target(tiny_root, fast=True))
-    prompt, step = ids(40, target.vocab_size, 1), ids(5, target.vocab_size, 2)
+    prompt, step = ids(40, target.vocab_size, seed), ids(5, target.vocab_size, seed + 1)
     cache = target.new_cache()
     target.forward(prompt, cache)
     plain = target.forward(step, cache).logits
     cache.rollback(len(prompt))
+    return target, step, cache, plain
+
+
+def test_packed_products_agree_with_plain_ones(tiny_root: Path) -> None:
+    target, step, cache, plain = a_step_in_plain_products(tiny_root, 1)
     target.expect_rows(len(step))
     if not torch.backends.mkl.is_available():
         pytest.skip("this torch build has no MKL: float32 products are never packed")
@@ -125,12 +139,7 @@ def test_float32_products_packed_by_onednn_agree_and_stay_lossless(tiny_root: Pa
     plain products, and chains and trees verified through them stay token-identical to plain decoding."""
     if not torch.backends.mkldnn.is_available():
         pytest.skip("this torch build has no oneDNN")
-    target = unpacked(load_target(tiny_root, fast=True))
-    prompt, step = ids(40, target.vocab_size, 11), ids(5, target.vocab_size, 12)
-    cache = target.new_cache()
-    target.forward(prompt, cache)
-    plain = target.forward(step, cache).logits
-    cache.rollback(len(prompt))
+    target, step, cache, plain = a_step_in_plain_products(tiny_root, 11)
     for projection in target.fast.projections():
         projection.onednn = torch.ops.mkldnn._reorder_linear_weight(projection.weight.detach(), 8)
     target.fast.onednn_roles = ["qkv", "o", "gate_up", "down", "lm_head"]
@@ -139,14 +148,17 @@ def test_float32_products_packed_by_onednn_agree_and_stay_lossless(tiny_root: Pa
     target.expect_rows(len(step) + 1)
     assert all(p.mkl is None for p in target.fast.projections())  # nothing left for MKL to pack
     drafter, _ = load_drafter(tiny_root / "eagle3.1")
+    assert drafts_equal_plain(target, drafter, seed=13) == (True, True)
+
+
+def drafts_equal_plain(target: Target, drafter, seed: int) -> tuple[bool, bool]:
+    """Whether a chain and a tree drafted by `drafter` each give plain decoding's 40 greedy tokens."""
     aux = target.attach(drafter)
-    question = ids(20, target.vocab_size, 13)
-    cfg = GenerationConfig(max_new_tokens=40, k=4)
-    reference = [t for e in plain_generate(target, question, cfg) for t in e.emitted]
-    chain = [t for e in speculative_generate(target, drafter, aux, question, cfg) for t in e.emitted]
-    tree = [t for e in tree_generate(target, drafter, aux, question, cfg, TreeShape(depth=4, topk=3, nodes=12))
-            for t in e.emitted]
-    assert chain == reference and tree == reference
+    question, cfg = ids(20, target.vocab_size, seed), GenerationConfig(max_new_tokens=40, k=4)
+    reference = emitted_ids(list(plain_generate(target, question, cfg)))
+    chain = emitted_ids(list(speculative_generate(target, drafter, aux, question, cfg)))
+    tree = emitted_ids(list(tree_generate(target, drafter, aux, question, cfg, TreeShape(depth=4, topk=3, nodes=12))))
+    return chain == reference, tree == reference
 
 
 def test_a_layer_group_in_the_transposed_layout_keeps_one_copy_and_the_same_numbers(tiny_root: Path) -> None:
@@ -225,7 +237,7 @@ def test_a_drafter_in_the_transposed_layout_drafts_the_same(tiny_root: Path) -> 
     drafts stay lossless."""
     target = load_target(tiny_root, fast=True)
     drafter, _ = load_drafter(tiny_root / "eagle3.1")
-    aux = target.attach(drafter)
+    target.attach(drafter)
     hidden, positions = torch.randn(1, 3, drafter.config.hidden_size), torch.arange(3)
     with torch.inference_mode():
         before = drafter(torch.tensor([[5, 6, 7]]), hidden, positions).logits
@@ -234,9 +246,7 @@ def test_a_drafter_in_the_transposed_layout_drafts_the_same(tiny_root: Path) -> 
             assert not module.weight.is_contiguous() and module.weight.t().is_contiguous()
         after = drafter(torch.tensor([[5, 6, 7]]), hidden, positions).logits
     torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
-    prompt, cfg = ids(20, target.vocab_size, 8), GenerationConfig(max_new_tokens=32, k=4)
-    plain = [t for e in plain_generate(target, prompt, cfg) for t in e.emitted]
-    assert [t for e in speculative_generate(target, drafter, aux, prompt, cfg) for t in e.emitted] == plain
+    assert drafts_equal_plain(target, drafter, seed=8) == (True, True)
 
 
 def test_decoding_through_transformers_stays_lossless(tiny_root: Path) -> None:
