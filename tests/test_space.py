@@ -7,6 +7,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -207,3 +208,15 @@ def free_port() -> int:
 def _port_free(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+@pytest.mark.parametrize("hardware", HARDWARE)
+def test_a_space_has_a_page_of_its_own(folders: dict[str, Path], hardware: str) -> None:
+    """The Space's README says what runs on that hardware, with no local install or test steps, and its links point
+    at files the folder carries."""
+    text = (folders[hardware] / "README.md").read_text()
+    body = text[text.find("\n---\n", 4) + 5:]
+    assert "pip install" not in body and "pytest" not in body and "python3 -m venv" not in body
+    assert ("vLLM is not installed here" in body) == (hardware != "docker")
+    for link in re.findall(r"\]\(([^)#]+)", body):
+        assert (folders[hardware] / link).exists(), link
