@@ -54,6 +54,7 @@ class Run:
     measuring: bool = False  # the answer is done and plain decoding is being timed after it (BaselineSampler.finish)
     trees: list[TreeStep] = field(default_factory=list)  # each step's draft tree, for a tree run
     engine: str = "local"  # the backend that ran it (local, vllm, remote)
+    compute: str = ""  # its kernels and thread policy (Backend.compute)
     tally: RunTally = field(init=False)  # the events' totals, kept as they arrive: a render reads, never re-counts
 
     def __post_init__(self) -> None:
@@ -124,6 +125,7 @@ class Run:
                         s.generation_config(), view.metrics, self.events)
         verdict = plain_verdict(view)
         return {"run": name, "status": self.status, "settings": asdict(s), "precision": self.precision,
+                "compute": self.compute,
                 **run.to_dict(with_steps),
                 "baseline": self.baseline.to_dict() if self.baseline else None, "speedup": view.speedup,
                 "speedup_range": view.speedup_range, "speedup_not_measured": view.too_few_steps,
@@ -163,7 +165,7 @@ class RunDriver:
                  should_stop: Callable[[], bool]) -> None:
         self.run = Run(settings, len(prompt_ids), missing_fields=dict(backend.missing_fields),
                        precision=precision_label(backend.preset.dtype, backend.exact_speculation, settings.plain),
-                       engine=backend.name)
+                       engine=backend.name, compute=backend.compute)
         self._backend, self._prompt_ids, self._should_stop = backend, prompt_ids, should_stop
         self.paces_itself = backend.capabilities.paces_itself
         self._stops_itself = backend.capabilities.checks_stop  # else advance() asks should_stop between steps
