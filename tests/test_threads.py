@@ -134,3 +134,22 @@ def test_busy_neighbours_run_while_the_block_runs_and_end_with_it() -> None:
     for bad in ("", "1,x", "-1", "17"):
         with pytest.raises(ValueError, match="--neighbours"):
             parse_neighbours(bad)
+
+
+def test_the_two_engine_bench_sets_each_condition_against_its_idle_row() -> None:
+    """bench-engines --neighbours: speedups within a condition, each row's rate over its idle twin's, a table column
+    per condition (rows made here: the rule is tested, not a machine)."""
+    from dataclasses import asdict
+
+    from playground.bench.engines import EngineRow, compare_rows, table
+
+    def row(drafter: str, neighbours: int, rate: float) -> EngineRow:
+        return EngineRow("local", drafter, drafter, None if drafter == "none" else 4, 1, 2, 64, rate, (rate, rate),
+                         rate, 1.0, neighbours=neighbours, token_ids=[[1, 2], [3]])
+
+    rows = [row("none", 0, 25.0), row("eagle3.1", 0, 40.0), row("none", 1, 20.0), row("eagle3.1", 1, 30.0)]
+    compare_rows(rows)
+    assert [r.kept_of_idle for r in rows] == [None, None, 0.8, 0.75]
+    assert [r.speedup for r in rows] == [1.0, 1.6, 1.0, 1.5] and all(r.identical_to_plain for r in rows)
+    text = table({"rows": [{k: v for k, v in asdict(r).items() if k != "token_ids"} for r in rows]})
+    assert "| busy neighbours |" in text and "| local | eagle3.1 k=4 | 1 | 1 | 30.0 | 0.75× | 1.50× |" in text
