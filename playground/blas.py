@@ -1,10 +1,12 @@
 """CPU runtime settings that must precede torch: MKL's kernels on AMD processors, and how long OpenMP threads spin.
 
-`bound_openmp_spin`: GNU OpenMP (PyTorch's CPU wheels) keeps an idle thread spinning for ~300,000 iterations
-(milliseconds) before it sleeps, so after each multi-threaded product the helper thread holds its core while the next,
-one-threaded phase runs, competing with a neighbour process or the page the app renders. Bounded to 10,000
-iterations it sleeps within a fraction of a millisecond (engine/threads.py samples the machine's load between
-products and must not count it). libgomp reads the variable when it loads, so this runs on `import playground`.
+`bound_openmp_spin`: GNU OpenMP (PyTorch's CPU wheels) keeps an idle thread spinning for 300,000 iterations before
+it sleeps, so after each multi-threaded product the helper thread holds its core while the next, one-threaded phase
+runs, competing with a neighbour process or the page the app renders. Bounded to 10,000 iterations it sleeps 30 times
+sooner; a verification of 5 rows on two threads was as fast either way here (49.2 against 47.6 ms, inside the
+noise), while 1,000 iterations slowed it (60 ms). engine/threads.py samples the machine's load between products and
+counts a still-spinning helper as this process's own. libgomp reads the variable when it loads, so this runs on
+`import playground`.
 
 `prefer_avx2_kernels`:
 
