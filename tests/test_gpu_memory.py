@@ -389,3 +389,30 @@ def test_the_backend_refuses_at_preload_what_no_share_can_hold(gpu_backend) -> N
     with pytest.raises(GpuMemoryError):
         backend.engine("eagle3", 4)
     assert not backend._engines
+
+
+def test_engines_unused_for_the_idle_limit_are_stopped_and_one_in_use_is_not(gpu_backend, monkeypatch) -> None:
+    """PLAYGROUND_VLLM_IDLE_S: an engine nobody has asked for that long is stopped (its memory freed), never one a
+    request is reading from; the next request starts it again. A public host gets ten minutes by default."""
+    import time
+
+    monkeypatch.setenv("PLAYGROUND_VLLM_IDLE_S", "100")
+    backend = gpu_backend(H100)
+    assert backend.idle_s == 100
+    backend.prepare("eagle3", 4)
+    engines = dict(backend._engines)
+    now = time.monotonic()
+    assert backend.release_idle(now + 50) == [] and not any(e.stopped for e in engines.values())
+    with backend.holding("eagle3", 4):
+        assert backend.release_idle(now + 1000) == [(None, 0)]  # plain decoding's went; the one in use stayed
+        assert engines[(None, 0)].stopped and not any(e.stopped for k, e in engines.items() if k != (None, 0))
+    later = time.monotonic()
+    assert backend.release_idle(later + 50) == [] and len(backend._engines) == 1  # let go just now: not idle yet
+    assert len(backend.release_idle(later + 1000)) == 1 and not backend._engines
+    backend.prepare("eagle3", 4)
+    assert len(backend._engines) == 2  # started again on demand
+    monkeypatch.setenv("PLAYGROUND_VLLM_IDLE_S", "0")
+    assert vllm_backend.idle_limit_s() is None
+    monkeypatch.delenv("PLAYGROUND_VLLM_IDLE_S")
+    monkeypatch.setenv("PLAYGROUND_PUBLIC", "1")
+    assert vllm_backend.idle_limit_s() == vllm_backend.IDLE_ON_PUBLIC_HOST_S

@@ -32,17 +32,20 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import dataclasses
 import json
+import logging
 import os
 import queue
 import threading
 import time
 import uuid
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Container, Iterable, Iterator
 from typing import Any
 
+from playground import settings
 from playground.engine import GenerationConfig, SpecCounters, StepEvent
 from playground.engine.checkpoint import CheckpointError
 from playground.engine.templates import encode_chat
@@ -467,9 +470,13 @@ class VllmStream:
 
     def _run(self, backend: VllmBackend, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
              should_stop: Callable[[], bool] | None) -> Iterator[StepEvent]:
+        with backend.holding(drafter, cfg.k) as engine:  # kept from the idle release while the request reads
+            yield from self._read(backend, engine, prompt_ids, cfg, should_stop)
+
+    def _read(self, backend: VllmBackend, engine: Any, prompt_ids: list[int], cfg: GenerationConfig,
+              should_stop: Callable[[], bool] | None) -> Iterator[StepEvent]:
         from vllm.sampling_params import RequestOutputKind, SamplingParams
 
-        engine = backend.engine(drafter, cfg.k)
         params = SamplingParams(**sampling_kwargs(cfg), output_kind=RequestOutputKind.DELTA)
         before = backend.spec_counters()
         request_id = f"playground-{uuid.uuid4().hex}"
@@ -533,6 +540,19 @@ async def _arrivals(engine: Any, context: list[int], params: Any) -> list[float]
 EngineKey = tuple[str | None, int]  # (drafter source or None for plain, k or 0)
 
 
+IDLE_ON_PUBLIC_HOST_S = 600.0
+log = logging.getLogger("playground.vllm")
+
+
+def idle_limit_s() -> float | None:
+    """How long an engine may sit unused before it is stopped (PLAYGROUND_VLLM_IDLE_S; a public host: ten minutes);
+    None: never. An engine core with its worker holds ~3 GB on the CPU, for as long as the app runs."""
+    value = settings.number("PLAYGROUND_VLLM_IDLE_S")
+    if value is None:
+        return IDLE_ON_PUBLIC_HOST_S if settings.public_host() else None
+    return value if value > 0 else None
+
+
 class VllmBackend:
     """AsyncLLM engines, one per (drafter, k), on one asyncio loop thread; at most MAX_ENGINES alive (on a GPU: plain
     decoding's and two drafter engines, each with its share of the GPU; one at a time where the GPU has room for one:
@@ -546,11 +566,16 @@ class VllmBackend:
         self._lock = threading.Lock()
         self._tokenizer = None
         self._engines: OrderedDict[EngineKey, Any] = OrderedDict()  # least recently used first
+        self._last_used: dict[EngineKey, float] = {}  # monotonic time an engine was last asked for or let go
+        self._in_use: Counter[EngineKey] = Counter()  # requests reading from each engine now
+        self.idle_s = idle_limit_s()
         self._current: tuple[EngineKey, float, str, str] | None = None  # starting: key, since, place, expectation
         self._gpu_plan: GpuPlan | None = None  # how the engines share the GPU (`memory_plan`), once known
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="vllm-loop", daemon=True).start()
         atexit.register(self.shutdown)  # engine cores are processes: stop them before the interpreter tears down
+        if self.idle_s is not None:
+            threading.Thread(target=self._release_idle_forever, name="vllm-idle", daemon=True).start()
 
     @property
     def missing_fields(self) -> dict[str, str]:
@@ -728,7 +753,9 @@ class VllmBackend:
         are checked first. Engines make room as `engines_to_stop` says. `place`: where this start is among those a
         run waits for (" (1 of 2)"), for `start_progress`."""
         key = self._key(drafter, k)
+        self.release_idle()
         with self._lock:
+            self._last_used[key] = time.monotonic()
             if key not in self._engines:
                 if key[0] is not None:
                     check_drafter_fits(self.model_folder, key[0])
@@ -744,6 +771,41 @@ class VllmBackend:
                     remember_start(self._engine_id(key))
             self._engines.move_to_end(key)
             return self._engines[key]
+
+    @contextlib.contextmanager
+    def holding(self, drafter: str, k: int) -> Iterator[Any]:
+        """The engine for this drafter and k, kept from the idle release while the block reads from it."""
+        engine, key = self.engine(drafter, k), self._key(drafter, k)
+        with self._lock:
+            self._in_use[key] += 1
+        try:
+            yield engine
+        finally:
+            with self._lock:
+                self._in_use[key] -= 1
+                self._last_used[key] = time.monotonic()
+
+    def release_idle(self, now: float | None = None) -> list[EngineKey]:
+        """Stop the engines no request has used for `idle_s` seconds (none while a request reads from them); returns
+        their keys. Their next request starts them again, and says so as any start does."""
+        if self.idle_s is None:
+            return []
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            idle = [key for key in self._engines
+                    if not self._in_use[key] and now - self._last_used.get(key, now) > self.idle_s]
+            for key in idle:
+                _stop(self._engines.pop(key), timeout=0)
+                self._last_used.pop(key, None)
+        for key in idle:
+            log.info("stopped vLLM's %s engine after %.0f s unused (PLAYGROUND_VLLM_IDLE_S)",
+                     DRAFTER_LABELS.get(key[0] or "", key[0] or "plain decoding"), self.idle_s)
+        return idle
+
+    def _release_idle_forever(self) -> None:
+        while True:
+            time.sleep(min(60.0, self.idle_s / 4))
+            self.release_idle()
 
     async def _start(self, drafter: str | None, k: int) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
