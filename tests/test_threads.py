@@ -65,6 +65,8 @@ def test_one_row_work_and_verification_get_their_own_thread_counts(restore_threa
             policy.sample()
         assert policy.use(5) == 1  # a neighbour holds a core: verification leaves it alone
         assert policy.use(1) == 1
+        policy.one_row = 2  # where two threads measured faster for one row at load, a neighbour still takes one
+        assert policy.use(1) == 1
     finally:
         threads.usable_cores = original
 
@@ -79,8 +81,12 @@ def test_threads_the_user_sets_hold_in_every_phase_whatever_the_load(restore_thr
     policy.calibrate(lambda: pytest.fail("a fixed policy measures nothing"))
 
 
-def _forward_costing(ms_by_threads: dict[int, float]):
+def _forward_costing(ms_by_threads: dict[int, float], policy: ThreadPolicy | None = None):
+    """A one-row forward that takes the time its thread count costs; with `policy`, it first asks the policy for its
+    threads, as Target.forward does."""
     def forward() -> None:
+        if policy is not None:
+            policy.use(1)
         time.sleep(ms_by_threads[torch.get_num_threads()] / 1000)
     return forward
 
@@ -90,8 +96,8 @@ def test_calibration_keeps_one_thread_for_one_row_work_unless_more_are_measurabl
     same.calibrate(_forward_costing({1: 20, 2: 20}), reps=2)
     assert same.one_row == 1 and set(same.measured) == {1, 2} and "one row measured" in same.describe()
     faster = ThreadPolicy(max_threads=2, gauge=LoadGauge(ScriptedLoad([0] * 3)))
-    faster.calibrate(_forward_costing({1: 40, 2: 20}), reps=2)
-    assert faster.one_row == 2
+    faster.calibrate(_forward_costing({1: 40, 2: 20}, faster), reps=2)  # timed through the policy's own `use`
+    assert faster.one_row == 2 and faster.fixed is None
     busy = ThreadPolicy(max_threads=2, gauge=LoadGauge(ScriptedLoad([1])))
     busy.calibrate(lambda: pytest.fail("a busy machine would decide, not the kernels"))
     assert busy.one_row == 1 and not busy.measured

@@ -148,13 +148,13 @@ class ThreadPolicy:
         return max(1, min(self.max_threads, usable_cores() - self.gauge.busy_cores))
 
     def use(self, rows: int) -> int:
-        threads = self.one_row if rows <= 1 and self.fixed is None else self.multi_row()
+        threads = min(self.one_row, self.multi_row()) if rows <= 1 else self.multi_row()
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
         return threads
 
     def sample(self) -> int | None:
-        """A load sample, once per step (between products): the other runnable tasks now."""
+        """A load sample, once per target forward (between products): the other runnable tasks now."""
         return self.gauge.sample()
 
     def calibrate(self, one_row_forward: Callable[[], object], reps: int = 5) -> None:
@@ -172,7 +172,7 @@ class ThreadPolicy:
             try:
                 for _ in range(reps):
                     for threads, samples in times.items():
-                        self.fixed = threads  # the forward's own `use` keeps this count while it is timed
+                        self.fixed = self.one_row = threads  # the forward's own `use` keeps this count
                         torch.set_num_threads(threads)
                         start = time.perf_counter()
                         one_row_forward()
