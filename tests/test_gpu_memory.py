@@ -411,6 +411,9 @@ def test_engines_unused_for_the_idle_limit_are_stopped_and_one_in_use_is_not(gpu
     assert len(backend.release_idle(later + 1000)) == 1 and not backend._engines
     backend.prepare("eagle3", 4)
     assert len(backend._engines) == 2  # started again on demand
+    asked = backend._key("eagle3", 4)
+    assert backend.release_idle(time.monotonic() + 1000, keep=asked) == [(None, 0)]  # never the one being asked for
+    assert asked in backend._engines
     monkeypatch.setenv("PLAYGROUND_VLLM_IDLE_S", "0")
     assert vllm_backend.idle_limit_s() is None
     monkeypatch.delenv("PLAYGROUND_VLLM_IDLE_S")

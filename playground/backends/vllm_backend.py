@@ -753,7 +753,7 @@ class VllmBackend:
         are checked first. Engines make room as `engines_to_stop` says. `place`: where this start is among those a
         run waits for (" (1 of 2)"), for `start_progress`."""
         key = self._key(drafter, k)
-        self.release_idle()
+        self.release_idle(keep=key)
         with self._lock:
             self._last_used[key] = time.monotonic()
             if key not in self._engines:
@@ -785,15 +785,16 @@ class VllmBackend:
                 self._in_use[key] -= 1
                 self._last_used[key] = time.monotonic()
 
-    def release_idle(self, now: float | None = None) -> list[EngineKey]:
-        """Stop the engines no request has used for `idle_s` seconds (none while a request reads from them); returns
-        their keys. Their next request starts them again, and says so as any start does."""
+    def release_idle(self, now: float | None = None, keep: EngineKey | None = None) -> list[EngineKey]:
+        """Stop the engines no request has used for `idle_s` seconds (none while a request reads from them, nor
+        `keep`, the one being asked for); returns their keys. Their next request starts them again, and says so as
+        any start does."""
         if self.idle_s is None:
             return []
         now = time.monotonic() if now is None else now
         with self._lock:
-            idle = [key for key in self._engines
-                    if not self._in_use[key] and now - self._last_used.get(key, now) > self.idle_s]
+            idle = [key for key in self._engines if key != keep and not self._in_use[key]
+                    and now - self._last_used.get(key, now) > self.idle_s]
             for key in idle:
                 _stop(self._engines.pop(key), timeout=0)
                 self._last_used.pop(key, None)

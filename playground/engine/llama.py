@@ -28,6 +28,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -135,7 +136,33 @@ class Projection:
         return packed.numel() * packed.element_size()
 
     def pack_onednn(self) -> None:
-        self.onednn = torch.ops.mkldnn._reorder_linear_weight(self.weight, 8)
+        self.onednn = onednn_pack(self.weight)
+
+
+def _room_for_copies(weights: list[torch.Tensor]) -> bool:
+    """CPU weights whose copies fit in `PACK_SHARE` of the memory available now."""
+    available = available_memory()
+    return (bool(weights) and all(w.device.type == "cpu" for w in weights) and bool(available)
+            and sum(w.numel() * w.element_size() for w in weights) <= PACK_SHARE * available)
+
+
+def _measured_faster(plain: Callable[[], object], other: Callable[[], object], gain: float, reps: int) -> bool:
+    """Whether `other` runs `gain` times faster than `plain` here: one untimed call of each (first touches), then the
+    two timed alternating, `reps` times each, medians compared."""
+    def seconds(run: Callable[[], object]) -> float:
+        start = time.perf_counter()
+        run()
+        return time.perf_counter() - start
+
+    with torch.inference_mode():
+        plain(), other()
+        pairs = [(seconds(plain), seconds(other)) for _ in range(reps)]
+    return statistics.median(a for a, _ in pairs) >= gain * statistics.median(b for _, b in pairs)
+
+
+def onednn_pack(weight: torch.Tensor) -> torch.Tensor:
+    """oneDNN's packed layout of a weight, for products of any row count."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 8)
 
 
 def prefer_columns(group: list[Projection], reps: int = 3) -> bool:
@@ -149,27 +176,12 @@ def prefer_columns(group: list[Projection], reps: int = 3) -> bool:
     or float16 weights only (not oneDNN's bf16 pack), and only while the copies fit in `PACK_SHARE` of the available
     memory (they are needed at once for the timing; a group whose weights are owned by modules keeps no second copy)."""
     weights = [p.weight for p in group]
-    available = available_memory()
-    size = sum(w.numel() * w.element_size() for w in weights)
-    if (not group or any(w.device.type != "cpu" for w in weights) or any(p.onednn is not None for p in group)
-            or not available or size > PACK_SHARE * available):
+    if not _room_for_copies(weights) or any(p.onednn is not None for p in group):
         return False
     columns = [w.detach().t().contiguous() for w in weights]
     x = torch.randn(1, weights[0].shape[1], dtype=weights[0].dtype)
-
-    def pass_through(layout: list[torch.Tensor], linear: bool) -> float:
-        start = time.perf_counter()
-        for w in layout:
-            F.linear(x, w) if linear else x @ w
-        return time.perf_counter() - start
-
-    plain, transposed = [], []
-    with torch.inference_mode():
-        pass_through(weights, True), pass_through(columns, False)  # first touches
-        for _ in range(reps):
-            plain.append(pass_through(weights, True))
-            transposed.append(pass_through(columns, False))
-    if statistics.median(plain) < COLUMNS_GAIN * statistics.median(transposed):
+    if not _measured_faster(lambda: [F.linear(x, w) for w in weights], lambda: [x @ c for c in columns],
+                            COLUMNS_GAIN, reps):
         return False
     for projection, copy in zip(group, columns):
         projection.use_columns(copy)
@@ -187,27 +199,14 @@ def prefer_onednn(group: list[Projection], rows: int = VERIFY_ROWS, reps: int = 
     more copy of the weights (MKL's per-row-count packs took 3.7x), made only while it fits in `PACK_SHARE` of the
     available memory."""
     weights = [p.weight for p in group]
-    available = available_memory()
-    size = sum(w.numel() * w.element_size() for w in weights)
-    if (not group or not torch.backends.mkldnn.is_available() or any(w.dtype != torch.float32 for w in weights)
-            or any(w.device.type != "cpu" for w in weights) or not available or size > PACK_SHARE * available):
+    if (not torch.backends.mkldnn.is_available() or any(w.dtype != torch.float32 for w in weights)
+            or not _room_for_copies(weights)):
         return False
-    packs = [torch.ops.mkldnn._reorder_linear_weight(w.detach(), 8) for w in weights]
+    packs = [onednn_pack(w) for w in weights]
     x = torch.randn(rows, weights[0].shape[1], dtype=weights[0].dtype)
-
-    def pass_through(packed: bool) -> float:
-        start = time.perf_counter()
-        for w, pack in zip(weights, packs):
-            torch.ops.mkldnn._linear_pointwise(x, pack, None, "none", [], "") if packed else F.linear(x, w)
-        return time.perf_counter() - start
-
-    plain, onednn = [], []
-    with torch.inference_mode():
-        pass_through(False), pass_through(True)  # first touches
-        for _ in range(reps):
-            plain.append(pass_through(False))
-            onednn.append(pass_through(True))
-    if statistics.median(plain) < ONEDNN_GAIN * statistics.median(onednn):
+    linear = torch.ops.mkldnn._linear_pointwise
+    if not _measured_faster(lambda: [F.linear(x, w) for w in weights],
+                            lambda: [linear(x, pack, None, "none", [], "") for pack in packs], ONEDNN_GAIN, reps):
         return False
     for projection, pack in zip(group, packs):
         projection.onednn = pack
