@@ -15,7 +15,7 @@ The start-up line and `/v1/models` say which values apply and where they came fr
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 OPENAI = {"temperature": 1.0, "top_p": 1.0}
@@ -29,7 +29,7 @@ class SamplingDefaults:
     source: str  # where the values came from, for the start-up line and /v1/models
 
     def to_dict(self) -> dict:
-        return {"temperature": self.temperature, "top_p": self.top_p, "source": self.source}
+        return asdict(self)
 
     def describe(self) -> str:
         return f"temperature {self.temperature:g}, top_p {self.top_p:g} ({self.source})"
