@@ -364,6 +364,7 @@ def test_a_pair_loaded_in_the_panel_is_picked_and_answers_losslessly(page, tiny_
     expect(page.locator("#own-status")).to_contain_text("Not loaded:", timeout=TIMEOUT_MS)
     refusal = page.locator("#own-status").inner_text().strip()
     assert "does not fit target" in refusal and "\n" not in refusal, refusal
+    expect(page.locator("#own-name .error")).to_be_hidden()  # the sentence, not a red "Error" mark over the name
     assert page.locator("#preset input").input_value() == before
     fill("own-eagle3-1", str(tiny_root / "eagle3.1"))
     page.locator("#own-load").click()

@@ -61,3 +61,24 @@ def test_compare_leaves_no_blank_space_before_a_run(page) -> None:  # noqa: F811
     page.get_by_role("tab", name="Compare").click()
     for side in ("#compare-left", "#compare-right"):
         assert page.locator(side).bounding_box()["height"] < 40, side
+
+
+def test_the_chat_buttons_sit_above_the_first_message_and_the_status_under_send(page) -> None:  # noqa: F811
+    """The chat's copy-all and delete buttons float over its top right corner: at phone and desktop width they end
+    before the first message starts. The status line follows the buttons, on screen without scrolling at desktop
+    width, where a refusal is read."""
+    page.locator("#max-new-tokens input[type=number]").fill("4")
+    page.locator("#max-new-tokens input[type=number]").press("Enter")
+    page.locator("#prompt textarea").fill("Hello there")
+    page.locator("#send").click()
+    page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": 900})
+        page.evaluate("window.scrollTo(0, 0)")
+        buttons = page.locator("#chat .top-panel").bounding_box()
+        first = page.locator("#chat .message-row").first.bounding_box()
+        assert buttons["y"] + buttons["height"] <= first["y"] + 1, (width, buttons, first)
+    page.set_viewport_size({"width": 1280, "height": 900})
+    status, send = page.locator("#chat-status").bounding_box(), page.locator("#send").bounding_box()
+    assert send["y"] < status["y"] < send["y"] + send["height"] + 40, (send, status)
+    assert status["y"] + status["height"] <= 900, status

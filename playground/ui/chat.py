@@ -234,8 +234,8 @@ def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPa
                 stop_button = gr.Button("Stop", variant="stop", elem_id="stop", scale=1)
                 regenerate_button = gr.Button("Regenerate", elem_id="regenerate", scale=1)
                 clear_button = gr.Button("Clear", elem_id="clear", scale=1)
+            status = gr.Markdown(elem_id="chat-status", elem_classes="status-line")  # under Send: where the eye is
             example_prompts(prompt)
-            status = gr.Markdown(elem_id="chat-status", elem_classes="status-line")
             stats = gr.HTML(elem_id="chat-stats")
             with gr.Accordion("A tree run: any step's tree", open=False, elem_id="tree-step-panel"):
                 step_box = CheckedNumber(None, label="Step", minimum=1, step=1, elem_id="tree-step",

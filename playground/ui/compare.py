@@ -169,6 +169,9 @@ def build_compare_tab(preset: Preset) -> gr.Dropdown:
         with gr.Column(scale=1, min_width=140):
             run_button = gr.Button("Run both", variant="primary", elem_id="compare-run")
             stop_button = gr.Button("Stop", variant="stop", elem_id="compare-stop")
+    # Under Run both, above the two sides: a visitor reads what happened and who won before the details.
+    status = gr.Markdown(elem_id="compare-status", elem_classes="status-line")
+    verdict = gr.Markdown(elem_id="compare-verdict", elem_classes="status-line")
     with gr.Accordion("Shared settings", open=False):
         answer_view = answer_view_control(elem_id="compare-view")
         controls = generation_controls("compare-", preset)
@@ -176,8 +179,6 @@ def build_compare_tab(preset: Preset) -> gr.Dropdown:
     with gr.Row(equal_height=False):
         left_engine, left, left_html, left_stats = _side(preset, "left", left_default)
         right_engine, right, right_html, right_stats = _side(preset, "right", right_default)
-    status = gr.Markdown(elem_id="compare-status", elem_classes="status-line")
-    verdict = gr.Markdown(elem_id="compare-verdict", elem_classes="status-line")
     table = gr.Dataframe(headers=SUMMARY_COLUMNS, elem_id="compare-table", interactive=False, label="Summary")
     with gr.Row():
         position_plot = gr.Plot(_hint("position"), elem_id="compare-position-plot", show_label=False)

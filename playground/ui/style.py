@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from playground.viz import provenance_css, rendered_css, stats_css, tree_css
 
+# The status line and the verdict read in the body's colour and size: they say why nothing happened.
+# The chat's copy-all and delete buttons float over its top right corner: the first message starts below them.
+# A refused own pair is said in the panel's status; Gradio's red "Error" mark over the name box would only repeat it.
 # A Compare side keeps its height only once it shows a run: empty, it left a blank 250 px before the run (twice at
 # phone width, where the sides stack).
 LAYOUT_CSS = """
@@ -15,7 +18,10 @@ LAYOUT_CSS = """
 .side-panel:has(.side-title) { min-height: 220px; padding: 4px 8px; }
 .side-title { font-weight: 600; margin-bottom: 4px; }
 .side-waiting { font-style: italic; color: var(--body-text-color-subdued, inherit); }
-.status-line p { margin: 0; font-size: 0.9em; color: var(--body-text-color-subdued); }
+.status-line p { margin: 0; }
+#compare-verdict p { font-weight: 600; }
+#chat .panel-wrap .message-wrap { padding-top: 32px; }
+#own-name .wrap:has(.error) { display: none !important; }
 .preset-info p, .preset-info li { font-size: 0.85em; color: var(--body-text-color-subdued); }
 """
 
