@@ -77,7 +77,7 @@ def run_vllm(args: argparse.Namespace) -> list[dict]:
 
     from transformers import AutoTokenizer
 
-    from playground.backends.vllm_backend import counters_from_snapshot, offline_llm
+    from playground.backends.vllm import counters_from_snapshot, offline_llm
     from playground.engine import SpecCounters
     from playground.engine.templates import encode_chat
     from playground.presets import engine_presets, get_preset

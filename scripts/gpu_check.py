@@ -163,7 +163,7 @@ def part_local_llama(args: argparse.Namespace) -> None:
 
 def measure_vllm(preset, drafter: str, k: int, max_new_tokens: int, repeats: int) -> list[Row]:
     from playground.backends import backend_unavailable_reason
-    from playground.backends.vllm_backend import VllmBackend
+    from playground.backends.vllm import VllmBackend
     from playground.engine import GenerationConfig
 
     reason = backend_unavailable_reason(preset)

@@ -1,6 +1,6 @@
 """vLLM's CPU engines for the default pair: how long a start takes, cold and warm, what the engine processes hold, and
 whether Intel OpenMP in LD_PRELOAD changes EAGLE decoding. Appends to assets/bench/vllm-start-cpu.json, which the
-app's start-up status reads (playground/backends/vllm_starts.py).
+app's start-up status reads (playground/backends/vllm/starts.py).
 
     python scripts/vllm_start_times.py starts                        # plain and EAGLE-3.1 k=4: one cold, two warm
     python scripts/vllm_start_times.py starts --engines eagle3.1+none --starts 2   # the pair, as the app starts it
@@ -36,8 +36,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from playground.backends.vllm_backend import CPU_ENGINE_ARGS  # noqa: E402
-from playground.backends.vllm_starts import MEASURED, PRESET, holds_graphs, libiomp5  # noqa: E402
+from playground.backends.vllm import CPU_ENGINE_ARGS  # noqa: E402
+from playground.backends.vllm.starts import MEASURED, PRESET, holds_graphs, libiomp5  # noqa: E402
 
 GB = 1e9
 
@@ -100,12 +100,12 @@ def held() -> dict:
 def child(engines: list[str], k: int) -> list[dict]:
     """The child: engines started one after the other in this process, as the app starts them (`prepare`: the run's
     own, then plain decoding's), each followed by one request."""
-    from playground.backends import vllm_backend
+    from playground.backends.vllm import pool
     from playground.engine import GenerationConfig
     from playground.presets import get_preset
 
-    vllm_backend.remember_start = lambda engine: None  # the caches here are this script's, not the user's
-    backend = vllm_backend.VllmBackend(get_preset(PRESET))
+    pool.remember_start = lambda engine: None  # the caches here are this script's, not the user's
+    backend = pool.VllmBackend(get_preset(PRESET))
     prompt = backend.encode([{"role": "user", "content": "Explain photosynthesis in two sentences."}])
     rows = []
     for engine in engines:

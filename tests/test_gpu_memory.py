@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from playground.backends import vllm_backend
-from playground.backends.vllm_backend import (
+from playground.backends.vllm import (
     CPU_ENGINE_ARGS,
     GPU_MEMORY_BUDGET,
     GPU_SHARES,
@@ -28,9 +27,10 @@ from playground.backends.vllm_backend import (
     gpu_shares,
     memory_need,
     memory_setting,
-    parameter_count,
+    pool,
     serve_command,
 )
+from playground.backends.vllm.memory import parameter_count
 from playground.presets import Preset, get_preset
 
 GiB = 2**30
@@ -206,7 +206,7 @@ def test_cpu_engine_arguments_are_unchanged() -> None:
                 assert kwargs["kv_cache_memory_bytes"] == CPU_ENGINE_ARGS["kv_cache_memory_bytes"]
     backend = VllmBackend(smollm2)
     assert backend.memory_plan() == GpuPlan()  # no GPU reads, no estimate, no single-engine mode
-    assert backend.missing_fields == vllm_backend.MISSING_FIELDS and "baseline" not in backend.missing_fields
+    assert backend.missing_fields == pool.MISSING_FIELDS and "baseline" not in backend.missing_fields
 
 
 def test_the_bench_records_what_sizes_the_engines() -> None:
@@ -334,7 +334,7 @@ def gpu_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     preset = replace(_llama(), target=folders["target"], drafters={"eagle3": folders["eagle3"],
                                                                    "eagle3.1": folders["eagle3.1"]})
     sizes = {"gpu": H100}
-    monkeypatch.setattr(vllm_backend, "gpu_total_bytes", lambda devices: sizes["gpu"])
+    monkeypatch.setattr(pool, "gpu_total_bytes", lambda devices: sizes["gpu"])
 
     async def start(self, drafter, k):
         return FakeEngine(self.engine_kwargs(drafter, k))
@@ -415,7 +415,32 @@ def test_engines_unused_for_the_idle_limit_are_stopped_and_one_in_use_is_not(gpu
     assert backend.release_idle(time.monotonic() + 1000, keep=asked) == [(None, 0)]  # never the one being asked for
     assert asked in backend._engines
     monkeypatch.setenv("PLAYGROUND_VLLM_IDLE_S", "0")
-    assert vllm_backend.idle_limit_s() is None
+    assert pool.idle_limit_s() is None
     monkeypatch.delenv("PLAYGROUND_VLLM_IDLE_S")
     monkeypatch.setenv("PLAYGROUND_PUBLIC", "1")
-    assert vllm_backend.idle_limit_s() == vllm_backend.IDLE_ON_PUBLIC_HOST_S
+    assert pool.idle_limit_s() == pool.IDLE_ON_PUBLIC_HOST_S
+
+
+def test_what_the_engines_hold_is_named_and_measured_from_their_processes(gpu_backend, monkeypatch) -> None:
+    """`held()` names the live engines and reads the memory of the app's child processes (vLLM's engine cores and
+    workers; here a stand-in child holding 300 MB, since the stand-in engines start no process)."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("PLAYGROUND_VLLM_IDLE_S", "600")
+    backend = gpu_backend(H100)
+    assert backend.held() is None  # nothing started
+    backend.prepare("eagle3.1", 4)
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time; x = bytearray(300 * 10**6); x[::4096] = "
+                              "b'1' * len(x[::4096]); print('ready', flush=True); time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        held = backend.held()
+    finally:
+        child.kill()
+        child.wait()
+    assert held.startswith("vLLM holds 2 engines (EAGLE-3.1 k=4, plain decoding): "), held
+    size, where = held.split(": ")[1].split(";")[0].split(" GB in ")
+    assert float(size) >= 0.3 and where.endswith("process" if where.startswith("1 ") else "processes"), held
+    assert held.endswith("each is stopped after 10 min unused"), held

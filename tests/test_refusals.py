@@ -12,7 +12,7 @@ import playground.backends.availability as availability
 from playground.__main__ import main
 from playground.backends import BackendUnavailable, backend_unavailable_reason
 from playground.backends.fit import DrafterMismatch, check_drafter_fits, drafter_fit
-from playground.backends.vllm_backend import VllmBackend
+from playground.backends.vllm import VllmBackend
 from playground.presets import Preset, get_preset
 
 LLAMA_8B = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32, "hidden_size": 4096, "vocab_size": 128256}

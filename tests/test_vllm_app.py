@@ -7,6 +7,7 @@ run. Skipped where vLLM is not installed; required in CI (conftest)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,6 +48,8 @@ def test_chat_on_vllm_streams_provenance_and_a_measured_speedup(vllm_app_url: st
     answer = chatbot[-1]["content"]
     answer = answer[0]["text"] if isinstance(answer, list) else answer
     assert "finished" in status and 'class="tok-draft depth-1"' in answer  # accepted drafts coloured by depth
+    held = r"vLLM holds 2 engines \(EAGLE-3\.1 k=\d+, plain decoding\): \d+\.\d GB in \d+ processes"
+    assert re.search(held, status), status  # what its engines hold, beside the answer
     assert run["metrics"]["mean_acceptance_length"] > 1 and run["metrics"]["per_position_acceptance"]
     assert run["speedup_not_measured"] is None and run["baseline"]["groups"] >= 5
     low, high = run["speedup_range"]

@@ -10,9 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from playground.backends import vllm_starts
 from playground.backends.steps import UNKNOWN_DRAFT, DeltaStepper, finish_reason
-from playground.backends.vllm_backend import (
+from playground.backends.vllm import (
     CPU_ENGINE_ARGS,
     counters_from_snapshot,
     engine_kwargs,
@@ -21,6 +20,7 @@ from playground.backends.vllm_backend import (
     serve_command,
     speculative_config,
 )
+from playground.backends.vllm import starts as vllm_starts
 from playground.engine import GenerationConfig, SpecCounters, summarize
 from playground.presets import get_preset
 
@@ -201,7 +201,7 @@ def test_warm_once_started_here(tmp_path, monkeypatch) -> None:
 
 
 def test_starting_status_and_progress(tmp_path, monkeypatch) -> None:
-    from playground.backends.vllm_backend import VllmBackend
+    from playground.backends.vllm import VllmBackend
 
     monkeypatch.setenv("PLAYGROUND_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(VllmBackend, "model_folder", property(lambda self: "/converted/smollm2"))
@@ -224,7 +224,7 @@ def test_starting_status_and_progress(tmp_path, monkeypatch) -> None:
 
 
 def test_preparing_yields_progress_until_the_engines_are_up(tmp_path, monkeypatch) -> None:
-    from playground.backends.vllm_backend import VllmBackend, VllmError
+    from playground.backends.vllm import VllmBackend, VllmError
 
     monkeypatch.setenv("PLAYGROUND_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(VllmBackend, "model_folder", property(lambda self: "/converted/smollm2"))

@@ -27,7 +27,7 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`vllm serve` of the default pair with EAGLE-3.1, k=4, on 127.0.0.1 (CPU); stopped at the end."""
     if unavailable_reason():
         pytest.skip(unavailable_reason())
-    from playground.backends.vllm_backend import CPU_ENVIRONMENT, serve_command
+    from playground.backends.vllm import CPU_ENVIRONMENT, serve_command
     from playground.smollm2 import local_folder
 
     _, preset = real_pair_presets()

@@ -3,14 +3,15 @@
 | backend | module | where |
 |---|---|---|
 | local engine | local.py | CPU or one GPU; fills every StepEvent field |
-| vLLM in-process | vllm_backend.py | vLLM's CPU build or GPU(s); tokens and acceptance only (steps.MISSING_FIELDS) |
+| vLLM in-process | vllm/ | vLLM's CPU build or GPU(s); tokens and acceptance only (steps.MISSING_FIELDS) |
 | remote vLLM server | remote.py | any `vllm serve … --speculative-config …` or `python -m playground serve` |
 
 Every backend has the `Backend` interface below: `name`, `preset`, `missing_fields` (StepEvent fields it leaves
 None, and why), `capabilities` (what it can do beyond streaming, as data: playback reads it instead of probing
 attributes), `exact_speculation`, `preload` (load or connect at start-up, raising what is wrong), `encode`, `decode`,
 `stream`, `plain_probe()` (times plain decode steps at a run's position: the live speedup's baseline; only where
-`capabilities.times_plain_steps`, else `missing_fields["baseline"]` says why), and `starting(drafter, k)` /
+`capabilities.times_plain_steps`, else `missing_fields["baseline"]` says why), `held()` (what it holds beyond the app's
+process: vLLM's engines and their memory; None elsewhere), and `starting(drafter, k)` /
 `preparing(drafter, k)` (vLLM's engines start on first use: what a run waits for, and how far a start is against the
 measured times; None and nothing elsewhere). On ZeroGPU the local backend is wrapped (`zerogpu.ZeroGpuBackend`): its
 stream runs in a GPU call that cannot see the stop switch or time plain steps, which its capabilities say.
@@ -92,6 +93,10 @@ class Backend(Protocol):
 
     def starting(self, drafter: str, k: int) -> str | None: ...
 
+    def held(self) -> str | None:
+        """What it holds beyond the app's process (vLLM's engine processes and their memory), or None."""
+        ...
+
     def preparing(self, drafter: str, k: int) -> Iterator[str]: ...
 
 
@@ -110,7 +115,7 @@ def open_backend(preset: Preset) -> Backend:
             return ZeroGpuBackend(LocalBackend(preset))
         return LocalBackend(preset)
     if preset.backend == "vllm":
-        from .vllm_backend import VllmBackend
+        from .vllm import VllmBackend
 
         return VllmBackend(preset)
     from .remote import RemoteBackend

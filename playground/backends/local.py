@@ -92,6 +92,9 @@ class LocalBackend:
         """Times plain decode steps at a run's position (the live speedup's baseline); one per run."""
         return PlainProbe(self.target)
 
+    def held(self) -> str | None:
+        return None  # its weights live in the app's process
+
     def starting(self, drafter: str, k: int) -> str | None:
         return None  # nothing starts before a run: the models load once, at preload or the first request
 

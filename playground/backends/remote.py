@@ -212,6 +212,9 @@ class RemoteBackend:
     def plain_probe(self):
         raise RemoteError(self.missing_fields["baseline"])
 
+    def held(self) -> str | None:
+        return None  # the server's memory is its own
+
     def starting(self, drafter: str, k: int) -> str | None:
         return None  # the server is up or it is not: preload says which
 

@@ -97,6 +97,9 @@ class ZeroGpuBackend:
     def plain_probe(self):
         raise ValueError(self.missing_fields["baseline"])
 
+    def held(self) -> str | None:
+        return None  # its weights live in the app's process
+
     def starting(self, drafter: str, k: int) -> str | None:
         return None
 

@@ -188,7 +188,7 @@ def engine_info(engine: str, backend) -> dict:
                 "threads": target.threads.describe() if target.threads else None}
     import vllm
 
-    from playground.backends.vllm_backend import memory_setting
+    from playground.backends.vllm import memory_setting
 
     # what sized the engines' memory, as vLLM applies it: on the CPU the KV cache (kv_cache_memory_bytes from the
     # preset or CPU_ENGINE_ARGS, unless VLLM_CPU_KVCACHE_SPACE overrides it) and what set it; on a GPU each share

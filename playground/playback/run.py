@@ -55,6 +55,7 @@ class Run:
     trees: list[TreeStep] = field(default_factory=list)  # each step's draft tree, for a tree run
     engine: str = "local"  # the backend that ran it (local, vllm, remote)
     compute: str = ""  # its kernels and thread policy (Backend.compute)
+    held: str | None = None  # what its backend held when it finished, beyond the app's process (Backend.held)
     tally: RunTally = field(init=False)  # the events' totals, kept as they arrive: a render reads, never re-counts
 
     def __post_init__(self) -> None:
@@ -95,8 +96,8 @@ class Run:
         if self.finished and self.measuring:  # "finished" comes with the final numbers
             return "answer done: timing plain decoding for the speedup…"
         if self.finished:
-            busy = busy_text(self.tally.metrics().busy_share)
-            return FINISH_REASONS.get(self.finish_reason or "", "finished") + (f"; {busy}" if busy else "")
+            notes = [note for note in (busy_text(self.tally.metrics().busy_share), self.held) if note]
+            return "; ".join([FINISH_REASONS.get(self.finish_reason or "", "finished"), *notes])
         if self.events:
             return f"generating… {self.events[-1].total_tokens} tokens"
         if self.waiting:
@@ -244,6 +245,8 @@ class RunDriver:
         if tree := TreeStep.of(event, self._backend.decode):
             self.run.trees.append(tree)
         self.run.pieces = self._provenance.pieces
+        if event.finished:
+            self.run.held = self._backend.held()
         return not event.finished
 
 

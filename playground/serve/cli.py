@@ -74,7 +74,7 @@ def serve(args: argparse.Namespace) -> None:
 
 def vllm_command(args: argparse.Namespace) -> None:
     from playground.backends.fit import check_drafter_fits
-    from playground.backends.vllm_backend import serve_command
+    from playground.backends.vllm import serve_command
 
     preset = get_preset(args.preset)
     drafter = None if args.drafter == "none" else preset.drafters.get(args.drafter, args.drafter)

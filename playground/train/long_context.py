@@ -211,7 +211,7 @@ class _VllmAnswerer:
     def __init__(self, folder: str, threads: int) -> None:
         import os
 
-        from playground.backends.vllm_backend import offline_llm
+        from playground.backends.vllm import offline_llm
         from playground.presets import DEFAULT, get_preset
 
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")  # room for a batch of long ones

@@ -1,0 +1,417 @@
+"""The engine pool: `VllmBackend`, the app's vLLM backend, holding AsyncLLM engines on one asyncio loop thread.
+
+num_speculative_tokens is fixed per engine, so there is one engine per (drafter, k), started on first use (load and
+compile: minutes on 2 CPU cores, `starts` quotes the measured times) and kept; at most MAX_ENGINES live at once,
+the least recently used shut down first, and those unused for PLAYGROUND_VLLM_IDLE_S seconds stopped. Plain
+decoding is an engine of its own: the live speedup's baseline (`VllmPlainProbe`). The drafter is checked against
+the target from the two config.json files before vLLM starts (vLLM would silently degrade).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import dataclasses
+import logging
+import os
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Container, Iterator
+from typing import Any
+
+from playground import settings
+from playground.engine import GenerationConfig, SpecCounters
+from playground.engine.checkpoint import CheckpointError
+from playground.engine.templates import encode_chat
+from playground.presets import DRAFTER_LABELS, Preset
+from playground.smollm2 import local_folder
+
+from .. import Capabilities, require_local_engine_options
+from ..fit import check_drafter_fits, read_config
+from ..steps import MISSING_FIELDS
+from .args import CPU_ENVIRONMENT, engine_kwargs
+from .memory import (
+    GPU_SLOTS,
+    MAX_ENGINES,
+    GpuMemoryError,
+    GpuPlan,
+    MemoryNeed,
+    engine_kind,
+    gpu_plan,
+    gpu_shares,
+    gpu_total_bytes,
+    memory_need,
+)
+from .starts import PRESET, engine_id, expected, measured_on, remember_start, started_before
+from .stream import VllmError, VllmPlainProbe, VllmStream, counters_from_snapshot
+
+EngineKey = tuple[str | None, int]  # (drafter source or None for plain, k or 0)
+
+IDLE_ON_PUBLIC_HOST_S = 600.0
+log = logging.getLogger("playground.vllm")
+
+
+def engines_to_stop(live: list[EngineKey], key: EngineKey, on_gpu: bool, alone: bool = False) -> list[EngineKey]:
+    """The live engines (least recently used first) to shut down before `key` starts: on the CPU the least recently
+    used beyond MAX_ENGINES - 1; on a GPU, where each kind has its share, the least recently used of key's kind beyond
+    its GPU_SLOTS, and every other one where the GPU has room for one engine (`alone`)."""
+    live = [k for k in live if k != key]
+    if alone:
+        return live
+    if not on_gpu:
+        return live[:max(0, len(live) - MAX_ENGINES + 1)]
+    same = [k for k in live if engine_kind(k[0]) == engine_kind(key[0])]
+    return same[:max(0, len(same) - GPU_SLOTS[engine_kind(key[0])] + 1)]
+
+
+def idle_limit_s() -> float | None:
+    """How long an engine may sit unused before it is stopped (PLAYGROUND_VLLM_IDLE_S; a public host: ten minutes);
+    None: never. An engine core with its worker holds ~3 GB on the CPU, for as long as the app runs."""
+    value = settings.number("PLAYGROUND_VLLM_IDLE_S")
+    if value is None:
+        return IDLE_ON_PUBLIC_HOST_S if settings.public_host() else None
+    return value if value > 0 else None
+
+
+class VllmBackend:
+    """AsyncLLM engines, one per (drafter, k), on one asyncio loop thread; at most MAX_ENGINES alive (on a GPU: plain
+    decoding's and two drafter engines, each with its share of the GPU; one at a time where the GPU has room for one:
+    `memory_plan`)."""
+
+    name = "vllm"
+
+    def __init__(self, preset: Preset) -> None:
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout is the CLI's (`--json`)
+        self.preset = preset
+        self._lock = threading.Lock()
+        self._tokenizer = None
+        self._engines: OrderedDict[EngineKey, Any] = OrderedDict()  # least recently used first
+        self._last_used: dict[EngineKey, float] = {}  # monotonic time an engine was last asked for or let go
+        self._in_use: Counter[EngineKey] = Counter()  # requests reading from each engine now
+        self.idle_s = idle_limit_s()
+        self._current: tuple[EngineKey, float, str, str] | None = None  # starting: key, since, place, expectation
+        self._gpu_plan: GpuPlan | None = None  # how the engines share the GPU (`memory_plan`), once known
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._loop.run_forever, name="vllm-loop", daemon=True).start()
+        atexit.register(self.shutdown)  # engine cores are processes: stop them before the interpreter tears down
+        if self.idle_s is not None:
+            threading.Thread(target=self._release_idle_forever, name="vllm-idle", daemon=True).start()
+
+    @property
+    def missing_fields(self) -> dict[str, str]:
+        """MISSING_FIELDS, and the live baseline where the GPU has room for one engine (`memory_plan`)."""
+        fields = dict(MISSING_FIELDS)
+        try:
+            note = self.memory_plan().note
+        except GpuMemoryError:  # raised again where an engine would start (and at preload)
+            note = None
+        if note:
+            fields["baseline"] = note
+        return fields
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Its engine decodes on without waiting for the consumer (paces itself); plain steps are timed in plain
+        decoding's engine, except where the GPU has room for one engine (`memory_plan`)."""
+        return Capabilities(times_plain_steps="baseline" not in self.missing_fields, paces_itself=True)
+
+    @property
+    def exact_speculation(self) -> bool:
+        return self.preset.dtype == "float32"
+
+    @property
+    def compute(self) -> str:
+        return "vLLM's own kernels and thread binding (VLLM_CPU_OMP_THREADS_BIND, default auto)"
+
+    def memory_plan(self) -> GpuPlan:
+        """How this preset's engines share the GPU (`gpu_plan`), worked out once, before the first engine starts: the
+        weights from the configs against the GPU's total memory. GpuMemoryError where they cannot fit. On the CPU:
+        the default plan."""
+        if self._gpu_plan is None:
+            if self.preset.device != "cuda":
+                self._gpu_plan = GpuPlan()
+            else:
+                gpu_shares(self.preset)  # a preset's own share that adds above the budget: refused before any read
+                self._gpu_plan = gpu_plan(self.preset, self._memory_need(),
+                                          gpu_total_bytes(self.preset.tensor_parallel_size))
+        return self._gpu_plan
+
+    def _memory_need(self) -> MemoryNeed | None:
+        """memory_need from the target's and the preset's drafters' config.json; None where one cannot be read."""
+        try:
+            return memory_need(self.preset, read_config(self.model_folder),
+                               [read_config(source) for source in self.preset.drafters.values()])
+        except (CheckpointError, ValueError, TypeError):
+            return None
+
+    def submit(self, coroutine) -> asyncio.Future:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+
+    @property
+    def model_folder(self) -> str:
+        """The folder vLLM loads (the default target is converted once from its package, as for the local engine)."""
+        return local_folder(self.preset.target)
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self.model_folder,
+                                                            trust_remote_code=self.preset.trust_remote_code)
+        return self._tokenizer
+
+    def encode(self, messages: list[dict], chat_template: str | None = None, raw: bool = False) -> list[int]:
+        return encode_chat(self.tokenizer, messages, chat_template, raw)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def preload(self) -> None:
+        """At start-up: the tokenizer, and every preset drafter checked against the target (configs only). Engines
+        start with the first request that needs them, when the drafter and k are known."""
+        _ = self.tokenizer
+        for source in self.preset.drafters.values():
+            check_drafter_fits(self.model_folder, source)
+        self.memory_plan()  # on a GPU: refuse now what cannot fit
+
+    def _key(self, drafter: str, k: int) -> EngineKey:
+        source = None if drafter == "none" else self.preset.drafters.get(drafter, drafter)
+        return (source, k if source else 0)
+
+    def _needed(self, drafter: str) -> list[str]:
+        """The engines a run with this drafter needs: its own, then plain decoding's (the live baseline), which a GPU
+        with room for one engine goes without."""
+        return [drafter] if self.memory_plan().alone else list(dict.fromkeys([drafter, "none"]))
+
+    def _missing(self, drafter: str, k: int) -> list[EngineKey]:
+        """The engines a run with this drafter and k needs that are not up."""
+        return [key for key in dict.fromkeys(self._key(name, k) for name in self._needed(drafter))
+                if key not in self._engines]
+
+    def _name(self, key: EngineKey) -> str:
+        if key[0] is None:
+            return "plain decoding, the live speedup's baseline"
+        name = next((n for n, source in self.preset.drafters.items() if source == key[0]), key[0])
+        return f"{DRAFTER_LABELS.get(name, name)} k={key[1]}"
+
+    def _engine_id(self, key: EngineKey) -> str:
+        settings = {k: os.environ.get(k, v) for k, v in CPU_ENVIRONMENT.items()} if self.preset.device == "cpu" else {}
+        return engine_id(engine_kwargs(self.preset, key[0], key[1], model=self.model_folder), settings)
+
+    def _expected(self, key: EngineKey) -> str:
+        """How long this engine's start should take: measured on the CPU for the default pair (warm where it started
+        here before and compiled graphs are cached: `starts.started_before`), not measured elsewhere."""
+        if self.preset.device != "cpu":
+            return "loading and compiling; start-up not measured on a GPU"
+        text = expected(key[0] is None, started_before(self._engine_id(key)))
+        if text is None:
+            return "start-up not measured"
+        return text if self.preset.name == PRESET else f"the default pair's {text}"
+
+    def _measured_on(self) -> str:
+        where = measured_on() if self.preset.device == "cpu" else None
+        return f"; measured on {where}" if where else ""
+
+    def starting(self, drafter: str, k: int) -> str | None:
+        """What a run with this drafter and k waits for first (`prepare`), when an engine it needs is not up: which
+        engines, and how long their starts took in the measurements (assets/bench/vllm-start-cpu.json)."""
+        missing = self._missing(drafter, k)
+        if not missing:
+            return None
+        names = ", then ".join(f"{self._name(key)} ({self._expected(key)})" for key in missing)
+        kept = ("One engine at a time on this GPU: another drafter or k starts its own…" if self.memory_plan().alone
+                else "Engines are kept once started…")
+        return f"starting vLLM for {names}{self._measured_on()}. {kept}"
+
+    def start_progress(self) -> str | None:
+        """While an engine starts: which, how long so far and what the measurements lead to expect, e.g. "starting
+        vLLM for EAGLE-3.1 k=4 (1 of 2): 43 s so far (first start here: 3.6–10.1 min measured; measured on AMD EPYC
+        with 2 cores (AVX2), …)…"; None when none is starting. Cheap, and safe from any thread (a UI timer,
+        `preparing`)."""
+        current = self._current
+        if current is None:
+            return None
+        key, began, place, expectation = current
+        elapsed = time.monotonic() - began
+        so_far = f"{elapsed:.0f} s" if elapsed < 100 else f"{elapsed // 60:.0f} min {elapsed % 60:.0f} s"
+        return f"starting vLLM for {self._name(key)}{place}: {so_far} so far ({expectation})…"
+
+    def prepare(self, drafter: str, k: int) -> None:
+        """Start the engines a run needs: its own and plain decoding's (the baseline; not where the GPU has room
+        for one engine)."""
+        missing = self._missing(drafter, k)
+        for name in self._needed(drafter):
+            key = self._key(name, k)
+            many = key in missing and len(missing) > 1
+            self.engine(name, k, f" ({missing.index(key) + 1} of {len(missing)})" if many else "")
+
+    def preparing(self, drafter: str, k: int, every_s: float = 1.0) -> Iterator[str]:
+        """`prepare` in a thread of its own, yielding `start_progress()` every `every_s` seconds until the engines
+        are up (then it returns; a failed start raises here). Closing it early leaves the start running."""
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                self.prepare(drafter, k)
+            except BaseException as err:  # noqa: BLE001 - raised in the caller's thread below
+                failure.append(err)
+
+        thread = threading.Thread(target=run, name="vllm-prepare", daemon=True)
+        thread.start()
+        last = self.starting(drafter, k) or ""
+        thread.join(every_s)
+        while thread.is_alive():
+            last = self.start_progress() or last
+            yield last
+            thread.join(every_s)
+        if failure:
+            raise failure[0]
+
+    def engine(self, drafter: str, k: int, place: str = "") -> Any:
+        """The engine for this drafter and k, started if needed; the drafter's fit and, on a GPU, the memory plan
+        are checked first. Engines make room as `engines_to_stop` says. `place`: where this start is among those a
+        run waits for (" (1 of 2)"), for `start_progress`."""
+        key = self._key(drafter, k)
+        self.release_idle(keep=key)
+        with self._lock:
+            self._last_used[key] = time.monotonic()
+            if key not in self._engines:
+                if key[0] is not None:
+                    check_drafter_fits(self.model_folder, key[0])
+                plan = self.memory_plan()
+                for victim in engines_to_stop(list(self._engines), key, self.preset.device == "cuda", plan.alone):
+                    _stop(self._engines.pop(victim))
+                self._current = (key, time.monotonic(), place, self._expected(key) + self._measured_on())
+                try:
+                    self._engines[key] = self.submit(self._start(*key)).result()
+                finally:
+                    self._current = None
+                if self.preset.device == "cpu":
+                    remember_start(self._engine_id(key))
+            self._engines.move_to_end(key)
+            return self._engines[key]
+
+    @contextlib.contextmanager
+    def holding(self, drafter: str, k: int) -> Iterator[Any]:
+        """The engine for this drafter and k, kept from the idle release while the block reads from it."""
+        engine, key = self.engine(drafter, k), self._key(drafter, k)
+        with self._lock:
+            self._in_use[key] += 1
+        try:
+            yield engine
+        finally:
+            with self._lock:
+                self._in_use[key] -= 1
+                self._last_used[key] = time.monotonic()
+
+    def release_idle(self, now: float | None = None, keep: EngineKey | None = None) -> list[EngineKey]:
+        """Stop the engines no request has used for `idle_s` seconds (none while a request reads from them, nor
+        `keep`, the one being asked for); returns their keys. Their next request starts them again, and says so as
+        any start does."""
+        if self.idle_s is None:
+            return []
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            idle = [key for key in self._engines if key != keep and not self._in_use[key]
+                    and now - self._last_used.get(key, now) > self.idle_s]
+            for key in idle:
+                _stop(self._engines.pop(key), timeout=0)
+                self._last_used.pop(key, None)
+        for key in idle:
+            log.info("stopped vLLM's %s engine after %.0f s unused (PLAYGROUND_VLLM_IDLE_S)",
+                     DRAFTER_LABELS.get(key[0] or "", key[0] or "plain decoding"), self.idle_s)
+        return idle
+
+    def held(self) -> str | None:
+        """What the live engines hold beyond the app's own process, e.g. "vLLM holds 2 engines (EAGLE-3.1 k=4, plain
+        decoding): 5.8 GB in 4 processes; each is stopped after 10 min unused"; None when none is up. The memory is
+        the proportional set size (PSS) of this process's child processes (vLLM's engine cores and workers: nothing
+        else here starts processes), so pages they share count once. About 10 ms per GB read."""
+        with self._lock:
+            names = [self._name(key).split(",")[0] for key in reversed(self._engines)]  # most recently used first
+        if not names:
+            return None
+        size, processes = child_processes_memory()
+        if self.idle_s is None:
+            release = "kept while the app runs (PLAYGROUND_VLLM_IDLE_S stops unused ones)"
+        else:
+            release = f"each is stopped after {_duration(self.idle_s)} unused"
+        memory = f": {size / 1e9:.1f} GB in {processes} process{'es' * (processes > 1)}" if processes else ""
+        return f"vLLM holds {len(names)} engine{'s' * (len(names) > 1)} ({', '.join(names)}){memory}; {release}"
+
+    def _release_idle_forever(self) -> None:
+        while True:
+            time.sleep(min(60.0, self.idle_s / 4))
+            self.release_idle()
+
+    async def _start(self, drafter: str | None, k: int) -> Any:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        if self.preset.device == "cpu":
+            for key, value in CPU_ENVIRONMENT.items():
+                os.environ.setdefault(key, value)
+        supported = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**self.engine_kwargs(drafter, k, supported)))
+
+    def engine_kwargs(self, drafter: str | None, k: int, supported: Container[str] | None = None) -> dict:
+        """This backend's arguments for the engine of `drafter` (a source, None = plain) and k (`engine_kwargs`,
+        with the GPU plan's share)."""
+        alone = self.memory_plan().alone
+        return engine_kwargs(self.preset, drafter, k, supported, model=self.model_folder, alone=alone)
+
+    def plain_probe(self) -> VllmPlainProbe:
+        """The live baseline's probe; refused where the GPU has room for one engine (it would stop the run's)."""
+        note = self.memory_plan().note
+        if note:
+            raise VllmError(note)
+        return VllmPlainProbe(self)
+
+    @staticmethod
+    def spec_counters() -> SpecCounters | None:
+        from vllm.v1.metrics.reader import get_metrics_snapshot
+
+        return counters_from_snapshot(get_metrics_snapshot())
+
+    def stream(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
+               should_stop: Callable[[], bool] | None = None) -> VllmStream:
+        cfg.validate()
+        require_local_engine_options(self.preset.backend, cfg)
+        return VllmStream(self, prompt_ids, drafter, cfg, should_stop)
+
+    def shutdown(self) -> None:
+        """Stop every engine, its engine-core processes killed at once: given vLLM's default 5 s to exit, an engine
+        core here was still waiting for its worker and was killed anyway (5 s per engine, one after the other)."""
+        with self._lock:
+            while self._engines:
+                _stop(self._engines.popitem()[1], timeout=0)
+
+
+def _stop(engine: Any, timeout: float | None = None) -> None:
+    """Shut an engine down, once; its processes get `timeout` seconds to exit before they are killed (None: vLLM's
+    default). Once: AsyncLLM.__del__ shuts down again, and at interpreter exit (our loop thread still holds it) that
+    second call meets torn-down module globals and prints a TypeError."""
+    engine.shutdown(timeout=timeout)
+    engine.shutdown = lambda *args, **kwargs: None
+
+
+def child_processes_memory() -> tuple[int, int]:
+    """(bytes, count): the proportional set size of this process's descendants (RSS where PSS cannot be read)."""
+    import psutil
+
+    total, count = 0, 0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            info = child.memory_full_info()
+            total += getattr(info, "pss", info.rss)
+            count += 1
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return total, count
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
