@@ -26,11 +26,15 @@ pytestmark = pytest.mark.skipif(not vllm_installed(), reason="vLLM is not instal
 @pytest.fixture(scope="module")
 def vllm_app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The app on the real default pair, for this module alone. SIGTERM stops it through atexit, which must stop the
-    vLLM engines its runs started (running_process fails where a process it started outlives it)."""
+    vLLM engines its runs started (running_process fails where a process it started outlives it), without a
+    traceback in its log."""
     if unavailable_reason():
         pytest.skip(unavailable_reason())
-    with running_app(None, tmp_path_factory.mktemp("vllm-app") / "app.log", stop_s=60) as url:
+    log = tmp_path_factory.mktemp("vllm-app") / "app.log"
+    with running_app(None, log, stop_s=60) as url:
         yield url
+    text = log.read_text(errors="replace")
+    assert "Traceback" not in text and "EngineDeadError" not in text, text[-3000:]
 
 
 CHAT = dict(drafter="eagle3.1", k=K, preset="smollm2-135m-vllm", temperature=0.0, top_p=1.0, max_new_tokens=64,

@@ -393,9 +393,26 @@ class VllmBackend:
 def _stop(engine: Any, timeout: float | None = None) -> None:
     """Shut an engine down, once; its processes get `timeout` seconds to exit before they are killed (None: vLLM's
     default). Once: AsyncLLM.__del__ shuts down again, and at interpreter exit (our loop thread still holds it) that
-    second call meets torn-down module globals and prints a TypeError."""
+    second call meets torn-down module globals and prints a TypeError. Its output handler (a task on our loop) is
+    cancelled first: vLLM cancels it after stopping the engine core, and meanwhile it found the core dead and logged
+    an EngineDeadError traceback at every shutdown of the app."""
+    _cancel_output_handler(engine)
     engine.shutdown(timeout=timeout)
     engine.shutdown = lambda *args, **kwargs: None
+
+
+def _cancel_output_handler(engine: Any, wait_s: float = 5.0) -> None:
+    handler = getattr(engine, "output_handler", None)
+    if handler is None or handler.done() or not handler.get_loop().is_running():
+        return
+
+    async def cancel() -> None:
+        handler.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await handler
+
+    with contextlib.suppress(Exception):  # a loop that stops meanwhile: vLLM's shutdown cancels it as before
+        asyncio.run_coroutine_threadsafe(cancel(), handler.get_loop()).result(timeout=wait_s)
 
 
 def child_processes_memory() -> tuple[int, int]:
