@@ -202,6 +202,8 @@ def test_summary_table_and_stats(views: dict[str, RunView]) -> None:
     table = summary_table([views["eagle3"], views["plain"]])
     assert list(table.columns) == SUMMARY_COLUMNS
     assert table["drafter"].tolist() == ["EAGLE-3", "plain decoding"]
+    assert table["verified rows / step"].tolist() == [f"{views['eagle3'].metrics.verified_per_step:.1f}", "1.0"]
+    assert 3.5 <= float(table.loc[0, "verified rows / step"]) <= 4.0  # k = 3: three drafts and the target's own
     v = views["eagle3"]
     assert table.loc[1, "mean acceptance length"] == "—" and table.loc[0, "speedup"] == f"{v.speedup:.2f}×"
     low, high = v.speedup_range

@@ -29,8 +29,8 @@ SEEN_TOKENS_PER_SECOND_HELP = ("The rate you saw: generated tokens / wall-clock 
                                "including the pauses while the page renders and, in Compare, while the other side "
                                "and the plain baseline step.")
 NOT_AVAILABLE = "—"
-SUMMARY_COLUMNS = ["drafter", "k", "tokens", "decode tok/s", "speedup", "speedup range", "mean acceptance length",
-                   "draft acceptance rate"]
+SUMMARY_COLUMNS = ["drafter", "k", "verified rows / step", "tokens", "decode tok/s", "speedup", "speedup range",
+                   "mean acceptance length", "draft acceptance rate"]
 
 # One format per kind of number, wherever the number appears: the stat cards, the summary table, the charts' labels
 # and hover text (figures.py, bench.py use the d3 twins below).
@@ -105,6 +105,16 @@ def speedup_text(view: RunView) -> str:
     return f"{times_text(view.speedup)} ({range_text(view.speedup_range)})"
 
 
+VERIFIED_ROWS_HELP = ("the rows one target forward checks: the drafts (a tree: all its nodes) and the target's own "
+                      "next token; plain decoding 1.")
+
+
+def verified_rows_text(per_step: float | None) -> str:
+    """Rows the target verified per step, one decimal: a chain of k 'k + 1' (fewer where drafting ended early), a
+    tree of N nodes 'N + 1'; plain decoding (nothing drafted) 1.0."""
+    return f"{1.0 if per_step is None else per_step:.1f}"
+
+
 STAT_CARDS = 7  # stats_html's cards; stats_css lays out exactly this many (7 in a row, 4 + 3, or 2 columns)
 
 
@@ -113,7 +123,8 @@ def stats_html(view: RunView, note: str = "") -> str:
     m = view.metrics
     no_drafts = "Plain decoding drafts nothing." if view.plain else ""
     cards = [
-        _card(str(m.generated_tokens), "tokens", f"{m.steps} target forwards (steps)."),
+        _card(str(m.generated_tokens), "tokens", f"{m.steps} target forwards (steps), each verifying "
+              f"{verified_rows_text(m.verified_per_step)} rows: {VERIFIED_ROWS_HELP}"),
         _card(rate_text(m.decode_tokens_per_second), "tok/s (engine)", TOKENS_PER_SECOND_HELP),
         _card(rate_text(view.seen_tokens_per_second), "tok/s seen", SEEN_TOKENS_PER_SECOND_HELP),
         _card(*baseline_card(view)),
@@ -133,7 +144,8 @@ def summary_table(views: list[RunView]) -> pd.DataFrame:
     rows = []
     for view in views:
         m = view.metrics
-        rows.append([view.drafter, NOT_AVAILABLE if view.plain else view.k, m.generated_tokens,
+        rows.append([view.drafter, NOT_AVAILABLE if view.plain else view.k, verified_rows_text(m.verified_per_step),
+                     m.generated_tokens,
                      rate_text(m.decode_tokens_per_second), speedup_value(view), range_text(view.speedup_range),
                      length_text(m.mean_acceptance_length), percent_text(m.draft_acceptance_rate)])
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
