@@ -331,7 +331,8 @@ class VllmBackend:
         the proportional set size (PSS) of this process's child processes (vLLM's engine cores and workers: nothing
         else here starts processes), so pages they share count once. About 10 ms per GB read."""
         with self._lock:
-            names = [self._name(key).split(",")[0] for key in reversed(self._engines)]  # most recently used first
+            keys = sorted(reversed(self._engines), key=lambda key: key[0] is None)  # drafters, then plain decoding's
+            names = [self._name(key).split(",")[0] for key in keys]
         if not names:
             return None
         size, processes = child_processes_memory()
