@@ -8,7 +8,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from playground.engine import MAX_K, GenerationConfig, RunRecord, TreeShape
+from playground.backends import check_run
+from playground.engine import MAX_K, GenerationConfig, RunRecord
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.text import IncrementalDecoder
 from playground.engine.threads import busy_text
@@ -22,7 +23,6 @@ from playground.flags import (
     resolve_preset,
     tree_shape,
 )
-from playground.presets import Preset
 
 
 def _messages(args: argparse.Namespace) -> list[dict]:
@@ -36,15 +36,12 @@ def _messages(args: argparse.Namespace) -> list[dict]:
 def generate(args: argparse.Namespace) -> dict:
     preset = resolve_preset(args)
     drafter = args.drafter_path or args.drafter or preset.default_drafter
-    if drafter != "none" and not args.drafter_path and drafter not in preset.drafters:
-        raise UsageError(f"drafter {drafter!r} is not in preset {preset.name!r} (choose from {preset.drafter_names}) "
-                         "or pass --drafter-path")
-    tree = _tree_shape(args, preset, drafter)
-    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, temperature=args.temperature,
-                           top_p=args.top_p, seed=args.seed, stop_strings=tuple(args.stop or ()),
-                           instrument=not args.no_instrument, min_draft_prob=args.min_draft_prob, tree=tree)
+    tree = tree_shape(args)
     try:
-        cfg.validate()
+        cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, temperature=args.temperature,
+                               top_p=args.top_p, seed=args.seed, stop_strings=tuple(args.stop or ()),
+                               instrument=not args.no_instrument, min_draft_prob=args.min_draft_prob, tree=tree)
+        check_run(preset, drafter, cfg, args.drafter_path)
     except ValueError as err:
         raise UsageError(str(err)) from None
     backend = make_backend(args, preset)
@@ -75,15 +72,6 @@ def generate(args: argparse.Namespace) -> dict:
         print(f"\n\n[{m.generated_tokens} tokens, {m.tokens_per_second:.1f} tok/s, mean acceptance length {al}, "
               f"finish: {record.finish_reason}{'; ' + busy if busy else ''}]", file=sys.stderr)
     return result
-
-
-def _tree_shape(args: argparse.Namespace, preset: Preset, drafter: str) -> TreeShape | None:
-    """The draft tree the flags ask for (None: chains), refused where it cannot run (the configuration's own limits
-    are GenerationConfig.validate's)."""
-    tree = tree_shape(args)
-    if tree is not None and (preset.backend != "local" or drafter == "none"):
-        raise UsageError("draft trees run in the local engine with a drafter (--backend local, a --drafter)")
-    return tree
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -8,8 +8,8 @@ import argparse
 from dataclasses import asdict, replace
 
 from playground import settings
+from playground.drafting import k_problem
 from playground.engine.tree_shape import TreeShape
-from playground.k_range import k_problem
 from playground.presets import Preset, default_preset_name, engine_presets, get_preset
 
 
@@ -33,7 +33,18 @@ def add_pair_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def resolve_preset(args: argparse.Namespace) -> Preset:
-    """The preset, with --target / --backend / --device / --dtype applied (unset flags keep the preset's values)."""
+    """The preset, with --target / --backend / --device / --dtype applied (unset flags keep the preset's values);
+    UsageError where --device cuda finds no GPU (said of the flag, before the preset's own reason)."""
+    from playground.backends.availability import visible_gpus
+
+    preset = _resolved(args)
+    if getattr(args, "device", None) == "cuda" and preset.backend == "local" and visible_gpus() == 0:
+        raise UsageError("--device cuda asks for a CUDA GPU and none is visible on this machine; leave --device out "
+                         "(or pass --device cpu) to run on the CPU")
+    return preset
+
+
+def _resolved(args: argparse.Namespace) -> Preset:
     preset = target_preset(args.preset, args.target)
     changes = {key: value for key in ("backend", "device", "dtype")
                if (value := getattr(args, key)) is not None and value != getattr(preset, key)}
@@ -51,11 +62,7 @@ def resolve_preset(args: argparse.Namespace) -> Preset:
 def make_backend(args: argparse.Namespace, preset: Preset):
     """The preset's backend, or a UsageError saying in one line why it cannot run here."""
     from playground.backends import BackendUnavailable, shared_backend
-    from playground.backends.availability import visible_gpus
 
-    if getattr(args, "device", None) == "cuda" and preset.backend == "local" and visible_gpus() == 0:
-        raise UsageError("--device cuda asks for a CUDA GPU and none is visible on this machine; leave --device out "
-                         "(or pass --device cpu) to run on the CPU")
     try:
         return shared_backend(preset)  # one per process: a second call in the same process reuses its engines
     except BackendUnavailable as err:

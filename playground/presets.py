@@ -18,13 +18,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from playground import settings
-from playground.k_range import k_problem
+from playground.drafting import PLAIN, k_problem
 from playground.smollm2 import HUB_ID  # resolved to a local copy when loaded
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SERVER_DRAFTER = "server"  # a remote preset's drafter source when the server's drafter is not named
 DRAFTER_LABELS = {
-    "none": "none (plain decoding)",
+    PLAIN: "none (plain decoding)",
     "eagle3": "EAGLE-3",
     "eagle3.1": "EAGLE-3.1",
     "served": "the server's drafter",
@@ -60,7 +60,7 @@ class Preset:
 
     @property
     def drafter_names(self) -> list[str]:
-        return ["none", *self.drafters]
+        return [PLAIN, *self.drafters]
 
     @property
     def requires_gpu(self) -> bool:
@@ -71,7 +71,7 @@ class Preset:
     def default_drafter(self) -> str:
         if "eagle3.1" in self.drafters:
             return "eagle3.1"
-        return next(iter(self.drafters), "none")
+        return next(iter(self.drafters), PLAIN)
 
 
 DEFAULT = "smollm2-135m"
@@ -345,8 +345,8 @@ def validate_preset(preset: Preset) -> list[str]:
     if not preset.target and preset.backend != "remote":
         problems.append("target is empty")
     for name in preset.drafters:
-        if name == "none":
-            problems.append("'none' is reserved for plain decoding and cannot name a drafter")
+        if name == PLAIN:
+            problems.append(f"'{PLAIN}' is reserved for plain decoding and cannot name a drafter")
         elif name not in DRAFTER_LABELS:
             problems.append(f"drafter name {name!r} has no label in DRAFTER_LABELS")
     clash = set(preset.drafters) & set(preset.missing_drafters)

@@ -9,17 +9,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "playground"
 
-BASE = {"k_range", "settings", "blas"}
+BASE = {"drafting", "settings", "blas"}
 COMMANDS = BASE | {"smollm2", "engine", "presets", "backends", "flags"}
 MEASURING = COMMANDS | {"prompt_sets", "machine", "viz"}
 ALLOWED: dict[str, set[str]] = {  # ARCHITECTURE.md's table, part by part
-    "k_range": set(), "settings": set(), "blas": set(), "__init__": {"blas"}, "examples": set(),
-    "engine": {"k_range"},
+    "drafting": set(), "settings": set(), "blas": set(), "__init__": {"blas"}, "examples": set(),
+    "engine": {"drafting"},
     "smollm2": {"settings", "blas"}, "machine": {"settings", "blas"},
     "presets": BASE | {"smollm2"},
     "prompt_sets": BASE | {"presets"},
     "backends": BASE | {"smollm2", "engine", "presets"},
-    "viz": {"engine", "k_range"},
+    "viz": {"engine", "drafting"},
     "playback": BASE | {"backends", "engine", "presets", "viz"},
     "flags": COMMANDS, "cli": COMMANDS, "serve": COMMANDS, "space": COMMANDS,
     "bench": MEASURING, "train": MEASURING,

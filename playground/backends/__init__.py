@@ -31,13 +31,10 @@ from playground.engine import GenerationConfig, StepEvent
 from playground.presets import Preset
 
 from .availability import backend_unavailable_reason
+from .request import BackendUnavailable, RequestError, check_run, require_local_engine_options
 
 if TYPE_CHECKING:
     from .local import LocalBackend
-
-
-class BackendUnavailable(ValueError):
-    """A preset that cannot run here (no GPU, no vLLM, no server URL, ...); the message says why."""
 
 
 class StepStream(Protocol):
@@ -131,17 +128,6 @@ def require_local(preset: Preset, who: str, otherwise: str) -> None:
                                  f"backend; {otherwise}")
 
 
-def require_local_engine_options(backend: str, cfg: GenerationConfig) -> None:
-    """BackendUnavailable when a vLLM or remote engine, which drafts a chain of k tokens every step, is asked for
-    adaptive draft length or a draft tree: our engine alone does those."""
-    if cfg.tree is not None and backend != "local":
-        raise BackendUnavailable(f"the {backend} backend drafts chains; draft trees run on our engine (a local "
-                                 f"preset), so set the tree's nodes to 0")
-    if cfg.min_draft_prob and backend != "local":
-        raise BackendUnavailable(f"the {backend} backend drafts k tokens every step; adaptive draft length (minimum "
-                                 f"draft probability {cfg.min_draft_prob:g}) runs on the local engine, so set it to 0")
-
-
 def open_local_backend(preset: Preset, who: str, otherwise: str) -> LocalBackend:
     """A new local-engine backend for `who`, or BackendUnavailable saying why not (see require_local)."""
     require_local(preset, who, otherwise)
@@ -170,6 +156,7 @@ def forget_backend(name: str) -> None:
         _SHARED.pop(name, None)
 
 
-__all__ = ["Backend", "BackendUnavailable", "Capabilities", "StepStream", "backend_unavailable_reason",
+__all__ = ["Backend", "BackendUnavailable", "Capabilities", "RequestError", "StepStream", "backend_unavailable_reason",
+           "check_run",
            "forget_backend", "open_backend", "open_local_backend", "require_local_engine_options", "require_local",
            "shared_backend"]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from playground.drafting import PLAIN
 from playground.engine import (
     CheckpointError,
     Eagle3Drafter,
@@ -115,7 +116,7 @@ class LocalBackend:
 
     def _generate(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
                   should_stop: Callable[[], bool] | None = None) -> Iterator[StepEvent]:
-        if drafter == "none":
+        if drafter == PLAIN:
             return plain_generate(self.target, prompt_ids, cfg, should_stop)
         loaded = self.drafter(drafter)
         if cfg.tree is not None:
@@ -127,7 +128,7 @@ class LocalBackend:
         """Run this decode path once, briefly, before it is timed: the first CUDA (or CPU) call of a path pays for
         kernel selection, allocator growth and lazy initialisation. Once per path (a tree shape is a path of its
         own: it verifies another number of rows) and backend."""
-        path = ("none" if drafter == "none" else self.preset.drafters.get(drafter, drafter), tree)
+        path = (PLAIN if drafter == PLAIN else self.preset.drafters.get(drafter, drafter), tree)
         if path not in self._warmed:
             for _ in self._generate(prompt_ids, drafter, GenerationConfig(max_new_tokens=4, k=2, tree=tree)):
                 pass
@@ -136,7 +137,7 @@ class LocalBackend:
     def stream(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
                should_stop: Callable[[], bool] | None = None) -> Iterator[StepEvent]:
         """Step events of one request; the path (plain or this drafter) is warmed up first, so timings are honest."""
-        self.warm_up(prompt_ids, drafter, cfg.tree if drafter != "none" else None)
+        self.warm_up(prompt_ids, drafter, cfg.tree if drafter != PLAIN else None)
         return self._generate(prompt_ids, drafter, cfg, should_stop)
 
 

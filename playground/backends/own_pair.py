@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from playground import settings
+from playground.drafting import PLAIN
 from playground.engine.checkpoint import CheckpointError
 from playground.presets import OWN_PAIR_PREFIX, Preset, register_pair, unregister_pair
 from playground.settings import public_host
@@ -299,7 +300,7 @@ def load_own_pair(target: str, drafters: dict[str, str], say=lambda message, fra
         backend.preload()
         say("warming up each decode path…", None)
         prompt = backend.encode([{"role": "user", "content": "hello"}])
-        for name in ["none", *preset.drafters]:
+        for name in [PLAIN, *preset.drafters]:
             backend.warm_up(prompt, name)
 
     SHELF.load(replace(check, preset=local), load_weights)

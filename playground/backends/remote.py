@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 import httpx
 
 from playground import settings
+from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, SpecCounters, StepEvent
 from playground.engine.templates import raw_prompt, resolve_template
 from playground.presets import SERVER_DRAFTER, Preset
@@ -267,9 +268,8 @@ class RemoteBackend:
 
     def stream(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
                should_stop: Callable[[], bool] | None = None) -> RemoteStream:
-        cfg.validate()
         require_local_engine_options(self.preset.backend, cfg)
-        if drafter == "none":
+        if drafter == PLAIN:
             raise RemoteError("a remote server speculates with the drafter it was started with; for plain decoding "
                               "point a preset at a server started without --speculative-config")
         if drafter not in self.preset.drafters:

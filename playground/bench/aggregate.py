@@ -20,6 +20,7 @@ from playground.bench.execute import Sample
 from playground.bench.methods import Answer, Method
 from playground.bench.plan import Cell, Plan
 from playground.bench.rows import BenchRow
+from playground.drafting import PLAIN
 from playground.engine import summarize
 
 Pass = list[list[Answer]]  # one conversation per record of a cell
@@ -35,7 +36,7 @@ def aggregate(plan: Plan, samples: Iterable[Sample], greedy: bool,
             instrumented[(s.cell, s.method)].append(s.answers)
         else:
             timed[(s.cell, s.method)][s.repeat].append(s.answers)
-    return [_row(cell, method, timed.get((c, method)), instrumented.get((c, method)), timed.get((c, Method("none"))),
+    return [_row(cell, method, timed.get((c, method)), instrumented.get((c, method)), timed.get((c, Method(PLAIN))),
                  greedy, variant_name(method))
             for c, cell in enumerate(plan.cells) for method in cell.methods]
 

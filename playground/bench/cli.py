@@ -15,6 +15,7 @@ from playground.bench.methods import PEERS, Runner
 from playground.bench.profiles import get_profile, measured_durations, profile_label, profiles
 from playground.bench.report import write_outputs
 from playground.bench.runner import Bench, run_bench
+from playground.drafting import PLAIN
 from playground.engine import MAX_K
 from playground.flags import (
     UsageError,
@@ -34,7 +35,7 @@ def _names(text: str | None) -> tuple[str, ...] | None:
 
 def _check_drafters(config: BenchConfig, preset: Preset) -> None:
     for name in {d for s in config.sweeps for d in s.drafters}:
-        if name in ("none", *PEERS, *preset.drafters) or Path(name).exists() or "/" in name:
+        if name in (PLAIN, *PEERS, *preset.drafters) or Path(name).exists() or "/" in name:
             continue
         raise UsageError(f"unknown drafter {name!r}: use none, {', '.join(preset.drafters) or '(no preset drafters)'}, "
                          f"{', '.join(PEERS)}, or a drafter folder / Hub id")

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from playground.bench.neighbours import busy_neighbours, parse_neighbours
+from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, SpecCounters, emitted_ids
 from playground.machine import machine_info
 from playground.presets import DEFAULT, DRAFTER_LABELS, REPO_ROOT, get_preset
@@ -42,7 +43,7 @@ from playground.prompt_sets import load_prompt_set
 
 ENGINES = ("local", "vllm")
 PRESETS = {"local": DEFAULT, "vllm": f"{DEFAULT}-vllm"}
-METHODS = ("none", "eagle3", "eagle3.1")
+METHODS = (PLAIN, "eagle3", "eagle3.1")
 CONCURRENCY = (1, 4, 16)
 
 
@@ -106,7 +107,7 @@ def request_runner(backend, drafter: str, cfg: GenerationConfig) -> Callable[[li
         events = list(backend.stream(prompt_ids, drafter, cfg))
         seconds = time.perf_counter() - started
         return Request(emitted_ids(events), seconds,
-                       SpecCounters.from_events(events, 0 if drafter == "none" else cfg.k))
+                       SpecCounters.from_events(events, 0 if drafter == PLAIN else cfg.k))
     return run
 
 
@@ -115,8 +116,8 @@ def make_row(engine: str, drafter: str, k: int, requests: list[Request], seconds
     rates = [len(r.token_ids) / r.seconds for r in requests]
     counters = sum((r.counters for r in requests), SpecCounters())
     tokens = sum(len(r.token_ids) for r in requests)
-    label = DRAFTER_LABELS.get(drafter, drafter) if drafter != "none" else "plain decoding"
-    return EngineRow(engine, drafter, label, None if drafter == "none" else k, concurrency, len(requests), tokens,
+    label = DRAFTER_LABELS.get(drafter, drafter) if drafter != PLAIN else "plain decoding"
+    return EngineRow(engine, drafter, label, None if drafter == PLAIN else k, concurrency, len(requests), tokens,
                      statistics.median(rates), (min(rates), max(rates)), tokens / seconds, seconds,
                      mean_acceptance_length=counters.mean_acceptance_length,
                      per_position_acceptance=counters.per_position_acceptance, instrumented=instrumented,
@@ -127,7 +128,7 @@ def compare_rows(rows: list[EngineRow]) -> None:
     """Fill speedups, token identity and instrumentation costs from the other rows of the same run."""
     by = {(r.engine, r.drafter, r.concurrency, r.neighbours): r for r in rows if not r.instrumented}
     for row in rows:
-        plain = by.get((row.engine, "none", row.concurrency, row.neighbours))
+        plain = by.get((row.engine, PLAIN, row.concurrency, row.neighbours))
         if plain is not None:
             row.speedup = row.per_user_tokens_per_second / plain.per_user_tokens_per_second
             row.identical_to_plain = row.token_ids == plain.token_ids
@@ -156,7 +157,7 @@ def run_engine_bench(config: EngineBenchConfig, log: Callable[[str], None] = pri
             run = request_runner(backend, drafter, cfg)
             run(prompts[0])  # start (vLLM: an engine of its own) and warm up this path, untimed
             levels = [(c, False, n) for n in config.neighbours for c in config.concurrency]
-            if engine == "local" and drafter != "none":  # what the app's drift views cost, one request at a time
+            if engine == "local" and drafter != PLAIN:  # what the app's drift views cost, one request at a time
                 levels.insert(1, (min(config.concurrency), True, config.neighbours[0]))
             for concurrency, instrumented, neighbours in levels:
                 level_run = request_runner(backend, drafter, replace(cfg, instrument=True)) if instrumented else run

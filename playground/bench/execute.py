@@ -19,6 +19,7 @@ from playground.bench.config import BenchConfig
 from playground.bench.methods import Answer, Method, Runner
 from playground.bench.plan import Cell, Plan, PromptEncoder, RunKey
 from playground.bench.progress import Run
+from playground.drafting import PLAIN
 
 WARMUP_TOKENS = 16
 
@@ -66,11 +67,11 @@ class Executor:
         plain: dict[int, tuple[float, float]] = {}
         for c, cell in self.plan.ready_cells:
             prompt_ids = self.encode(cell.records[0].messages([]), cell.template)
-            with self.step(self._run(c, Method("none"), "warm-up")):
-                plain[c] = prefill_and_per_token(self.runner.generate(Method("none"), prompt_ids, short))
+            with self.step(self._run(c, Method(PLAIN), "warm-up")):
+                plain[c] = prefill_and_per_token(self.runner.generate(Method(PLAIN), prompt_ids, short))
         first, cell = self.plan.ready_cells[0]
         prompt_ids = self.encode(cell.records[0].messages([]), cell.template)
-        relative = {Method("none"): 1.0}
+        relative = {Method(PLAIN): 1.0}
         for method in self.plan.warmup_methods():
             with self.step(self._run(first, method, "warm-up")):
                 answer = self.runner.generate(method, prompt_ids, short)

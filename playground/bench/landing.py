@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from playground.drafting import PLAIN
 from playground.machine import cpu_name
 from playground.presets import REPO_ROOT, SHIPPED_DRAFTERS
 from playground.viz.summary import times_text as _times
@@ -102,7 +103,7 @@ def _same_machine(machine: dict, before: dict, requests: str) -> str:
 def _engine_rows(engines: dict, before: dict) -> list[str]:
     config = engines["config"]
     speedup = {(r["engine"], r["drafter"], r["concurrency"]): r["speedup"] for r in engines["rows"]
-               if not r["instrumented"] and r["drafter"] != "none"}
+               if not r["instrumented"] and r["drafter"] != PLAIN}
     most = max(c for _, _, c in speedup)
     one = [speedup["vllm", d, 1] for d in DRAFTERS]
     ours_one = " and ".join(_times(speedup["local", d, 1]) for d in DRAFTERS)
@@ -146,7 +147,7 @@ def _h200_row(h200: dict) -> str:
 
 def speedup_table() -> str:
     speed, engines, drift, h200 = (_load(p) for p in (SPEED, ENGINES, DRIFT, H200))
-    vllm_best = max(r["speedup"] for r in engines["rows"] if r["drafter"] != "none")
+    vllm_best = max(r["speedup"] for r in engines["rows"] if r["drafter"] != PLAIN)
     speed_rows, machine = _speed_rows(speed, vllm_best)
     lines = ["| machine | what ran | EAGLE-3 | EAGLE-3.1 | pays? |", "|---|---|---|---|---|", *speed_rows,
              *_engine_rows(engines, machine), _drift_row(drift, machine), _h200_row(h200),

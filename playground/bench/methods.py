@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM
 from transformers import GenerationConfig as HFGenerationConfig
 
 from playground.backends.local import LocalBackend
+from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, StepEvent, TreeShape, emitted_ids
 from playground.presets import DRAFTER_LABELS
 
@@ -27,7 +28,7 @@ NO_ASSISTANT = "no small draft model exists for this target; pass --assistant MO
 # One line per method a bench table can show, for readers who do not know the names (the Benchmark tab's findings
 # list the ones a result has). A drafter given as a folder is described by `describe_method`.
 METHOD_DESCRIPTIONS = {
-    "none": "plain decoding in our own loop: one target forward per token, no drafter; every speedup is against it",
+    PLAIN: "plain decoding in our own loop: one target forward per token, no drafter; every speedup is against it",
     "eagle3": "the preset's EAGLE-3 drafter: guesses k tokens from three of the target's hidden layers, and the "
               "target checks them all in one forward",
     "eagle3.1": "the preset's EAGLE-3.1 drafter: EAGLE-3 plus `fc_norm` and `norm_output` (it normalises the states "
@@ -52,13 +53,13 @@ class Method:
     """One way of generating: `none` (our plain loop), an EAGLE drafter at k (a chain, or a draft tree of
     `tree_nodes` nodes k deep), or a peer (at k where it drafts)."""
 
-    name: str  # "none", a preset drafter name or folder, or a key of PEERS
+    name: str  # PLAIN, a preset drafter name or folder, or a key of PEERS
     k: int | None = None
     tree_nodes: int | None = None
 
     @property
     def kind(self) -> str:
-        return "baseline" if self.name == "none" else "peer" if self.name in PEERS else "eagle"
+        return "baseline" if self.name == PLAIN else "peer" if self.name in PEERS else "eagle"
 
     @property
     def label(self) -> str:
@@ -78,9 +79,9 @@ class Method:
 def methods_for(drafters: tuple[str, ...], ks: tuple[int, ...], tree_nodes: tuple[int, ...] = ()) -> list[Method]:
     """`none` first, then each drafter/peer at each k (plain-decoding peers have no k), each EAGLE drafter's trees of
     `tree_nodes` nodes beside its chain at that k."""
-    out = [Method("none")]
+    out = [Method(PLAIN)]
     for name in drafters:
-        if name == "none":
+        if name == PLAIN:
             continue
         if name == "hf-greedy":
             out.append(Method(name))

@@ -1,6 +1,6 @@
 """The speculative-decoding engine: target wrapper, EAGLE-3/3.1 drafter, decode loops, step events."""
 
-from playground.k_range import MAX_K
+from playground.drafting import MAX_K
 
 from .checkpoint import CheckpointError, load_drafter, save_drafter
 from .decode import GenerationConfig, PlainProbe, plain_generate, speculative_generate

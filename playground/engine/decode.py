@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from playground.k_range import k_problem
+from playground.drafting import k_problem
 
 from .cache import DrafterCache, TargetCache
 from .drafter import Eagle3Drafter
@@ -27,8 +27,11 @@ from .tree_shape import TreeShape, tree_problem
 SEEDS = 2**63  # seeds are 0 .. SEEDS - 1 (what torch.Generator.manual_seed takes, without negatives)
 
 
-@dataclass
+@dataclass(frozen=True)
 class GenerationConfig:
+    """How to decode one answer. It checks itself when made (ValueError, one line): a config that exists is one the
+    engine can run, so no caller checks it again."""
+
     max_new_tokens: int = 256
     k: int = 4  # speculative tokens per step (chain drafting, as vLLM's num_speculative_tokens)
     temperature: float = 0.0  # 0 = greedy
@@ -42,7 +45,7 @@ class GenerationConfig:
     min_draft_prob: float = 0.0
     tree: TreeShape | None = None  # a draft tree per step instead of a chain (engine/tree.py); None drafts chains
 
-    def validate(self) -> None:
+    def __post_init__(self) -> None:
         if k_problem(self.k):
             raise ValueError(k_problem(self.k))
         if self.max_new_tokens < 1:
@@ -139,7 +142,6 @@ def _check_prompt(target: Target, prompt_ids: list[int]) -> None:
 def plain_generate(target: Target, prompt_ids: list[int], cfg: GenerationConfig,
                    should_stop: Callable[[], bool] | None = None) -> Iterator[StepEvent]:
     """Plain autoregressive decoding: one target forward per token. The speedup baseline."""
-    cfg.validate()
     _check_prompt(target, prompt_ids)
     stopper, generator = _Stopper(target, cfg, len(prompt_ids)), _generator(cfg, target.device)
     cache, generated, next_input, step = target.new_cache(), [], list(prompt_ids), 0
@@ -269,7 +271,6 @@ def speculative_generate(target: Target, drafter: Eagle3Drafter, aux_layers: lis
     Greedy output is token-identical to `plain_generate`; sampled output follows the target's distribution.
     `aux_layers` comes from `target.attach(drafter)`, which also checks that the drafter fits.
     """
-    cfg.validate()
     _check_prompt(target, prompt_ids)
     stopper, generator = _Stopper(target, cfg, len(prompt_ids)), _generator(cfg, target.device)
     vocab_map = drafter.to_target_ids(torch.arange(drafter.config.draft_vocab_size, device=target.device))

@@ -19,7 +19,7 @@ class RunRecord:
     token_ids: list[int]
     prompt_tokens: int
     finish_reason: str | None  # "eos" | "stop" | "length" | "cancelled"; None while running
-    drafter: str  # a preset drafter's name, a drafter folder, or "none" for plain decoding
+    drafter: str  # a preset drafter's name, a drafter folder, or PLAIN for plain decoding
     config: GenerationConfig
     metrics: RunMetrics
     steps: list[StepEvent]

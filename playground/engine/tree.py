@@ -287,8 +287,7 @@ def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int],
 
     `drafted` in each StepEvent is the tree's branch through the accepted path (`DraftTree.branch`), so `accepted`
     and acceptance length count tokens per step as for chains; the whole tree rides in the `tree_*` fields."""
-    cfg.validate()
-    problem = tree_problem(cfg, tree)
+    problem = tree_problem(cfg, tree)  # `tree` may differ from cfg.tree, which checked itself
     if problem:
         raise ValueError(problem)
     _check_prompt(target, prompt_ids)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from playground.backends import backend_unavailable_reason, require_local_engine_options
+from playground.backends import RequestError, check_run
+from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, TreeShape
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.tree_shape import MAX_NODES
-from playground.k_range import k_problem
 from playground.presets import DRAFTER_LABELS, ENGINE_LABELS, Preset, default_preset_name, get_preset
 
 MAX_NEW_TOKENS = 1024
@@ -23,15 +23,11 @@ def precision_label(dtype: str, exact: bool, plain: bool) -> str:
     return f"{dtype} (not token-identical to plain {dtype} decoding)"
 
 
-class RequestError(ValueError):
-    """A request the playground cannot run; the message is meant for the user."""
-
-
 @dataclass(frozen=True)
 class RunSettings:
     """What the user picked for one run."""
 
-    drafter: str = "eagle3.1"  # a drafter name of the preset, or "none" for plain decoding
+    drafter: str = "eagle3.1"  # a drafter name of the preset, or PLAIN for plain decoding
     k: int = 4
     preset: str = field(default_factory=default_preset_name)
     temperature: float = 0.0
@@ -45,7 +41,7 @@ class RunSettings:
 
     @property
     def plain(self) -> bool:
-        return self.drafter == "none"
+        return self.drafter == PLAIN
 
     @functools.cached_property  # read by every render of a live run; the presets are looked up once
     def drafter_label(self) -> str:
@@ -69,13 +65,6 @@ class RunSettings:
             preset = get_preset(self.preset)
         except KeyError as err:
             raise RequestError(err.args[0]) from None
-        unavailable = backend_unavailable_reason(preset)
-        if unavailable:
-            raise RequestError(unavailable)
-        if self.drafter not in preset.drafter_names:
-            raise RequestError(f"unknown drafter {self.drafter!r}; choose one of {', '.join(preset.drafter_names)}")
-        if k_problem(self.k):
-            raise RequestError(k_problem(self.k))
         if not 0 <= self.tree_nodes <= MAX_NODES:
             raise RequestError(f"the draft tree's nodes must be from 0 (a chain) to {MAX_NODES}, got {self.tree_nodes}")
         if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
@@ -83,12 +72,11 @@ class RunSettings:
         if self.chat_template not in CHAT_TEMPLATES:
             raise RequestError(f"unknown chat template {self.chat_template!r}; "
                                f"choose one of {', '.join(CHAT_TEMPLATES)}")
-        cfg = self.generation_config()
         try:
-            cfg.validate()
-            require_local_engine_options(preset.backend, cfg)
-        except ValueError as err:
+            cfg = self.generation_config()
+        except ValueError as err:  # the decoding settings' own check
             raise RequestError(str(err)) from None
+        check_run(preset, self.drafter, cfg)
         return preset
 
     def generation_config(self) -> GenerationConfig:

@@ -25,6 +25,7 @@ import os
 import shlex
 import sys
 
+from playground.drafting import PLAIN
 from playground.flags import (
     add_min_draft_prob_flag,
     add_pair_flags,
@@ -77,7 +78,7 @@ def vllm_command(args: argparse.Namespace) -> None:
     from playground.backends.vllm import serve_command
 
     preset = get_preset(args.preset)
-    drafter = None if args.drafter == "none" else preset.drafters.get(args.drafter, args.drafter)
+    drafter = None if args.drafter == PLAIN else preset.drafters.get(args.drafter, args.drafter)
     if drafter is not None and not args.no_check:
         for warning in check_drafter_fits(preset.target, drafter).warnings:
             print(f"warning: {warning}", file=sys.stderr)

@@ -6,12 +6,11 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
-from playground.backends import open_local_backend
+from playground.backends import check_run, open_local_backend
 from playground.backends.local import LocalBackend
 from playground.backends.specstats import ServedCounters, ServedSnapshot
+from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, SpecCounters, StepEvent, TreeShape
-from playground.engine.tree_shape import tree_problem
-from playground.k_range import k_problem
 from playground.presets import Preset
 from playground.smollm2 import local_folder
 
@@ -32,7 +31,7 @@ class Limits:
 @dataclass
 class ServedEngine:
     backend: LocalBackend
-    drafter: str  # "none" serves plain decoding (no spec-decode metrics, as vLLM without --speculative-config)
+    drafter: str  # PLAIN serves plain decoding (no spec-decode metrics, as vLLM without --speculative-config)
     k: int
     model_name: str
     min_draft_prob: float = 0.0  # adaptive draft length for every request (engine.GenerationConfig); 0: k every step
@@ -44,7 +43,7 @@ class ServedEngine:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        if self.drafter != "none":
+        if self.drafter != PLAIN:
             self.counters = SpecCounters(accepted_per_pos=[0] * self.draft_depth)
 
     @property
@@ -87,19 +86,8 @@ def load_engine(preset: Preset, drafter: str, k: int, model_name: str | None, mi
     `drafter_path`, checked against the target as it loads); refuse what cannot be served, with the reason."""
     backend = open_local_backend(preset, "serve", f"for vLLM run `python -m playground vllm-command --preset "
                                                  f"{preset.name}`")
-    if k_problem(k):
-        raise ValueError(f"--k: {k_problem(k)}")
-    GenerationConfig(min_draft_prob=min_draft_prob).validate()
-    if tree is not None:
-        problem = "draft trees need a drafter" if drafter == "none" and not drafter_path else \
-            tree_problem(GenerationConfig(min_draft_prob=min_draft_prob), tree)
-        if problem:
-            raise ValueError(f"--tree-nodes: {problem}")
-    if drafter_path:
-        drafter = drafter_path
-    elif drafter != "none" and drafter not in preset.drafters:
-        raise ValueError(f"drafter {drafter!r} is not in preset {preset.name!r} (choose from {preset.drafter_names}) "
-                         "or pass --drafter-path")
+    check_run(preset, drafter, GenerationConfig(k=k, min_draft_prob=min_draft_prob, tree=tree), drafter_path)
+    drafter = drafter_path or drafter
     sampling = sampling_defaults(local_folder(preset.target), preset.sampling_defaults, generation_config, override,
                                  f"{preset.name}'s model card")
     backend.warm_up(backend.encode([{"role": "user", "content": "hello"}]), drafter)

@@ -128,7 +128,7 @@ def _probabilities(text: str) -> tuple[float, ...]:
     except ValueError:
         raise SystemExit(f"--min-draft-prob takes a comma list of numbers in [0, 1), got {text!r}") from None
     for value in values:
-        GenerationConfig(min_draft_prob=value).validate()
+        GenerationConfig(min_draft_prob=value)  # checks itself
     return values
 
 

@@ -17,6 +17,7 @@ import torch
 from tqdm import tqdm
 
 from playground.backends.local import LocalBackend
+from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, StepEvent, emitted_ids, summarize
 from playground.machine import machine_info
 from playground.presets import get_preset, with_drafters
@@ -41,7 +42,7 @@ def acceptance_table(backend: LocalBackend, prompts: list[list[int]], drafters: 
                      max_new_tokens: int) -> dict:
     """Per drafter and k: metrics pooled over every step of every prompt, and whether output matched plain."""
     plain_cfg = GenerationConfig(max_new_tokens=max_new_tokens)
-    plain = [emitted_ids(run_events(backend, p, "none", plain_cfg)) for p in prompts]
+    plain = [emitted_ids(run_events(backend, p, PLAIN, plain_cfg)) for p in prompts]
     table: dict = {}
     jobs = [(d, k) for d in drafters for k in ks]
     for drafter, k in tqdm(jobs, desc="acceptance", unit="config"):

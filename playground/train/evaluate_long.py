@@ -28,6 +28,7 @@ import torch
 from tqdm import tqdm
 
 from playground.backends.local import LocalBackend
+from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, emitted_ids, summarize
 from playground.machine import machine_info
 from playground.presets import get_preset, with_drafters
@@ -70,7 +71,7 @@ def evaluate_long(preset_name: str, drafters_dir: Path | None, sets: tuple[str, 
             key = prompt_key(ids)
             plain = earlier.get(key)
             if plain is None:
-                plain = emitted_ids(backend.stream(ids, "none", GenerationConfig(max_new_tokens=max_new_tokens)))
+                plain = emitted_ids(backend.stream(ids, PLAIN, GenerationConfig(max_new_tokens=max_new_tokens)))
             row = {"question_id": record.question_id, "src_id": record.src_id, "prompt_tokens": len(ids),
                    "prompt_key": key, "plain_ids": plain}
             for drafter in drafters:

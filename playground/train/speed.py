@@ -18,6 +18,7 @@ import torch
 from tqdm import tqdm
 
 from playground.backends.local import LocalBackend
+from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, StepEvent, summarize
 from playground.machine import machine_info
 from playground.presets import get_preset
@@ -36,7 +37,7 @@ def long_answer_prompts(backend: LocalBackend, per_set: int, max_new_tokens: int
         found = 0
         for record in load_prompt_set(name).records:
             prompt = backend.encode(record.messages([]))
-            if run_events(backend, prompt, "none", cfg)[-1].total_tokens == max_new_tokens:
+            if run_events(backend, prompt, PLAIN, cfg)[-1].total_tokens == max_new_tokens:
                 chosen.append((name, prompt))
                 found += 1
             if found == per_set:
@@ -65,7 +66,7 @@ def speed_table(backend: LocalBackend, prompts: list[list[int]], drafters: list[
     (the prompt set of each prompt), the acceptance length is also given per set. A configuration with a minimum
     draft probability (adaptive draft length) is listed under its k as "<drafter> adaptive <p>"."""
     sets = sets or ["all"] * len(prompts)
-    configs = [("none", 1, 0.0)] + [(d, k, p) for d in drafters for k in ks for p in min_draft_probs]
+    configs = [(PLAIN, 1, 0.0)] + [(d, k, p) for d in drafters for k in ks for p in min_draft_probs]
 
     def generation(k: int, min_draft_prob: float, max_new: int) -> GenerationConfig:
         return GenerationConfig(max_new_tokens=max_new, k=k, instrument=False, min_draft_prob=min_draft_prob)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from playground.bench.engines import committed_section
 from playground.bench.rows import result_cell
+from playground.drafting import PLAIN
 from playground.machine import cpu_name
 from playground.presets import KIMI_TINY, REPO_ROOT, SHIPPED_DRAFTERS
 from playground.viz import DRAFT_ACCEPTANCE_RATE_HELP, MEAN_ACCEPTANCE_LENGTH_HELP
@@ -260,7 +261,7 @@ def _kimi(m: Measurements) -> str:
         return ""
     evaluation, engines, rows = m.kimi_evaluation, m.kimi_engines, m.kimi_drift["rows"]
     k = str(engines["k"])
-    by_method = {r["method"]: r for r in engines["rows"] if r["method"] != "none"}
+    by_method = {r["method"]: r for r in engines["rows"] if r["method"] != PLAIN}
     same = sum(r["same_ids"] for r in engines["rows"])
     prompts = sum(r["prompts"] for r in engines["rows"])
     agree = "Both engines give the same tokens" if same == prompts else "The engines' tokens differ"

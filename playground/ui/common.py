@@ -21,9 +21,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from playground import settings
 from playground.backends import backend_unavailable_reason
 from playground.backends.availability import offered_presets
+from playground.drafting import MAX_K, PLAIN
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.tree_shape import MAX_NODES, TreeShape
-from playground.k_range import MAX_K
 from playground.playback import (
     MAX_NEW_TOKENS,
     EngineLine,
@@ -202,14 +202,14 @@ def session_id(request: gr.Request | None) -> str:
 
 def drafter_choices(preset: Preset) -> list[tuple[str, str]]:
     """(label, name) pairs: the preset's drafters, then plain decoding."""
-    return [(DRAFTER_LABELS.get(n, n), n) for n in [*preset.drafters, "none"]]
+    return [(DRAFTER_LABELS.get(n, n), n) for n in [*preset.drafters, PLAIN]]
 
 
 def compare_drafters(preset: Preset) -> tuple[str, str]:
     """Default left and right drafters: EAGLE-3 vs EAGLE-3.1 where the preset has both, else its drafter vs none."""
     if {"eagle3", "eagle3.1"} <= set(preset.drafters):
         return "eagle3", "eagle3.1"
-    return preset.default_drafter, "none"
+    return preset.default_drafter, PLAIN
 
 
 def preset_info(preset: Preset) -> str:
@@ -354,7 +354,7 @@ def follow_preset(controls: GenerationControls, *drafters: tuple[gr.Radio, Calla
 def depth_legend(*sides: tuple[str, float]) -> str:
     """The depth legend for (drafter, k) sides: depths up to the largest k that drafts; none for plain decoding (nor for
     a k the run would refuse)."""
-    ks = [int(k) for drafter, k in sides if drafter != "none" and k is not None and k == int(k) and 1 <= k <= MAX_K]
+    ks = [int(k) for drafter, k in sides if drafter != PLAIN and k is not None and k == int(k) and 1 <= k <= MAX_K]
     return legend_html(max(ks)) if ks else ""
 
 
@@ -368,7 +368,7 @@ def k_control(elem_id: str, label: str = "k: draft tokens per step") -> gr.Numbe
 
 def follow_drafter(drafter: gr.Radio, *drafting: gr.components.Component) -> None:
     """k and the adaptive stop mean nothing for plain decoding: disabled while it is chosen."""
-    drafter.change(lambda name: [gr.update(interactive=name != "none") for _ in drafting], drafter, list(drafting),
+    drafter.change(lambda name: [gr.update(interactive=name != PLAIN) for _ in drafting], drafter, list(drafting),
                    queue=False, api_visibility="private")
 
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Container, Iterator
 from typing import Any
 
 from playground import settings
+from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, SpecCounters
 from playground.engine.checkpoint import CheckpointError
 from playground.engine.templates import encode_chat
@@ -178,13 +179,13 @@ class VllmBackend:
         self.memory_plan()  # on a GPU: refuse now what cannot fit
 
     def _key(self, drafter: str, k: int) -> EngineKey:
-        source = None if drafter == "none" else self.preset.drafters.get(drafter, drafter)
+        source = None if drafter == PLAIN else self.preset.drafters.get(drafter, drafter)
         return (source, k if source else 0)
 
     def _needed(self, drafter: str) -> list[str]:
         """The engines a run with this drafter needs: its own, then plain decoding's (the live baseline), which a GPU
         with room for one engine goes without."""
-        return [drafter] if self.memory_plan().alone else list(dict.fromkeys([drafter, "none"]))
+        return [drafter] if self.memory_plan().alone else list(dict.fromkeys([drafter, PLAIN]))
 
     def _missing(self, drafter: str, k: int) -> list[EngineKey]:
         """The engines a run with this drafter and k needs that are not up."""
@@ -379,7 +380,6 @@ class VllmBackend:
 
     def stream(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
                should_stop: Callable[[], bool] | None = None) -> VllmStream:
-        cfg.validate()
         require_local_engine_options(self.preset.backend, cfg)
         return VllmStream(self, prompt_ids, drafter, cfg, should_stop)
 

@@ -10,6 +10,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
+from playground.drafting import PLAIN
 from playground.presets import REPO_ROOT
 from playground.smollm2 import cache_root
 
@@ -38,7 +39,7 @@ def span(seconds: list[float]) -> str:
 def starts(data: dict | None, plain: bool | None = None, warm: bool | None = None) -> list[dict]:
     """The measured starts, of plain (or drafter) engines, warm (or cold) ones; None: either."""
     return [s for run in (data or {}).get("runs", []) if run.get("kind") == "starts" for s in run["starts"]
-            if plain in (None, s["engine"] == "none") and warm in (None, s["cache"] == "warm")]
+            if plain in (None, s["engine"] == PLAIN) and warm in (None, s["cache"] == "warm")]
 
 
 def expected(plain: bool, warm: bool, path: Path = MEASURED) -> str | None:

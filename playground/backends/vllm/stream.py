@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, SpecCounters, StepEvent
 
 from ..specstats import Sample, counters_from_samples
@@ -76,7 +77,7 @@ class VllmStream:
                  should_stop: Callable[[], bool] | None) -> None:
         self.server_counters: SpecCounters | None = None
         self.request_metrics: dict | None = None
-        self.k = 0 if drafter == "none" else cfg.k
+        self.k = 0 if drafter == PLAIN else cfg.k
         self.stepper = DeltaStepper(self.k)
         self._events = self._run(backend, prompt_ids, drafter, cfg, should_stop)
 
@@ -143,7 +144,7 @@ class VllmPlainProbe:
 
         if not context:
             raise ValueError("nothing to continue: the context is empty")
-        engine = self._backend.engine("none", 0)
+        engine = self._backend.engine(PLAIN, 0)
         params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True, output_kind=RequestOutputKind.DELTA)
         arrivals = self._backend.submit(_arrivals(engine, context, params)).result()
         if len(arrivals) < 2:

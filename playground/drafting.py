@@ -1,7 +1,9 @@
-"""The draft length k, one range for every entry point: the engine, presets, the UI and its API, the CLI and the server.
+"""What a run may ask of drafting, in one set of words for every entry point (the engine, presets, the UI and its API,
+the CLI, the server and the bench): the name of plain decoding and the range of k.
 
-A module of its own with no imports, so that presets and the UI check k without loading torch."""
+A module of its own with no imports, so that presets and the UI check a request without loading torch."""
 
+PLAIN = "none"  # the drafter name that means plain decoding, as the CLI, the API and the server take it
 MAX_K = 16
 
 
