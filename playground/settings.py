@@ -2,7 +2,8 @@
 
 Values are read when asked for, not once at import: a test, or a Space owner changing a variable and restarting,
 sees the current value, and nothing caches a stale one. No other module reads a `PLAYGROUND_*` variable
-(tests/test_settings.py checks), and docs/settings.md is rendered from this table (`python -m playground.settings`).
+(tests/project/test_settings.py checks), and docs/settings.md is rendered from this table (`python -m
+playground.settings`).
 """
 
 from __future__ import annotations

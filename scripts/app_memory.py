@@ -2,7 +2,7 @@
 
     python scripts/app_memory.py --out assets/bench/memory/app-session.json
 
-Starts app.py on the default pair (tests/appserver.running_app: one torch thread, niced), then, each as a new
+Starts app.py on the default pair (tests/support/appserver.running_app: one torch thread, niced), then, each as a new
 visitor: 10 chats, 3 comparisons (EAGLE-3 against EAGLE-3.1), a chat with a 16-node tree and 3 more chats, reading
 the resident memory (VmRSS) of the app and its child processes after each. Prints and writes [label, MB] pairs.
 """
@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from gradio_client import Client  # noqa: E402
 
-from tests.appserver import running_app  # noqa: E402
+from tests.support.appserver import running_app  # noqa: E402
 
 
 def rss_mb(pid: int) -> float:

@@ -3,8 +3,9 @@
     python scripts/render_readme.py           # rewrite the table in README.md
     python scripts/render_readme.py --check   # exit 1 if README.md does not hold what the files give
 
-The table lies between two markers in README.md; playground/bench/landing.py renders it (tests/test_quoted_numbers.py
-checks the committed README against it). Run it after re-measuring any file the table reads.
+The table lies between two markers in README.md; playground/bench/landing.py renders it
+(tests/project/test_quoted_numbers.py checks the committed README against it). Run it after re-measuring any file
+the table reads.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from PIL import Image  # noqa: E402  (installed with gradio)
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-from tests.appserver import models_dir, running_app  # noqa: E402
+from tests.support.appserver import models_dir, running_app  # noqa: E402
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]

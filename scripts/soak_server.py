@@ -5,7 +5,7 @@
 
 Prints one JSON object: requests by kind and status, latency p50/p95 of the good ones (seconds, whole answer), the
 server's peak memory (VmHWM, when its pid is known), and errors (a status other than expected, or no answer).
-Not part of the test suite: it runs for minutes. The suite's own load and fault tests are tests/test_serve.py.
+Not part of the test suite: it runs for minutes. The suite's own load and fault tests are tests/serve/test_serve.py.
 """
 
 from __future__ import annotations

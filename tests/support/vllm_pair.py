@@ -1,0 +1,21 @@
+"""The default pair on both engines, for the vLLM tests: its presets, the prompts and k they share."""
+
+from __future__ import annotations
+
+import pytest
+
+from playground.presets import Preset, get_preset
+
+K = 4
+PROMPTS = ["Explain photosynthesis in two sentences.", "Write a short poem about a lighthouse."]
+
+
+def real_pair_presets() -> tuple[Preset, Preset]:
+    """The default pair on our engine and on vLLM, whatever PLAYGROUND_MODELS_DIR another fixture has set."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("PLAYGROUND_MODELS_DIR", raising=False)
+        return get_preset("smollm2-135m"), get_preset("smollm2-135m-vllm")
+
+
+def ids_of(events) -> list[int]:
+    return [t for e in events for t in e.emitted]

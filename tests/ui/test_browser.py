@@ -1,0 +1,387 @@
+"""The app in a real browser (Playwright + Debian's Chromium): tokens stream in coloured by provenance, the charts
+update, Stop stops, and the Compare tab shows both sides and the summary table."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.appserver import long_answer_prompt
+from tests.support.browser import TIMEOUT_MS, needs_chromium, open_page
+
+PROMPT = long_answer_prompt()
+pytestmark = needs_chromium
+
+
+def tokens(page, where: str = "#chat") -> int:
+    return page.locator(f"{where} .tok-draft, {where} .tok-target").count()
+
+
+def settled_tokens(page, where: str = "#chat", quiet_s: float = 1.0, limit_s: float = 20.0) -> int:
+    """The token count once it has not changed for `quiet_s` (renders lag behind the engine on a busy machine)."""
+    deadline, last, since = time.monotonic() + limit_s, tokens(page, where), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = tokens(page, where)
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            break
+    return last
+
+
+def plot_marks(page, elem_id: str) -> int:
+    """Bars drawn in a plotly chart (0 while it shows a message instead)."""
+    return page.locator(f"#{elem_id} .plotly .bars path").count()
+
+
+def test_chat_streams_provenance_and_live_charts(browser, real_app_url: str) -> None:
+    """On the real pair: the tiny models can finish an answer between two samples of the page."""
+    from playwright.sync_api import expect
+
+    page = open_page(browser, real_app_url)
+    expect(page.locator("#accept-plot")).to_contain_text("send a prompt")
+    page.locator("#max-new-tokens input[type=number]").fill("64")
+    page.locator("#max-new-tokens input[type=number]").press("Enter")
+    page.locator("#prompt textarea").fill("Write a function that reverses a list.")
+    page.locator("#send").click()
+    seen_growing, last = False, 0
+    deadline = time.monotonic() + TIMEOUT_MS / 1000
+    while "finished" not in page.locator("#chat-status").inner_text():  # sample while it streams
+        now = tokens(page)
+        seen_growing |= 0 < last < now
+        last = now
+        assert time.monotonic() < deadline, "the answer did not finish"
+        time.sleep(0.1)
+    assert seen_growing, "tokens should appear step by step, not all at once"
+    assert page.locator("#chat .tok-draft").count() > 0 and page.locator("#chat .tok-target").count() > 0
+    assert page.locator('#chat .tok-draft[title*="depth 1"]').count() > 0
+    assert plot_marks(page, "accept-plot") > 0 and plot_marks(page, "drift-plot") > 0
+    expect(page.locator("#speedup")).to_contain_text("tok/s")
+    expect(page.locator("#chat-stats")).to_contain_text("mean acceptance length")
+    expect(page.locator("#chat-stats")).to_contain_text("tok/s (engine)")
+    expect(page.locator("#chat-stats")).to_contain_text("tok/s seen")
+    page.close()
+
+
+def test_stop_stops_the_stream(browser, real_app_url: str) -> None:
+    page = open_page(browser, real_app_url)
+    page.locator("#max-new-tokens input[type=number]").fill("1024")
+    page.locator("#max-new-tokens input[type=number]").press("Enter")
+    page.locator("#k input[type=number]").fill("1")  # one draft per step: the longest answer takes seconds
+    page.locator("#k input[type=number]").press("Enter")
+    page.locator("#prompt textarea").fill("Write a long story about a dragon who learns to paint.")
+    page.locator("#send").click()
+    page.wait_for_function("document.querySelectorAll('#chat .tok-target').length > 0")
+    page.locator("#stop").click()
+    # the last update says "stopped" and carries every token the run made; on a busy machine renders come seconds
+    # apart, so a quiet second before it is no sign that the run has ended
+    page.wait_for_function("document.querySelector('#chat-status').innerText.includes('stopped')")
+    stopped_at = tokens(page)
+    time.sleep(2.0)
+    assert tokens(page) == stopped_at, "the answer kept growing after Stop"
+    assert stopped_at < 1024 and "finished" not in page.locator("#chat-status").inner_text(), \
+        "the answer ended by itself before Stop was pressed: pick a longer prompt"
+    page.locator("#prompt textarea").fill("And again")  # the session still works after a stop
+    page.locator("#send").click()
+    page.wait_for_function("document.querySelectorAll('#chat [data-testid=user]').length >= 2")
+    page.close()
+
+
+def test_compare_shows_both_sides_and_the_table(page) -> None:
+    from playwright.sync_api import expect
+
+    page.get_by_role("tab", name="Compare").click()
+    page.locator("#compare-prompt textarea").fill(PROMPT)
+    page.locator("#compare-run").click()
+    page.wait_for_function("document.querySelector('#compare-status').innerText.split('finished').length === 3")
+    for side, label in (("#compare-left", "EAGLE-3, k=4"), ("#compare-right", "EAGLE-3.1, k=4")):
+        expect(page.locator(side)).to_contain_text(label)
+        assert tokens(page, side) > 0
+    table = page.locator("#compare-table")
+    expect(table).to_contain_text("EAGLE-3.1")
+    expect(table).to_contain_text("mean acceptance length")
+    assert plot_marks(page, "compare-position-plot") > 0
+    expect(page.locator("#compare-speedup")).to_contain_text("tok/s")
+
+
+def test_the_seed_box_means_random_when_empty_and_repeats_when_set(page) -> None:
+    """In the browser (not just the API): an empty seed box reaches the engine as no seed, a number as that seed."""
+    page.locator("#temperature input[type=number]").fill("1")
+    page.locator("#temperature input[type=number]").press("Enter")
+    page.locator("#max-new-tokens input[type=number]").fill("16")
+    page.locator("#max-new-tokens input[type=number]").press("Enter")
+    seeds = []
+    for turn, seed in enumerate(("", "42"), start=1):
+        page.locator("#seed textarea, #seed input").first.fill(seed)
+        page.locator("#prompt textarea").fill(PROMPT)
+        page.locator("#send").click()
+        # this turn's question is on screen (so the status below is this run's, not the last one's), then it ends
+        page.wait_for_function(f"document.querySelectorAll('#chat [data-testid=user]').length >= {turn}")
+        page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
+        page.get_by_text("Live run data (JSON)").click()
+        record = page.locator("#chat-run-json").inner_text()  # the JSON viewer's text, not strict JSON
+        found = re.search(r'"seed"\s*:\s*(null|\d+)', record)
+        seeds.append(found and (None if found.group(1) == "null" else int(found.group(1))))
+        page.get_by_text("Live run data (JSON)").click()
+    assert seeds == [None, 42], seeds
+
+
+def card(page, name: str, where: str = "#chat-stats") -> tuple[str, str]:
+    """(value, name) of the stat card whose name starts with `name`."""
+    cards = page.locator(f"{where} .stat")
+    for i in range(cards.count()):
+        label = cards.nth(i).locator(".stat-name").inner_text()
+        if label.startswith(name):
+            return cards.nth(i).locator(".stat-value").inner_text(), label
+    raise AssertionError(f"no {name!r} card")
+
+
+def test_plain_against_plain_reads_near_one_with_its_range_shown(browser, real_app_url: str) -> None:
+    """Plain decoding against the plain baseline timed alongside it, in the app as a user runs it (the real pair; the
+    page renders on the same cores): near 1.00×, inside the range the speedup card shows, turn after turn. The baseline
+    card counts its timed steps, and the rate the user saw stands beside the engine's."""
+    page = open_page(browser, real_app_url)
+    from playwright.sync_api import expect
+
+    page.locator("#drafter").get_by_text("none (plain decoding)").click()
+    expect(page.locator("#k input[type=number]")).to_be_disabled(timeout=TIMEOUT_MS)  # k means nothing for plain
+    page.locator("#max-new-tokens input[type=number]").fill("200")
+    page.locator("#max-new-tokens input[type=number]").press("Enter")
+    readings = []
+    for turn in range(3):
+        if turn:  # a new conversation each time (Clear also trips Stop: let it land before the next Send)
+            page.locator("#clear").click()
+            page.wait_for_function("!document.querySelector('#chat-status').innerText.includes('finished')")
+        page.locator("#prompt textarea").fill("Write a long story about a dragon who learns to paint.")
+        page.locator("#send").click()
+        page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
+        page.wait_for_function("document.querySelector('#chat-stats').innerText.includes('steps)')")
+        speedup, label = card(page, "speedup")
+        found = re.search(r"\(([\d.]+)–([\d.]+)\)", label)
+        assert found, (turn, speedup, label, page.locator("#chat-stats").inner_text())
+        low, high = map(float, found.groups())
+        readings.append((float(speedup.rstrip("×")), low, high))
+        assert re.fullmatch(r"plain tok/s \(\d+ steps\)", card(page, "plain tok/s")[1])
+        engine, seen = float(card(page, "tok/s (engine)")[0]), float(card(page, "tok/s seen")[0])
+        assert 0 < seen <= engine  # the rate seen includes the pauses for the page and the baseline
+    # near 1.00×, as a guard against gross errors (a baseline timing other work, or measured once and reused, read
+    # 0.7–0.86× here); not a timing measurement, which a test must not assert
+    assert all(low <= speedup <= high and 0.5 < low and high < 2.0 for speedup, low, high in readings), readings
+    page.close()
+
+
+def test_an_error_after_a_conversation_leaves_it_visible_and_the_refusal_on_the_status_line(page) -> None:
+    """A refused request (here an empty prompt): the conversation stays on screen, not covered by an error badge,
+    and the refusal is written on the status line, where it is still readable 15 s later (the toast beside it fades),
+    until the next action replaces it."""
+    from playwright.sync_api import expect
+
+    page.locator("#max-new-tokens input[type=number]").fill("16")
+    page.locator("#max-new-tokens input[type=number]").press("Enter")
+    page.locator("#prompt textarea").fill(PROMPT)
+    page.locator("#send").click()
+    page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
+    answered = settled_tokens(page)
+    page.locator("#prompt textarea").fill("   ")
+    page.locator("#send").click()
+    refusal = "Refused: the prompt is empty: type a message first"
+    expect(page.locator("#chat-status")).to_have_text(refusal)
+    expect(page.locator("#chat [data-testid=user]")).to_have_count(1)  # the history is back on screen
+    expect(page.locator("#chat")).not_to_contain_text("Error")
+    assert tokens(page) == answered
+    page.wait_for_timeout(15_000)
+    expect(page.locator("#chat-status")).to_have_text(refusal)  # the toast has faded; the line has not
+    page.locator("#prompt textarea").fill(PROMPT)  # and the chat goes on
+    page.locator("#send").click()
+    page.wait_for_function("document.querySelectorAll('#chat [data-testid=user]').length === 2")
+    page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
+
+
+def test_clear_during_an_answer_leaves_nothing_behind(browser, real_app_url: str) -> None:
+    """Clear while an answer streams: the chat stays empty (nothing the cancelled run was doing comes back), and the
+    next message goes out as in a new tab, with the same number of prompt tokens."""
+    def prompt_tokens(page) -> int:
+        page.get_by_text("Live run data (JSON)").click()
+        record = page.locator("#chat-run-json").inner_text()
+        page.get_by_text("Live run data (JSON)").click()
+        return int(re.search(r'"prompt_tokens"\s*:\s*(\d+)', record).group(1))
+
+    def say_hi(page) -> None:
+        page.locator("#max-new-tokens input[type=number]").fill("4")
+        page.locator("#max-new-tokens input[type=number]").press("Enter")
+        page.locator("#prompt textarea").fill("hi")
+        page.locator("#send").click()
+        page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
+
+    fresh = open_page(browser, real_app_url)
+    say_hi(fresh)
+    expected = prompt_tokens(fresh)
+    fresh.close()
+    page = open_page(browser, real_app_url)
+    page.locator("#prompt textarea").fill("Write a long story about a dragon who learns to paint.")
+    page.locator("#send").click()
+    page.wait_for_function("document.querySelectorAll('#chat .tok-target').length > 3")
+    page.locator("#clear").click()
+    time.sleep(2.0)  # a step or a render in flight has landed by now
+    assert tokens(page) == 0 and page.locator("#chat [data-testid=user]").count() == 0
+    say_hi(page)
+    assert page.locator("#chat [data-testid=user]").count() == 1 and prompt_tokens(page) == expected
+    page.close()
+
+
+def test_a_run_waiting_for_the_model_says_so_and_stop_cancels_it(browser, app_url: str) -> None:
+    """One model run at a time: while a benchmark holds the model, another user's Send says it is queued, behind
+    what, and Stop cancels it; the Benchmark tab's own Stop then ends the benchmark."""
+    from playwright.sync_api import expect
+
+    bench = open_page(browser, app_url)
+    bench.get_by_role("tab", name="Benchmark").click()
+    bench.locator("#bench-profile input").click()
+    bench.get_by_role("option", name=re.compile("^drift")).click()
+    bench.locator("#bench-run").click()
+    # the bench holds the model, and its status line says how far it got
+    expect(bench.locator("#bench-status")).to_contain_text(re.compile(r"run \d+ of \d+ \(held-out, .*\), ~.* left"),
+                                                           timeout=60_000)
+    chat = open_page(browser, app_url)
+    chat.locator("#prompt textarea").fill(PROMPT)
+    chat.locator("#send").click()
+    expect(chat.locator("#chat-status")).to_contain_text("Queued (place 1 in line)", timeout=TIMEOUT_MS)
+    expect(chat.locator("#chat-status")).to_contain_text("another user's benchmark (drift)")
+    chat.locator("#stop").click()
+    expect(chat.locator("#chat-status")).to_have_text("Stopped before it started: the queued run was cancelled.",
+                                                      timeout=TIMEOUT_MS)
+    bench.locator("#bench-stop").click()
+    expect(bench.locator("#bench-status")).to_contain_text("Stopped: the benchmark was stopped after",
+                                                           timeout=TIMEOUT_MS)
+    chat.locator("#prompt textarea").fill(PROMPT)  # the model is free again
+    chat.locator("#send").click()
+    expect(chat.locator("#chat-status")).to_contain_text("finished", timeout=TIMEOUT_MS)
+    assert chat.locator("#chat [data-testid=user]").count() == 1  # the cancelled run left nothing behind
+    bench.close()
+    chat.close()
+
+
+def test_refused_input_is_kept_explained_and_escaped(page) -> None:
+    """An over-long prompt is refused with its token count and stays in the box to be edited; k typed out of range
+    is refused, not clamped; a toast quoting what the user typed shows it as text."""
+    from playwright.sync_api import expect
+
+    long_prompt = "word " * 9000
+    page.locator("#prompt textarea").fill(long_prompt)
+    page.locator("#send").click()
+    expect(page.locator("#chat-status")).to_contain_text(
+        re.compile(r"Refused: the prompt has \d+ tokens; the target's context is"), timeout=TIMEOUT_MS)
+    assert page.locator("#prompt textarea").input_value() == long_prompt
+    page.locator("#k input[type=number]").fill("50")
+    page.locator("#k input[type=number]").press("Tab")
+    page.locator("#prompt textarea").fill(PROMPT)
+    page.locator("#send").click()
+    expect(page.locator("#chat-status")).to_contain_text(
+        "Refused: k (speculative tokens per step) must be between 1 and 16, got 50", timeout=TIMEOUT_MS)
+    page.locator("#k input[type=number]").fill("4")
+    page.locator("#temperature input[type=number]").fill("1")
+    page.locator("#temperature input[type=number]").press("Enter")
+    page.locator("#seed textarea, #seed input").first.fill("<img src=x id=injected>")
+    page.locator("#send").click()
+    expect(page.locator("#chat-status")).to_contain_text(
+        "Refused: the seed must be a whole number, got '<img src=x id=injected>'", timeout=TIMEOUT_MS)
+    assert page.locator("#injected").count() == 0
+
+
+@pytest.mark.parametrize("button", ["clear", "stop"])
+def test_stop_and_clear_register_within_a_second_during_a_k8_answer(browser, real_app_url: str, button: str) -> None:
+    """The page answers while it streams: during a k = 8 answer on the default pair, Clear empties the chat and Stop
+    shows the run stopped soon after the click (updates are paced by their cost, charts redrawn at most once a
+    second). Measured here: 0.5-1.3 s with the machine's load at 2, up to 2.9 s at 7 (it took 13.5 s before the
+    pacing); the bound is the busy-machine Stop test's 3 s, not the 1 s aimed at."""
+    page = open_page(browser, real_app_url)
+    page.locator("#k input").fill("8")
+    page.locator("#k input").press("Enter")
+    page.locator("#prompt textarea").fill("Write a long story about a dragon who learns to paint.")
+    page.locator("#send").click()
+    page.wait_for_function("document.querySelectorAll('#chat .tok-target').length > 20")
+    registered = ("document.querySelectorAll('#chat .tok-target').length === 0" if button == "clear" else
+                  "document.querySelector('#chat-status').innerText.includes('stopped')")
+    started = time.monotonic()
+    page.locator(f"#{button}").click()
+    page.wait_for_function(registered, polling=50)
+    took = time.monotonic() - started
+    print(f"{button} registered after {took:.2f} s")
+    assert took < 3.0, f"{button} took {took:.2f} s to register"
+    page.close()
+
+
+def test_a_pair_loaded_in_the_panel_is_picked_and_answers_losslessly(page, tiny_root: Path) -> None:
+    """The own-pair panel as a visitor uses it: a drafter that does not fit is refused in one line, and the default
+    pair keeps its place in the menu; then a fitting pair (the tests' tiny Llama, not shipped) loads, becomes this
+    page's selected preset, and its greedy EAGLE-3.1 answer reads as its plain one."""
+    from playwright.sync_api import expect
+
+    page.locator("#own-pair").get_by_text("Your own pair").first.click()
+    before = page.locator("#preset input").input_value()
+
+    def fill(elem_id: str, text: str) -> None:
+        page.locator(f"#{elem_id} textarea, #{elem_id} input").first.fill(text)
+
+    fill("own-target", str(tiny_root / "target"))
+    fill("own-eagle3-1", str(Path(__file__).resolve().parents[2] / "assets" / "models" / "kimi-tiny" / "eagle3.1"))
+    page.locator("#own-load").click()
+    expect(page.locator("#own-status")).to_contain_text("Not loaded:", timeout=TIMEOUT_MS)
+    refusal = page.locator("#own-status").inner_text().strip()
+    assert "does not fit target" in refusal and "\n" not in refusal, refusal
+    expect(page.locator("#own-name .error")).to_be_hidden()  # the sentence, not a red "Error" mark over the name
+    assert page.locator("#preset input").input_value() == before
+    fill("own-eagle3-1", str(tiny_root / "eagle3.1"))
+    page.locator("#own-load").click()
+    expect(page.locator("#own-status")).to_contain_text("it is now the preset", timeout=TIMEOUT_MS)
+    name = page.locator("#own-name textarea, #own-name input").first.input_value()
+    assert name.startswith("own:target@")
+    expect(page.locator("#preset input")).to_have_value(f"{name.removeprefix('own:')} (your pair)")
+    answers = []
+    for drafter in ("EAGLE-3.1", "none (plain decoding)"):
+        if answers:
+            page.locator("#clear").click()
+            page.wait_for_function("!document.querySelector('#chat-status').innerText.includes('finished')")
+        page.locator("#drafter").get_by_text(drafter).click()
+        page.locator("#prompt textarea").fill("Say something.")
+        page.locator("#send").click()
+        page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
+        answers.append("".join(page.locator("#chat .tok-draft, #chat .tok-target").all_text_contents()))
+    assert answers[0] == answers[1] and answers[0].strip(), answers
+    assert page.locator("#chat .tok-draft").count() == 0  # the plain answer, after Clear, drafted nothing
+
+
+def test_a_link_to_an_answer_opens_the_page_ready_to_repeat_it(browser, app_url: str) -> None:
+    """After an answer the page offers a link holding its prompt and settings; opened in a new tab it fills the prompt
+    box and the controls (a non-default drafter and k too: the preset's change keeps them), and Send gives the same
+    greedy answer. A link with a k out of range says so in one line and leaves the page as it was."""
+    from playwright.sync_api import expect
+
+    page = open_page(browser, app_url)
+    page.locator("#drafter").get_by_text("EAGLE-3", exact=True).click()
+    page.locator("#k input[type=number]").fill("3")
+    page.locator("#prompt textarea").fill("Count to five & back (in words).")
+    page.locator("#send").click()
+    page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
+    link = page.locator("#chat-link a")
+    expect(link).to_have_text("Link to this answer", timeout=TIMEOUT_MS)
+    answer = "".join(page.locator("#chat .tok-draft, #chat .tok-target").all_text_contents())
+    href = link.get_attribute("href")
+    page.close()
+    linked = open_page(browser, app_url.rstrip("/") + "/" + href)
+    expect(linked.locator("#prompt textarea")).to_have_value("Count to five & back (in words).")
+    expect(linked.locator("#k input[type=number]")).to_have_value("3")
+    expect(linked.locator("#drafter input[value=eagle3]")).to_be_checked()
+    expect(linked.locator("#chat-status")).to_contain_text("Opened from a link")
+    linked.locator("#send").click()
+    linked.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
+    assert "".join(linked.locator("#chat .tok-draft, #chat .tok-target").all_text_contents()) == answer
+    linked.close()
+    bad = open_page(browser, app_url.rstrip("/") + "/?prompt=hi&k=50")
+    expect(bad.locator("#chat-status")).to_contain_text("This link cannot run here: k (speculative tokens per step)")
+    assert bad.locator("#prompt textarea").input_value() == ""
+    bad.close()

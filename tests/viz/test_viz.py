@@ -1,0 +1,327 @@
+"""playground.viz: token provenance HTML (classes, attributes, escaping, multi-byte text) and figures built from real
+step events, including fields a run or a backend leaves None."""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import plotly.graph_objects as go
+import pytest
+from transformers import AutoTokenizer
+
+from playground.backends import shared_backend
+from playground.engine import Baseline, GenerationConfig, StepEvent
+from playground.engine.text import IncrementalDecoder
+from playground.engine.trace import window_rates
+from playground.presets import get_preset
+from playground.viz import (
+    MEAN_ACCEPTANCE_LENGTH_HELP,
+    SUMMARY_COLUMNS,
+    RunView,
+    TokenPiece,
+    acceptance_by_position_figure,
+    accepted_per_step_figure,
+    attention_drift_figure,
+    depth_colour,
+    escape_html,
+    hidden_rms_figure,
+    legend_html,
+    provenance_css,
+    provenance_html,
+    rendered_html,
+    speedup_figure,
+    stats_html,
+    summary_table,
+    token_pieces,
+)
+from playground.viz.figures import MESSAGE_LINE_CHARS
+from playground.viz.provenance import BIDI_CONTROLS
+from playground.viz.summary import STAT_CARDS, STATS_ROW_MIN_PX, stats_css
+from tests.support.appserver import long_answer_prompt
+
+# --- provenance, with a scripted decoder (the one test double here) --------------------------------------------
+
+HOSTILE = {1: "<script>alert(1)</script>", 2: "\n", 3: '<img src=x onerror=alert(1)>', 4: " & ok", 5: '"q"'}
+
+
+def scripted_decode(ids: list[int]) -> str:
+    return "".join(HOSTILE[i] for i in ids)
+
+
+SCRIPTED_EVENTS = [
+    StepEvent(step=0, drafted=[], accepted=0, emitted=[1]),  # prefill: the target's token
+    StepEvent(step=1, drafted=[2, 3, 4], accepted=2, emitted=[2, 3, 5], draft_probs=[0.83, 0.5, 0.1]),
+    StepEvent(step=2, drafted=[4, 4], accepted=2, emitted=[4, 4, 1], draft_probs=None, finished=True,
+              finish_reason="length"),
+]
+
+
+def test_model_text_is_escaped() -> None:
+    page = provenance_html(token_pieces(SCRIPTED_EVENTS, scripted_decode))
+    assert "<script" not in page and "<img" not in page
+    assert html.escape("<script>alert(1)</script>") in page
+    assert html.escape("<img src=x onerror=alert(1)>") in page
+    assert "&amp; ok" in page and "&quot;q&quot;" in page
+    assert "\n" not in page and "<br>" in page  # one line of HTML, so Markdown renderers pass it through
+
+
+def test_bidirectional_controls_are_shown_not_applied() -> None:
+    override = "abc \u202edcba\u202c \u2067x\u2069 \u200f"
+    piece = TokenPiece(0, override, 0, None)
+    for shown in (escape_html(override), rendered_html([piece]), provenance_html([piece])):
+        assert not BIDI_CONTROLS.intersection(shown), shown
+        assert "&lt;U+202E&gt;dcba&lt;U+202C&gt;" in shown and "&lt;U+2067&gt;x&lt;U+2069&gt;" in shown
+    assert escape_html("plain <b>") == html.escape("plain <b>")
+
+
+def test_spans_carry_origin_depth_and_step() -> None:
+    pieces = token_pieces(SCRIPTED_EVENTS, scripted_decode)
+    assert [(p.step, p.depth) for p in pieces] == [(0, None), (1, 1), (1, 2), (1, None), (2, 1), (2, 2), (2, None)]
+    page = provenance_html(pieces)
+    assert page.count('class="tok-target"') == 3 and page.count('class="tok-draft') == 4
+    assert '<span class="tok-draft depth-1" data-depth="1" data-step="1" title="step 1, depth 1, p=0.83">' in page
+    assert '<span class="tok-draft depth-2" data-depth="2" data-step="2" title="step 2, depth 2">' in page
+    assert '<span class="tok-target" data-step="0" title="step 0, target token">' in page
+
+
+def test_legend_and_css_cover_every_depth() -> None:
+    legend, css = legend_html(10), provenance_css()
+    assert all(f'depth-{d}"' in legend for d in range(1, 11))
+    assert all(f".tok-draft.depth-{d} " in css for d in range(1, 11))
+    assert "white-space: pre-wrap" in css and "var(--body-text-color" in css
+
+
+def test_multibyte_characters_are_never_split(pair_models: Path) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(pair_models / "target")
+
+    def decode(ids: list[int]) -> str:
+        return tokenizer.decode(ids, skip_special_tokens=True)
+
+    text = "naïve café → 🦅 €5"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    decoder = IncrementalDecoder(decode)
+    parts = [decoder.push(i) for i in ids] + [decoder.flush()]
+    assert "".join(parts) == decode(ids) == text
+    assert not any("\ufffd" in part for part in parts)
+    assert "" in parts[:-1], "expected at least one token that ends inside a character"
+
+
+# --- figures from real runs ---------------------------------------------------------------------------------
+
+
+PROMPT = long_answer_prompt()
+
+
+def _run(drafter: str, k: int = 4, instrument: bool = True) -> list[StepEvent]:
+    backend = shared_backend(get_preset("smollm2-135m"))
+    prompt = backend.encode([{"role": "user", "content": PROMPT}])
+    events = list(backend.stream(prompt, drafter, GenerationConfig(max_new_tokens=48, k=k, instrument=instrument)))
+    assert sum(len(e.emitted) for e in events) > 8, "the model stopped at once; pick another PROMPT"
+    return events
+
+
+BASELINE = Baseline(tokens_per_second=100.0, slowest=80.0, fastest=125.0, groups=5, tokens=20)
+
+
+@pytest.fixture(scope="module")
+def views(pair_models: Path) -> dict[str, RunView]:
+    return {
+        "eagle3.1": RunView.from_events("EAGLE-3.1", False, 4, _run("eagle3.1"), BASELINE),
+        "eagle3": RunView.from_events("EAGLE-3", False, 3, _run("eagle3", k=3), BASELINE),
+        "plain": RunView.from_events("plain decoding", True, 4, _run("none"), BASELINE),
+        "uninstrumented": RunView.from_events("EAGLE-3", False, 4, _run("eagle3", instrument=False)),
+    }
+
+
+def _message(fig: go.Figure) -> str:
+    """What the figure's notes say, read as sentences (they are broken into short lines)."""
+    return " ".join(a.text.replace("<br>", " ") for a in fig.layout.annotations)
+
+
+def test_figures_draw_what_a_run_has(views: dict[str, RunView]) -> None:
+    v = views["eagle3.1"]
+    assert v.metrics.drafting_steps > 0 and v.metrics.attention_by_depth and v.metrics.hidden_rms_by_depth
+    accept = accepted_per_step_figure(v)
+    assert len([t for t in accept.data if t.type == "bar"]) == v.k  # one stacked segment per depth
+    assert [s.y0 for s in accept.layout.shapes] == [v.k]  # the ceiling line
+    assert sum(sum(t.y) for t in accept.data) == v.metrics.accepted_tokens
+    assert [t.marker.color for t in accept.data] == [depth_colour(d, 0.85) for d in range(1, v.k + 1)]
+    position = acceptance_by_position_figure([v])
+    assert list(position.data[0].y) == pytest.approx(v.metrics.per_position_acceptance)
+    drift = attention_drift_figure([v])
+    assert [t.name for t in drift.data] == ["sink (first token)", "context (excl. sink)", "own drafts"]
+    masses = v.metrics.attention_by_depth
+    assert list(drift.data[0].y) == pytest.approx([a.sink for a in masses])
+    assert list(drift.data[1].y) == pytest.approx([a.context - a.sink for a in masses])  # context includes the sink
+    totals = [sum(t.y[d] for t in drift.data) for d in range(v.k)]
+    assert totals == pytest.approx([1.0] * v.k, abs=1e-4)
+    assert len(hidden_rms_figure([v]).data[0].y) == v.k
+    speed = speedup_figure([v])
+    assert [t.y[0] for t in speed.data] == ["plain decoding", v.label] and "Speedup" in speed.layout.title.text
+    assert speed.data[0].x[0] == 100.0 and speed.data[1].x[0] == pytest.approx(v.metrics.decode_tokens_per_second)
+    assert (speed.data[0].error_x.arrayminus[0], speed.data[0].error_x.array[0]) == (20.0, 25.0)  # slowest–fastest
+    stretches = window_rates(v.events, BASELINE.groups)  # the run cut into as many stretches as there are groups
+    assert len(stretches) == BASELINE.groups and min(stretches) <= v.metrics.decode_tokens_per_second <= max(stretches)
+    low, high = v.speedup_range
+    assert low == pytest.approx(min(stretches) / 125) and high == pytest.approx(max(stretches) / 80)
+    assert f"{v.speedup:.2f}× ({low:.2f}–{high:.2f})" in speed.layout.title.text
+
+
+def test_overlaid_runs(views: dict[str, RunView]) -> None:
+    pair = [views["eagle3"], views["eagle3.1"]]
+    assert len(acceptance_by_position_figure(pair).data) == 2
+    drift = attention_drift_figure(pair)
+    assert {t.offsetgroup for t in drift.data} == {"0", "1"}
+    assert [t.name for t in drift.data if t.x == (None,)] == ["EAGLE-3, k=3", "EAGLE-3.1, k=4"]  # pattern key
+    assert [t.y[0] for t in speedup_figure(pair).data] == ["plain decoding", "EAGLE-3, k=3", "EAGLE-3.1, k=4"]
+
+
+def test_missing_fields_are_explained_not_drawn_as_zero(views: dict[str, RunView]) -> None:
+    plain, bare = views["plain"], views["uninstrumented"]
+    assert plain.metrics.per_position_acceptance is None and bare.metrics.attention_by_depth is None
+    for fig in (accepted_per_step_figure(plain), acceptance_by_position_figure([plain]),
+                attention_drift_figure([plain]), hidden_rms_figure([plain])):
+        assert not fig.data and "no drafter" in _message(fig)
+    for fig in (attention_drift_figure([bare]), hidden_rms_figure([bare])):
+        assert not fig.data and "does not report" in _message(fig)
+    told = RunView(bare.drafter, False, 4, bare.events, bare.metrics, None,
+                   {"attention": "vLLM does not expose the drafter's attention weights",
+                    "baseline": "plain decoding needs a second server"})
+    assert "vLLM does not expose" in _message(attention_drift_figure([told]))
+    lines = attention_drift_figure([told]).layout.annotations[0].text.split("<br>")  # plotly does not wrap them
+    assert len(lines) > 1 and max(map(len, lines)) <= MESSAGE_LINE_CHARS
+    assert "needs a second server" in _message(speedup_figure([told]))
+    assert "measuring plain decoding" in speedup_figure([bare]).layout.title.text  # no baseline yet, none missing
+    mixed = attention_drift_figure([views["eagle3.1"], plain])  # one side drawn, the other explained
+    assert mixed.data and "no drafter" in _message(mixed)
+
+
+def test_summary_table_and_stats(views: dict[str, RunView]) -> None:
+    table = summary_table([views["eagle3"], views["plain"]])
+    assert list(table.columns) == SUMMARY_COLUMNS
+    assert table["drafter"].tolist() == ["EAGLE-3", "plain decoding"]
+    assert table["verified rows / step"].tolist() == [f"{views['eagle3'].metrics.verified_per_step:.1f}", "1.0"]
+    assert 3.5 <= float(table.loc[0, "verified rows / step"]) <= 4.0  # k = 3: three drafts and the target's own
+    v = views["eagle3"]
+    assert table.loc[1, "mean acceptance length"] == "—" and table.loc[0, "speedup"] == f"{v.speedup:.2f}×"
+    low, high = v.speedup_range
+    assert table.loc[0, "speedup range"] == f"{low:.2f}–{high:.2f}" and table.loc[1, "speedup range"] != "—"
+    stats = stats_html(views["eagle3.1"])
+    assert html.escape(MEAN_ACCEPTANCE_LENGTH_HELP, quote=True) in stats and "speedup (" in stats
+    assert "plain tok/s (20 steps)" in stats and "slowest group 80, fastest 125 tok/s" in stats
+
+
+def _card_values(stats: str) -> dict[str, str]:
+    names = [html.unescape(n) for n in re.findall(r'<div class="stat-name">(.*?)</div>', stats)]
+    values = [html.unescape(v) for v in re.findall(r'<div class="stat-value">(.*?)</div>', stats)]
+    return dict(zip(names, values))
+
+
+def test_one_format_per_kind_of_number_in_cards_table_and_charts(views: dict[str, RunView]) -> None:
+    """The same quantity reads the same everywhere: tok/s whole, speedup 2 decimals and ×, acceptance length 2
+    decimals, rates as whole percents (never 0.368 beside 0.34, or 1 beside 1.00)."""
+    v, m = views["eagle3.1"], views["eagle3.1"].metrics
+    cards = _card_values(stats_html(v))
+    assert len(cards) == STAT_CARDS
+    row = summary_table([v]).loc[0]
+    assert cards["tok/s (engine)"] == row["decode tok/s"] == f"{m.decode_tokens_per_second:.0f}"
+    assert re.fullmatch(r"\d+", cards["tok/s (engine)"]) and re.fullmatch(r"\d+", cards["plain tok/s (20 steps)"])
+    speedup_name = next(n for n in cards if n.startswith("speedup"))
+    assert cards[speedup_name] == row["speedup"] == f"{v.speedup:.2f}×"
+    assert speedup_name == f"speedup ({row['speedup range']})"
+    assert cards["mean acceptance length"] == row["mean acceptance length"] == f"{m.mean_acceptance_length:.2f}"
+    assert cards["draft acceptance rate"] == row["draft acceptance rate"] == f"{m.draft_acceptance_rate:.0%}"
+    assert re.fullmatch(r"\d+%", row["draft acceptance rate"])
+    plain = summary_table([views["plain"]]).loc[0]
+    assert plain["mean acceptance length"] == plain["draft acceptance rate"] == "—"
+    speed = speedup_figure([v])
+    assert f"{m.decode_tokens_per_second:.0f} tok/s · {v.speedup:.2f}×" in speed.data[1].text[0]
+    assert speed.data[0].text[0] == "100 tok/s (20 steps)" and "groups of steps 80–125" in speed.data[0].hovertemplate
+    assert all("%{x:.0f} tokens/s" in t.hovertemplate for t in speed.data)
+    assert "%{y:.0%}" in acceptance_by_position_figure([v]).data[0].hovertemplate
+    assert f"mean acceptance length {m.mean_acceptance_length:.2f}" in accepted_per_step_figure(v).layout.title.text
+    assert "RMS %{y:.2f}" in hidden_rms_figure([v]).data[0].hovertemplate
+
+
+def test_stat_cards_lay_out_evenly() -> None:
+    """Seven cards: all in one row where the row is wide enough, else 4 + 3; on a phone two columns, the last card
+    across both (never one card alone under a full row)."""
+    css = stats_css()
+    assert "flex" not in css.split(".stats .stat {")[0]
+    assert f"({STATS_ROW_MIN_PX}px - 100%) * 1000" in css and "/ 7 - 1px)" in css and "/ 4 - 1px)" in css
+    assert "repeat(auto-fit, minmax(" in css
+    phone = css.split("@media (max-width: 480px) {")[1].split("\n}\n")[0]
+    assert "repeat(2, minmax(0, 1fr))" in phone and ".stat:last-child:nth-child(odd) { grid-column: 1 / -1; }" in phone
+    assert "@container" not in css  # Gradio's CSS scoping drops @container rules
+
+
+def test_depth_colours_are_a_sequential_palette_shared_by_text_and_charts() -> None:
+    """Depth colours get darker with depth (an ordered palette, so depth reads without telling hues apart), every
+    coloured depth has its own colour, and the dark theme has its own (lighter) rules."""
+    from playground.viz.provenance import DEPTH_POSITIONS
+
+    def luminance(css: str) -> float:
+        r, g, b = (float(v) for v in css[css.index("(") + 1 : -1].split(",")[:3])
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+    colours = [depth_colour(d) for d in range(1, len(DEPTH_POSITIONS) + 1)]
+    assert len(set(colours)) == len(colours)
+    lum = [luminance(c) for c in colours]
+    assert all(a > b for a, b in zip(lum, lum[1:]))
+    assert min(a - b for a, b in zip(lum[:5], lum[1:5])) > 15  # the common depths (k <= 5) are well apart
+    assert f".tok-draft.depth-1 {{ background: {depth_colour(1, 0.35)}" in provenance_css()
+    assert ".dark .tok-draft.depth-10" in provenance_css()
+
+
+def test_the_token_tap_script_shows_titles_as_text() -> None:
+    """The page script behind "tap a token for its details" (ui/style.py, passed to demo.launch(js=...)): one delegated
+    listener on the document for the token classes provenance_html writes, the title copied as text, never as HTML,
+    and a style for its popup in the app CSS. (It runs in the browser; here only its shape is checked.)"""
+    from playground.ui.style import APP_CSS, TOKEN_TAP_JS
+
+    script = TOKEN_TAP_JS.strip()
+    assert script.startswith("() => {") and script.endswith("}")  # Gradio calls a function once, on load
+    assert script.count("document.addEventListener(\"click\"") == 1 and ".tok-draft, .tok-target" in script
+    assert "textContent = text" in script and 'getAttribute("title")' in script
+    assert "innerHTML" not in script and "insertAdjacentHTML" not in script and "eval(" not in script
+    page = provenance_html(token_pieces(SCRIPTED_EVENTS, scripted_decode))
+    assert 'class="tok-draft depth-1"' in page and 'class="tok-target"' in page and "title=" in page
+    assert ".tok-tip {" in APP_CSS and ".tok-tip[hidden]" in APP_CSS
+
+
+def test_too_few_steps_show_no_speedup_anywhere(views: dict[str, RunView]) -> None:
+    """A stopped or young run: 2 groups of plain steps (or 3 decode steps of the run) are no measurement, so the card,
+    the table, the chart and the run record say so instead of a point range like 1.75× (1.75–1.75)."""
+    from dataclasses import replace
+
+    from playground.engine.trace import MIN_SPEEDUP_GROUPS
+
+    full = views["eagle3.1"]
+    thin = replace(full, baseline=Baseline(100.0, 99.0, 101.0, groups=MIN_SPEEDUP_GROUPS - 1, tokens=8))
+    short = replace(full, events=full.events[:3])
+    assert full.speedup is not None and full.too_few_steps is None
+    for view in (thin, short):
+        assert view.speedup is None and view.speedup_range is None and "too few steps" in view.too_few_steps
+        assert _card_values(stats_html(view))["speedup (too few steps)"] == "—"
+        assert summary_table([view]).loc[0, "speedup"] == "too few steps"
+        assert "too few steps" in speedup_figure([view]).layout.title.text
+    assert "8 plain steps in 4 of 5 groups" in thin.too_few_steps
+
+
+def test_a_step_tree_is_drawn_under_its_parents_escaped_with_its_path_marked() -> None:
+    """Nodes nest under their parents; the accepted path is marked; token text is escaped (a model's '<b>' stays
+    text); a step without a tree gives none."""
+    from playground.viz import TreeStep, tree_html
+
+    texts = {1: " the", 2: "<b>", 3: " a", 4: " cat", 9: "!"}
+    event = StepEvent(3, [1, 4], 2, [1, 4, 9], tree_tokens=[1, 2, 3, 4], tree_parents=[-1, -1, -1, 0],
+                      tree_depths=[1, 1, 1, 2], tree_probs=[0.6, 0.2, 0.1, 0.9], tree_path=[0, 3])
+    tree = TreeStep.of(event, lambda ids: "".join(texts[i] for i in ids))
+    page = tree_html(tree)
+    assert "<b>" not in page.replace("<b>␣the␣cat</b>", "") and "&lt;b&gt;" in page
+    assert page.count('class="tree-node tree-accepted"') == 2 and page.count('class="tree-node"') == 2
+    nested = page.index("␣the") < page.index("␣cat") < page.index("&lt;b&gt;")  # the child sits inside its parent
+    assert nested and "4 drafted nodes verified in one forward, 2 accepted" in page and "<code>!</code>" in page
+    assert TreeStep.of(StepEvent(4, [1], 1, [1, 9]), lambda ids: "x") is None
