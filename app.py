@@ -17,7 +17,7 @@ import playground.backends.zerogpu  # noqa: F401 - on a ZeroGPU Space `spaces` m
 # isort: split
 from starlette.middleware import Middleware
 
-from playground import settings
+from playground import environment
 from playground.engine.threads import thread_policy
 from playground.playback import load_preset
 from playground.presets import default_preset_name
@@ -43,7 +43,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)  # ours at INFO (a refused request is one line); other libraries at WARNING
-    if threads := settings.number("PLAYGROUND_THREADS"):
+    if threads := environment.number("PLAYGROUND_THREADS"):
         thread_policy().fix(int(threads))
     problem = load_preset(default_preset_name())
     if problem:

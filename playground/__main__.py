@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from playground import cli, flags, serve, settings, space
+from playground import environment, flags, generate, serve, space
 from playground.bench import cli as bench_cli
 from playground.bench import engines as bench_engines
 from playground.train import cli as train_cli
@@ -16,14 +16,14 @@ def main(argv: list[str] | None = None) -> int:
     prog = "eagle-playground" if sys.argv[0].endswith("eagle-playground") else "python -m playground"
     parser = argparse.ArgumentParser(prog=prog, description="EAGLE Playground command line")
     commands = parser.add_subparsers(dest="command", required=True)
-    cli.register(commands)
+    generate.register(commands)
     serve.register(commands)
     train_cli.register(commands)
     bench_cli.register(commands)
     bench_engines.register(commands)
     space.register(commands)
     args = parser.parse_args(argv)
-    threads = getattr(args, "threads", None) or settings.number("PLAYGROUND_THREADS")
+    threads = getattr(args, "threads", None) or environment.number("PLAYGROUND_THREADS")
     if threads:
         from playground.engine.threads import thread_policy
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict, replace
 
-from playground import settings
+from playground import environment
 from playground.drafting import k_problem
 from playground.engine.tree_shape import TreeShape
 from playground.presets import Preset, default_preset_name, engine_presets, get_preset
@@ -55,7 +55,7 @@ def _resolved(args: argparse.Namespace) -> Preset:
         return get_preset(twin)  # the same pair on that engine has a preset of its own (e.g. smollm2-135m-vllm)
     merged = {**asdict(preset), **changes}
     if merged["backend"] == "remote":
-        merged["url"] = merged["url"] or settings.text("PLAYGROUND_REMOTE_URL")
+        merged["url"] = merged["url"] or environment.text("PLAYGROUND_REMOTE_URL")
     return Preset(**merged)
 
 

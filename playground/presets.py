@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from playground import settings
+from playground import environment
 from playground.drafting import PLAIN, k_problem
 from playground.smollm2 import HUB_ID  # resolved to a local copy when loaded
 
@@ -80,7 +80,7 @@ SHIPPED_DRAFTERS = REPO_ROOT / "assets" / "models" / "smollm2-135m"
 
 def default_pair() -> tuple[str, dict[str, str]]:
     """The default target and its drafters: SmolLM2 with ours, or the pair in PLAYGROUND_MODELS_DIR."""
-    override = settings.text("PLAYGROUND_MODELS_DIR")
+    override = environment.text("PLAYGROUND_MODELS_DIR")
     if override:
         root = Path(override)
         return str(root / "target"), {"eagle3": str(root / "eagle3"), "eagle3.1": str(root / "eagle3.1")}
@@ -199,7 +199,7 @@ CPU_MLA = "CPU_MLA"
 
 
 def _kimi_tiny() -> Preset:
-    folder = Path(settings.text("PLAYGROUND_KIMI_TINY_DIR") or KIMI_TINY)
+    folder = Path(environment.text("PLAYGROUND_KIMI_TINY_DIR") or KIMI_TINY)
     return Preset(
         name="kimi-tiny",
         title="Tiny Kimi-K2-architecture target (MLA, MoE) with MLA EAGLE-3 / EAGLE-3.1 drafters (CPU)",
@@ -230,17 +230,17 @@ def _kimi_tiny_vllm() -> Preset:
 
 
 def _remote() -> Preset:
-    drafter = settings.text("PLAYGROUND_REMOTE_DRAFTER") or SERVER_DRAFTER
-    k = settings.text("PLAYGROUND_REMOTE_K")
+    drafter = environment.text("PLAYGROUND_REMOTE_DRAFTER") or SERVER_DRAFTER
+    k = environment.text("PLAYGROUND_REMOTE_K")
     return Preset(
         name="remote",
         title="Remote vLLM server (PLAYGROUND_REMOTE_URL)",
-        target=settings.text("PLAYGROUND_REMOTE_MODEL") or "",
+        target=environment.text("PLAYGROUND_REMOTE_MODEL") or "",
         drafters={"served": drafter},
         backend="remote",
         description="Any running `vllm serve … --speculative-config …` (or `python -m playground serve`): tokens, "
         "per-step acceptance from streamed token ids, per-position rates from its /metrics.",
-        url=settings.text("PLAYGROUND_REMOTE_URL"),
+        url=environment.text("PLAYGROUND_REMOTE_URL"),
         num_speculative_tokens=int(k) if k else None,
         notes="The server decides the drafter and k; plain decoding needs a server started without speculation.",
     )
@@ -266,7 +266,7 @@ def engine_presets(preset: Preset) -> dict[str, str]:
 
 
 def _selected_names(table: dict[str, Preset]) -> list[str]:
-    raw = settings.text("PLAYGROUND_PRESETS") or ""
+    raw = environment.text("PLAYGROUND_PRESETS") or ""
     if not raw:
         return list(table)
     names = [n.strip() for n in raw.split(",") if n.strip()]
@@ -284,7 +284,7 @@ def presets() -> dict[str, Preset]:
 
 def default_preset_name() -> str:
     offered = presets()
-    name = settings.text("PLAYGROUND_DEFAULT_PRESET") or ""
+    name = environment.text("PLAYGROUND_DEFAULT_PRESET") or ""
     if name:
         if name not in offered:
             raise ValueError(f"PLAYGROUND_DEFAULT_PRESET={name!r} is not offered; offered: {', '.join(offered)}")

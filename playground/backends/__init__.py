@@ -6,7 +6,7 @@
 | vLLM in-process | vllm/ | vLLM's CPU build or GPU(s); tokens and acceptance only (steps.MISSING_FIELDS) |
 | remote vLLM server | remote.py | any `vllm serve … --speculative-config …` or `python -m playground serve` |
 
-Every backend has the `Backend` interface below: `name`, `preset`, `missing_fields` (StepEvent fields it leaves
+Every backend has the `Backend` interface (base.py): `name`, `preset`, `missing_fields` (StepEvent fields it leaves
 None, and why), `capabilities` (what it can do beyond streaming, as data: playback reads it instead of probing
 attributes), `exact_speculation`, `preload` (load or connect at start-up, raising what is wrong), `encode`, `decode`,
 `stream`, `plain_probe()` (times plain decode steps at a run's position: the live speedup's baseline; only where
@@ -17,84 +17,23 @@ measured times; None and nothing elsewhere). On ZeroGPU the local backend is wra
 stream runs in a GPU call that cannot see the stop switch or time plain steps, which its capabilities say.
 `backend_unavailable_reason(preset)` says, in one sentence, why a preset cannot run on this machine. Adaptive draft
 length (`GenerationConfig.min_draft_prob`) and draft trees (`GenerationConfig.tree`) are the local engine's: vLLM drafts
-a chain of k tokens every step, so the others refuse them (`require_local_engine_options`).
+a chain of k tokens every step, so the others refuse them (`require_local_engine_options`). Every entry point
+checks a run request once with `check_run` (request.py), where each refusal of a run is worded.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from playground.engine import GenerationConfig, StepEvent
 from playground.presets import Preset
 
 from .availability import backend_unavailable_reason
+from .base import Backend, Capabilities, StepStream
 from .request import BackendUnavailable, RequestError, check_run, require_local_engine_options
 
 if TYPE_CHECKING:
     from .local import LocalBackend
-
-
-class StepStream(Protocol):
-    """A backend's step events for one request; close() ends it early (a generator's close, or an engine abort)."""
-
-    def __iter__(self) -> Iterator[StepEvent]: ...
-
-    def __next__(self) -> StepEvent: ...
-
-    def close(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What a backend can do beyond streaming step events."""
-
-    times_plain_steps: bool  # plain_probe() times plain steps of its target in this process
-    paces_itself: bool = False  # its engine decodes on between our reads (vLLM): a step's time is its arrival, and
-    #                             plain steps are timed after a run, not beside it (they would share the CPU with it)
-    checks_stop: bool = True  # the stream stops itself when should_stop() says so (not in ZeroGPU's GPU call)
-
-
-class Backend(Protocol):
-    name: str
-    preset: Preset
-
-    @property
-    def missing_fields(self) -> dict[str, str]: ...
-
-    @property
-    def capabilities(self) -> Capabilities: ...
-
-    @property
-    def exact_speculation(self) -> bool:
-        """Whether greedy speculative output equals plain decoding's in this backend's precision."""
-        ...
-
-    @property
-    def compute(self) -> str:
-        """How it computes, for run records: our engine's kernels and thread policy; who decides for the others."""
-        ...
-
-    def preload(self) -> None: ...
-
-    def encode(self, messages: list[dict], chat_template: str | None = None, raw: bool = False) -> list[int]: ...
-
-    def decode(self, ids: list[int]) -> str: ...
-
-    def stream(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
-               should_stop: Callable[[], bool] | None = None) -> StepStream: ...
-
-    def plain_probe(self): ...  # a PlainProbe-like object with time_step(context) -> seconds
-
-    def starting(self, drafter: str, k: int) -> str | None: ...
-
-    def held(self) -> str | None:
-        """What it holds beyond the app's process (vLLM's engine processes and their memory), or None."""
-        ...
-
-    def preparing(self, drafter: str, k: int) -> Iterator[str]: ...
 
 
 def open_backend(preset: Preset) -> Backend:

@@ -25,11 +25,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from playground import settings
+from playground import environment
 from playground.drafting import PLAIN
 from playground.engine.checkpoint import CheckpointError
+from playground.environment import public_host
 from playground.presets import OWN_PAIR_PREFIX, Preset, register_pair, unregister_pair
-from playground.settings import public_host
 
 from .fit import drafter_fit, hub_problem, read_config
 
@@ -189,7 +189,7 @@ def check_pair(target: str, drafters: dict[str, str], revision: str = "") -> Pai
         raise PairRefused(f"too big for this machine: the pair needs about {size_text(memory)} (float32 weights and a "
                           f"{CONTEXT_FOR_ESTIMATE}-token cache), and {size_text(available)} of memory is available")
     hub_bytes = {s: _hub_bytes(s, revision if s == target else "") for s in sources if not _looks_local(s)}
-    cap = settings.number("PLAYGROUND_MAX_DOWNLOAD_GB", 4.0 if public else None)
+    cap = environment.number("PLAYGROUND_MAX_DOWNLOAD_GB", 4.0 if public else None)
     if cap is not None:
         size = sum(hub_bytes.values()) + sum(_folder_bytes(s) for s in sources if _looks_local(s))
         if size > cap * 2**30:
@@ -214,7 +214,7 @@ class PairShelf:
         self._lock = threading.Lock()
 
     def budget_bytes(self) -> int:
-        gb = settings.number("PLAYGROUND_PAIRS_GB")
+        gb = environment.number("PLAYGROUND_PAIRS_GB")
         return int(gb * 2**30) if gb is not None else _available_bytes() // 2
 
     def load(self, check: PairCheck, load_weights) -> Preset:

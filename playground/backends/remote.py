@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 
 import httpx
 
-from playground import settings
+from playground import environment
 from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, SpecCounters, StepEvent
 from playground.engine.templates import raw_prompt, resolve_template
@@ -143,7 +143,7 @@ class RemoteBackend:
             raise RemoteError(f"preset {preset.name!r} has no server URL: set PLAYGROUND_REMOTE_URL")
         self.preset = preset
         self.base = base_url(preset.url)
-        key = api_key if api_key is not None else settings.text("PLAYGROUND_REMOTE_API_KEY")
+        key = api_key if api_key is not None else environment.text("PLAYGROUND_REMOTE_API_KEY")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._client = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout_s, connect=10.0))
         self._model: str | None = preset.target or None

@@ -19,7 +19,7 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
-from playground import settings
+from playground import environment
 from playground.bench.profiles import DURATIONS, MeasuredDuration, measured_durations, profiles
 from playground.bench.progress import format_duration
 from playground.blas import first_processor
@@ -59,14 +59,14 @@ def this_machine() -> Machine:
 def bench_bound_s() -> float | None:
     """The public host's bound in seconds; None off a public host (no bound). A value that is not a positive number
     is logged and the default used: the owner's typo must not take the Space down or open it to the drift study."""
-    if not settings.public_host():
+    if not environment.public_host():
         return None
     try:
-        value = settings.number(BOUND_ENV, DEFAULT_BOUND_S)
+        value = environment.number(BOUND_ENV, DEFAULT_BOUND_S)
     except ValueError:
         value = -1.0
     if not value > 0 or value == float("inf"):
-        log.warning("%s=%r is not a positive number of seconds: using %g s", BOUND_ENV, settings.text(BOUND_ENV),
+        log.warning("%s=%r is not a positive number of seconds: using %g s", BOUND_ENV, environment.text(BOUND_ENV),
                     DEFAULT_BOUND_S)
         return DEFAULT_BOUND_S
     return value

@@ -9,8 +9,8 @@ downloads.
 from .exports import CSV_COLUMNS, TIMING_NOTE, export_runs
 from .line import EngineLine
 from .run import FINISH_REASONS, RENDER_INTERVAL_S, ChartPace, Run, RunDriver, play
+from .run_settings import MAX_NEW_TOKENS, RequestError, RunSettings
 from .session import Comparison, Conversation, Exchange, chat_turn, compare, load_preset, regenerate_turn
-from .settings import MAX_NEW_TOKENS, RequestError, RunSettings
 from .stop import StopSwitches
 
 __all__ = [

@@ -13,7 +13,7 @@ from playground.engine.trace import MIN_SPEEDUP_GROUPS
 from playground.presets import get_preset
 
 from .run import Run
-from .settings import RequestError
+from .run_settings import RequestError
 
 CSV_COLUMNS = [
     "run", "drafter", "k", "step", "drafted", "accepted", "emitted", "emitted_text", "draft_probs", "attention_sink",

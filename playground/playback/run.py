@@ -19,7 +19,7 @@ from playground.engine.threads import busy_text
 from playground.viz import ProvenanceBuilder, RunView, TokenPiece, TreeStep, plain_verdict
 
 from .baseline import AFTER, SHARE, SHARE_IN_CHAT, BaselineSampler
-from .settings import RunSettings, precision_label
+from .run_settings import RunSettings, precision_label
 
 RENDER_INTERVAL_S = 0.15  # at most ~7 UI updates a second; a UI update costs more than a decode step
 RENDER_SHARE = 0.1  # and UI updates take at most this share of the wall time: the interval grows with their cost

@@ -12,7 +12,7 @@ from playground.presets import ENGINE_LABELS, get_preset
 from playground.viz import RunView, Verdict, comparison_verdict, engine_verdict
 
 from .run import Run, RunDriver, play
-from .settings import RequestError, RunSettings
+from .run_settings import RequestError, RunSettings
 
 
 def _prepare(settings: RunSettings, messages: list[dict]) -> tuple[Backend, list[int]]:

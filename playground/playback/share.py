@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 
 from playground.presets import is_own_pair
 
-from .settings import RequestError, RunSettings
+from .run_settings import RequestError, RunSettings
 
 MAX_LINK_PROMPT = 2000  # characters: longer prompts make addresses that browsers and servers cut
 ALWAYS = ("preset", "drafter", "k")  # named even at their defaults: the defaults may change, the link should not

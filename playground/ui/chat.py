@@ -11,7 +11,7 @@ from playground.bench.engines import instrumentation_note
 from playground.examples import CHAT_EXAMPLES, EXAMPLES_LABEL
 from playground.playback import ChartPace, Conversation, Run, chat_turn, regenerate_turn
 from playground.playback.baseline import ALONGSIDE, SHARE_IN_CHAT
-from playground.playback.settings import RequestError, RunSettings
+from playground.playback.run_settings import RequestError, RunSettings
 from playground.playback.share import link_problem, settings_from_query, share_query
 from playground.presets import Preset
 from playground.viz import (

@@ -18,7 +18,7 @@ from pathlib import Path
 import gradio as gr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from playground import settings
+from playground import environment
 from playground.backends import backend_unavailable_reason
 from playground.backends.availability import offered_presets
 from playground.drafting import MAX_K, PLAIN
@@ -36,7 +36,7 @@ from playground.viz import TokenPiece, legend_html, provenance_html, rendered_ht
 
 log = logging.getLogger("playground")
 ENGINE = "engine"  # concurrency id of every event that runs the model
-ENGINE_SLOTS = int(settings.number("PLAYGROUND_CONCURRENCY", 1))  # model runs at once (the queue's limit)
+ENGINE_SLOTS = int(environment.number("PLAYGROUND_CONCURRENCY", 1))  # model runs at once (the queue's limit)
 STOP_SWITCHES = StopSwitches()
 LINE = EngineLine(ENGINE_SLOTS)
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import gradio as gr
 
 from playground.backends.own_pair import load_own_pair, size_text
+from playground.environment import public_host
 from playground.presets import OWN_PAIR_PREFIX, is_own_pair
-from playground.settings import public_host
 
 from .common import report_user_errors
 

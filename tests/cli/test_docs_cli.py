@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from playground import cli
+from playground import generate as generate_module
 from playground.__main__ import main
 from playground.engine import StepEvent
 
@@ -191,8 +191,8 @@ class _StandIn:
 
 def test_every_json_field_is_in_the_schema_table(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     """The fields `generate --json` prints (top level, and one level down), from generate() itself."""
-    monkeypatch.setattr(cli, "make_backend", lambda args, preset: _StandIn())
-    cli.generate(PARSER.parse_args(["generate", "--preset", "smollm2-135m", "--prompt", "hi", "--json",
+    monkeypatch.setattr(generate_module, "make_backend", lambda args, preset: _StandIn())
+    generate_module.generate(PARSER.parse_args(["generate", "--preset", "smollm2-135m", "--prompt", "hi", "--json",
                                     "--max-new-tokens", "3", "--tree-nodes", "4"]))
     record = json.loads(capsys.readouterr().out)
     fields = {"top level": set(record), "config": set(record["config"]), "tree": set(record["tree"]),

@@ -6,7 +6,7 @@ import pytest
 
 from playground.engine import AttentionMass, RunTally, StepEvent, summarize
 from playground.playback.run import Run
-from playground.playback.settings import RunSettings
+from playground.playback.run_settings import RunSettings
 
 
 def _events() -> list[StepEvent]:

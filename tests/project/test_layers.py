@@ -9,19 +9,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "playground"
 
-BASE = {"drafting", "settings", "blas"}
+BASE = {"drafting", "environment", "blas"}
 COMMANDS = BASE | {"smollm2", "engine", "presets", "backends", "flags"}
 MEASURING = COMMANDS | {"prompt_sets", "machine", "viz"}
 ALLOWED: dict[str, set[str]] = {  # ARCHITECTURE.md's table, part by part
-    "drafting": set(), "settings": set(), "blas": set(), "__init__": {"blas"}, "examples": set(),
+    "drafting": set(), "environment": set(), "blas": set(), "__init__": {"blas"}, "examples": set(),
     "engine": {"drafting"},
-    "smollm2": {"settings", "blas"}, "machine": {"settings", "blas"},
+    "smollm2": {"environment", "blas"}, "machine": {"environment", "blas"},
     "presets": BASE | {"smollm2"},
     "prompt_sets": BASE | {"presets"},
     "backends": BASE | {"smollm2", "engine", "presets"},
     "viz": {"engine", "drafting"},
     "playback": BASE | {"backends", "engine", "presets", "viz"},
-    "flags": COMMANDS, "cli": COMMANDS, "serve": COMMANDS, "space": COMMANDS,
+    "flags": COMMANDS, "generate": COMMANDS, "serve": COMMANDS, "space": COMMANDS,
     "bench": MEASURING, "train": MEASURING,
     "ui": MEASURING | {"playback", "bench", "examples"},
 }

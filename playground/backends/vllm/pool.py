@@ -21,7 +21,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Container, Iterator
 from typing import Any
 
-from playground import settings
+from playground import environment
 from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, SpecCounters
 from playground.engine.checkpoint import CheckpointError
@@ -70,9 +70,9 @@ def engines_to_stop(live: list[EngineKey], key: EngineKey, on_gpu: bool, alone: 
 def idle_limit_s() -> float | None:
     """How long an engine may sit unused before it is stopped (PLAYGROUND_VLLM_IDLE_S; a public host: ten minutes);
     None: never. An engine core with its worker holds ~3 GB on the CPU, for as long as the app runs."""
-    value = settings.number("PLAYGROUND_VLLM_IDLE_S")
+    value = environment.number("PLAYGROUND_VLLM_IDLE_S")
     if value is None:
-        return IDLE_ON_PUBLIC_HOST_S if settings.public_host() else None
+        return IDLE_ON_PUBLIC_HOST_S if environment.public_host() else None
     return value if value > 0 else None
 
 
@@ -199,8 +199,8 @@ class VllmBackend:
         return f"{DRAFTER_LABELS.get(name, name)} k={key[1]}"
 
     def _engine_id(self, key: EngineKey) -> str:
-        settings = {k: os.environ.get(k, v) for k, v in CPU_ENVIRONMENT.items()} if self.preset.device == "cpu" else {}
-        return engine_id(engine_kwargs(self.preset, key[0], key[1], model=self.model_folder), settings)
+        applied = {k: os.environ.get(k, v) for k, v in CPU_ENVIRONMENT.items()} if self.preset.device == "cpu" else {}
+        return engine_id(engine_kwargs(self.preset, key[0], key[1], model=self.model_folder), applied)
 
     def _expected(self, key: EngineKey) -> str:
         """How long this engine's start should take: measured on the CPU for the default pair (warm where it started

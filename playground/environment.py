@@ -2,8 +2,8 @@
 
 Values are read when asked for, not once at import: a test, or a Space owner changing a variable and restarting,
 sees the current value, and nothing caches a stale one. No other module reads a `PLAYGROUND_*` variable
-(tests/project/test_settings.py checks), and docs/settings.md is rendered from this table (`python -m
-playground.settings`).
+(tests/project/test_environment.py checks), and docs/settings.md is rendered from this table (`python -m
+playground.environment`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ SETTINGS: dict[str, str] = {
 def text(name: str) -> str | None:
     """The variable's value, stripped; None where it is unset or empty."""
     if name not in SETTINGS:
-        raise KeyError(f"{name} is not a playground setting (playground/settings.py lists them)")
+        raise KeyError(f"{name} is not a playground setting (playground/environment.py lists them)")
     value = os.environ.get(name, "").strip()
     return value or None
 
@@ -67,8 +67,8 @@ def public_host() -> bool:
 
 def table_markdown() -> str:
     rows = "\n".join(f"| `{name}` | {meaning} |" for name, meaning in SETTINGS.items())
-    return ("# Settings\n\nThe environment variables the playground reads (`playground/settings.py`; rendered by "
-            "`python -m playground.settings > docs/settings.md`). Hugging Face Spaces also set `SPACE_ID`, which "
+    return ("# Settings\n\nThe environment variables the playground reads (`playground/environment.py`; rendered by "
+            "`python -m playground.environment > docs/settings.md`). Hugging Face Spaces also set `SPACE_ID`, which "
             "makes the app a public host.\n\n| variable | meaning |\n|---|---|\n" + rows + "\n")
 
 
