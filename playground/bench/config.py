@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from playground.engine import GenerationConfig, TreeShape
-from playground.engine.tree_shape import tree_problem
+from playground.engine.config import tree_problem
 
 ProgressCallback = Callable[[int, int, str], None]
 TEMPLATES_HELP = ("default (the tokenizer's), raw (no template), or llama3 (Llama-3-style headers, unfamiliar to "

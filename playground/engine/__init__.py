@@ -3,8 +3,10 @@
 from playground.drafting import MAX_K
 
 from .checkpoint import CheckpointError, load_drafter, save_drafter
-from .decode import GenerationConfig, PlainProbe, plain_generate, speculative_generate
+from .config import GenerationConfig
+from .decode import plain_generate, speculative_generate
 from .drafter import DrafterConfig, Eagle3Drafter
+from .probe import PlainProbe
 from .record import RunRecord
 from .target import Target, TargetError
 from .trace import AttentionMass, Baseline, RunMetrics, RunTally, SpecCounters, StepEvent, emitted_ids, summarize

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .decode import GenerationConfig
+from .config import GenerationConfig
 from .trace import AttentionMass, RunMetrics, StepEvent, emitted_ids, summarize
 from .tree_shape import TreeShape
 

@@ -29,20 +29,13 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .cache import DrafterCache
-from .decode import (
-    GenerationConfig,
-    _check_prompt,
-    _generator,
-    _Stopper,
-    attention_mass,
-    cancelled_event,
-    prefill,
-)
+from .config import GenerationConfig, tree_problem
 from .drafter import Eagle3Drafter
+from .loop import Pending, Stopper, attention_mass, cancelled_event, check_prompt, prefill, sampler
 from .sampling import accept_sampled_tree, probabilities, sample_without_replacement
 from .target import Target
 from .trace import AttentionMass, StepEvent
-from .tree_shape import TreeShape, tree_problem
+from .tree_shape import TreeShape
 
 
 @dataclass
@@ -166,15 +159,13 @@ class _TreeDrafter:
     depth for every frontier node, each fed its parent's state and attending to the context and its own branch.
     Instrumented, it keeps each call's query stats by node (-1 the root)."""
 
-    def __init__(self, drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list[int], pending_aux: torch.Tensor,
-                 pending_start: int, instrument: bool) -> None:
+    def __init__(self, drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list[int], pending: Pending,
+                 instrument: bool) -> None:
         self.drafter, self.cache, self.instrument = drafter, draft_cache, instrument
-        self.device, self.context = pending_aux.device, len(tokens) - 1
+        self.device, self.context = pending.aux.device, len(tokens) - 1
         self.queries: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        draft_cache.rollback(pending_start)
-        hidden = drafter.project(pending_aux.to(drafter.fc.weight.dtype))[None]
-        ids = torch.tensor([tokens[pending_start + 1 :]], device=self.device)
-        out = drafter(ids, hidden, torch.arange(pending_start, self.context, device=self.device), draft_cache,
+        ids, hidden = pending.first_inputs(drafter, draft_cache, tokens)
+        out = drafter(ids, hidden, torch.arange(pending.start, self.context, device=self.device), draft_cache,
                       attention_rows=int(instrument), logits_rows=1)
         self._keep_stats(out, hidden, [-1])
         self.fed, self.logits, self.feedback = [-1], out.logits[0, -1:], out.feedback[0, -1:]
@@ -203,10 +194,10 @@ class _TreeDrafter:
 
 
 @torch.inference_mode()
-def draft_tree(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list[int], pending_aux: torch.Tensor,
-               pending_start: int, shape: TreeShape, vocab_map: torch.Tensor, instrument: bool = False) -> DraftTree:
+def draft_tree(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list[int], pending: Pending,
+               shape: TreeShape, vocab_map: torch.Tensor, instrument: bool = False) -> DraftTree:
     """Draft a tree of `shape` after `tokens`; the first call feeds the pending target features, as a chain's does."""
-    calls = _TreeDrafter(drafter, draft_cache, tokens, pending_aux, pending_start, instrument)
+    calls = _TreeDrafter(drafter, draft_cache, tokens, pending, instrument)
     nodes: list[_Node] = []
     frontier = [-1]
     for depth in range(1, shape.depth + 1):
@@ -246,14 +237,13 @@ def rank_template(shape: TreeShape) -> set[tuple[int, ...]]:
 
 
 @torch.inference_mode()
-def draft_sampled_tree(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list[int],
-                       pending_aux: torch.Tensor, pending_start: int, widths: dict[tuple[int, ...], int], depth: int,
-                       cfg: GenerationConfig, vocab_map: torch.Tensor, vocab_size: int,
-                       generator: torch.Generator | None) -> DraftTree:
+def draft_sampled_tree(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens: list[int], pending: Pending,
+                       widths: dict[tuple[int, ...], int], depth: int, cfg: GenerationConfig, vocab_map: torch.Tensor,
+                       vocab_size: int, generator: torch.Generator | None) -> DraftTree:
     """Draft a rank template's nodes (`widths`: template_widths) down to `depth`: each expanded node draws its children
     from the drafter's q there (temperature and top-p as the target's), without replacement, in rank order; q,
     scattered into the target vocabulary, is kept for verification. Fewer children where q has fewer tokens."""
-    calls = _TreeDrafter(drafter, draft_cache, tokens, pending_aux, pending_start, cfg.instrument)
+    calls = _TreeDrafter(drafter, draft_cache, tokens, pending, cfg.instrument)
     nodes: list[_Node] = []
     paths = {-1: ()}
     proposals: dict[int, torch.Tensor] = {}
@@ -290,9 +280,9 @@ def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int],
     problem = tree_problem(cfg, tree)  # `tree` may differ from cfg.tree, which checked itself
     if problem:
         raise ValueError(problem)
-    _check_prompt(target, prompt_ids)
-    stopper, device = _Stopper(target, cfg, len(prompt_ids)), target.device
-    generator = _generator(cfg, device)
+    check_prompt(target, prompt_ids)
+    stopper, device = Stopper(target, cfg, len(prompt_ids)), target.device
+    generator = sampler(cfg, device)
     template = None if cfg.greedy else rank_template(tree)
     widths = template_widths(template) if template else {}
     vocab_map = drafter.to_target_ids(torch.arange(drafter.config.draft_vocab_size, device=device))
@@ -300,10 +290,10 @@ def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int],
     cache, draft_cache = target.new_cache(), drafter.new_cache()
     start = target.clock()
 
-    tokens, generated, reason, first, pending_aux = prefill(target, aux_layers, prompt_ids, cache, cfg, generator,
+    tokens, generated, reason, first, pending = prefill(target, aux_layers, prompt_ids, cache, cfg, generator,
                                                             stopper, start)
     yield first
-    pending_start, step = 0, 0
+    step = 0
 
     while reason is None:
         if should_stop is not None and should_stop():
@@ -319,10 +309,10 @@ def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int],
         if depth == 0:
             drafts = NO_TREE
         elif template is None:
-            drafts = draft_tree(drafter, draft_cache, tokens, pending_aux, pending_start, replace(tree, depth=depth),
+            drafts = draft_tree(drafter, draft_cache, tokens, pending, replace(tree, depth=depth),
                                 vocab_map, cfg.instrument)
         else:
-            drafts = draft_sampled_tree(drafter, draft_cache, tokens, pending_aux, pending_start, widths, depth, cfg,
+            drafts = draft_sampled_tree(drafter, draft_cache, tokens, pending, widths, depth, cfg,
                                         vocab_map, target.vocab_size, generator)
         t1 = target.clock()
 
@@ -337,7 +327,7 @@ def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int],
                                               probabilities(verify.logits, cfg.temperature, cfg.top_p), generator)
         rows = torch.tensor([0] + [i + 1 for i in path], device=device)
         cache.keep(context, rows)
-        pending_aux, pending_start = verify.aux[rows], context
+        pending = Pending(verify.aux[rows], context)
         branch = drafts.branch(path)
         emitted, reason = stopper.clip(generated, [drafts.tokens[i] for i in path] + [bonus])
         generated += emitted

@@ -1,13 +1,9 @@
-"""The shape of a draft tree (engine/tree.py drafts and verifies it) and when a configuration can use one; apart from
-tree.py so that GenerationConfig can carry a shape."""
+"""The shape of a draft tree (engine/tree.py drafts and verifies it); apart from tree.py so that GenerationConfig
+(engine/config.py) can carry a shape."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .decode import GenerationConfig
 
 MAX_DEPTH = 16  # as chains' MAX_K
 MAX_TOPK = 16
@@ -38,10 +34,3 @@ class TreeShape:
         """Nodes a greedy step verifies at most: `nodes`, or every node drafted where fewer are (a sampled tree verifies
         its rank template's nodes: engine/tree.py)."""
         return min(self.nodes, self.topk + (self.depth - 1) * self.topk**2)
-
-
-def tree_problem(cfg: GenerationConfig, shape: TreeShape) -> str | None:
-    """Why this configuration cannot decode with a draft tree, or None."""
-    if cfg.min_draft_prob:
-        return "the minimum draft probability (adaptive draft length) applies to chains, not to draft trees"
-    return shape.problem()

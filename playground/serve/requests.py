@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from playground.engine.decode import SEEDS
+from playground.engine.config import SEEDS
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_LENGTH = 256

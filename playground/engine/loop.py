@@ -1,0 +1,112 @@
+"""What the plain, chain and tree loops share: where a run stops, the sampler, the prompt check, the prefill step
+and the events that open and cancel a run, the target features the drafter has not seen yet, and attention masses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .cache import DrafterCache, TargetCache
+from .config import GenerationConfig
+from .drafter import Eagle3Drafter
+from .sampling import probabilities, sample
+from .target import Target, TargetOutput
+from .trace import StepEvent
+
+
+class Stopper:
+    """Decides where generation ends inside a batch of newly emitted tokens."""
+
+    def __init__(self, target: Target, cfg: GenerationConfig, prompt_len: int) -> None:
+        self.target, self.cfg = target, cfg
+        self.limit = min(cfg.max_new_tokens, target.max_positions - prompt_len)
+        self.window = max((len(s) for s in cfg.stop_strings), default=0) + 8
+
+    def clip(self, generated: list[int], new: list[int]) -> tuple[list[int], str | None]:
+        for j, token in enumerate(new):
+            so_far = generated + new[: j + 1]
+            if token in self.target.eos_ids:
+                return new[: j + 1], "eos"
+            if self.cfg.stop_strings and self._hits_stop_string(so_far):
+                return new[: j + 1], "stop"
+            if len(so_far) >= self.limit:
+                return new[: j + 1], "length"
+        return new, None
+
+    def _hits_stop_string(self, ids: list[int]) -> bool:
+        tail = ids[-self.window :]
+        now, before = self.target.decode(tail), self.target.decode(tail[:-1])
+        return any(s in now and s not in before for s in self.cfg.stop_strings)
+
+
+def choose(logits: torch.Tensor, cfg: GenerationConfig, generator: torch.Generator | None) -> int:
+    if cfg.greedy:
+        return int(logits.argmax())
+    return int(sample(probabilities(logits, cfg.temperature, cfg.top_p), generator))
+
+
+def sampler(cfg: GenerationConfig, device: torch.device) -> torch.Generator | None:
+    if cfg.greedy:
+        return None
+    generator = torch.Generator(device=device)
+    generator.manual_seed(cfg.seed if cfg.seed is not None else torch.seed())
+    return generator
+
+
+def prefill(target: Target, aux_layers: list[int], prompt_ids: list[int], cache: TargetCache, cfg: GenerationConfig,
+            generator: torch.Generator | None, stopper: Stopper, start: float
+            ) -> tuple[list[int], list[int], str | None, StepEvent, Pending]:
+    """A speculative run's first step: target features for every prompt position, and the first token from the target
+    alone. Returns (prompt + that token, the emitted tokens, why the run ends if it does, the step's event, the
+    features, all pending for the drafter)."""
+    out = target.forward(prompt_ids, cache, aux_layers, last_only=True)
+    tokens = list(prompt_ids) + [choose(out.logits[-1], cfg, generator)]
+    generated, reason = stopper.clip([], tokens[-1:])
+    return tokens, generated, reason, prefill_event(generated, reason, start, target.clock(), out), Pending(out.aux, 0)
+
+
+def prefill_event(generated: list[int], reason: str | None, start: float, now: float,
+                  out: TargetOutput) -> StepEvent:
+    """Step 0 of a speculative run: the prefill and the first token, nothing drafted."""
+    return StepEvent(step=0, drafted=[], accepted=0, emitted=list(generated), verify_ms=(now - start) * 1000,
+                     total_tokens=len(generated), elapsed_ms=(now - start) * 1000, finished=reason is not None,
+                     finish_reason=reason, threads=out.threads, others_running=out.others_running)
+
+
+def cancelled_event(step: int, generated: list[int], start: float, now: float) -> StepEvent:
+    """The step a stopped run ends with: nothing new, marked cancelled."""
+    return StepEvent(step=step, drafted=[], accepted=0, emitted=[], total_tokens=len(generated),
+                     elapsed_ms=(now - start) * 1000, finished=True, finish_reason="cancelled")
+
+
+def check_prompt(target: Target, prompt_ids: list[int]) -> None:
+    if not prompt_ids:
+        raise ValueError("the prompt is empty")
+    if len(prompt_ids) >= target.max_positions:
+        raise ValueError(f"the prompt has {len(prompt_ids)} tokens; the target's context is {target.max_positions}")
+
+
+def attention_mass(probs: torch.Tensor, context: int) -> torch.Tensor:
+    """[sink, context, draft] shares of one query's attention [heads, keys], averaged over heads: key 0, the keys
+    before the first draft position, the rest (the drafts on the query's own branch)."""
+    row = probs.mean(0)
+    return torch.stack([row[0], row[:context].sum(), row[context:].sum()])
+
+
+@dataclass
+class Pending:
+    """Target features the drafter has not read yet: those of positions `start`.. (the context up to the last
+    verification, and its accepted rows). A step's first drafter call reads them all, as EAGLE aligns them: the
+    feature at position t beside the embedding of token t + 1."""
+
+    aux: torch.Tensor  # [positions, 3 * hidden]
+    start: int
+
+    def first_inputs(self, drafter: Eagle3Drafter, draft_cache: DrafterCache,
+                     tokens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Roll the drafter's cache back to `start`; the first call's token ids [1, n] and projected features [1, n,
+        hidden] (the drafter may run in another dtype than the target)."""
+        draft_cache.rollback(self.start)
+        hidden = self.aux.to(drafter.fc.weight.dtype)
+        return torch.tensor([tokens[self.start + 1 :]], device=self.aux.device), drafter.project(hidden)[None]
