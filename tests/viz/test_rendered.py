@@ -1,6 +1,7 @@
-"""playground.viz.rendered: the answer's Markdown rendered with per-character provenance (structure, escaping, every
-visible character once and in its own token's span, one line of HTML, speed); and no U+FFFD when a run's budget cuts
-a character in half (engine.text.IncrementalDecoder.flush), with real tokenizers."""
+"""playground.viz.rendered: the answer's Markdown rendered with per-character provenance (structure, tables, escaping,
+links left as text, every visible character once and in its own token's span, every prefix of a streaming answer,
+one line of HTML, speed); and no U+FFFD when a run's budget cuts a character in half
+(engine.text.IncrementalDecoder.flush), with real tokenizers."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import random
 import re
 import time
 
+from markdown_it import MarkdownIt
 from tokenizers import Tokenizer, decoders, models
 
 from playground.engine import StepEvent
@@ -16,6 +18,7 @@ from playground.engine.text import IncrementalDecoder
 from playground.train.tokenizer import train_tokenizer
 from playground.viz import TokenPiece, provenance_html, rendered_css, rendered_html, token_pieces
 from playground.viz.provenance import span_open
+from playground.viz.rendered_blocks import MARKDOWN, markdown_blocks
 from tests.support.tiny import SAMPLE_TEXT
 
 SPAN = re.compile(r'<span class="(?:tok-draft depth-\d+|tok-target)"[^>]*? title="step (\d+)[,"][^>]*>(.*?)</span>')
@@ -137,10 +140,11 @@ Last paragraph."""
 DOC_VISIBLE = ("Title boldSubText with it, it2, b, and x < y,\non two lines.onetwo emnestedfirstsecondthirdquoted\nmore"
                "Last paragraph.")
 
+# The numbered list is loose (a blank line between two of its items): CommonMark puts each item's text in <p>
 DOC_SKELETON = ('<div class="rendered"><h1><strong></strong></h1><h2></h2>'
                 "<p><em></em><em></em><strong></strong><code></code></p>"
                 "<ul><li></li><li><em></em><ul><li></li></ul></li></ul>"
-                "<ol><li></li><li></li><li></li></ol>"
+                "<ol><li><p></p></li><li><p></p></li><li><p></p></li></ol>"
                 "<blockquote><p><strong></strong></p></blockquote><hr><p></p></div>")
 
 
@@ -203,6 +207,90 @@ def test_model_html_is_escaped_everywhere() -> None:
         assert_provenance(pieces_of(parts), page)
 
 
+def test_links_images_and_html_stay_text() -> None:
+    text = ('[click](javascript:alert(1)) <javascript:alert(1)> ![i](javascript:alert(1)) https://example.com\n\n'
+            '[ref]: javascript:alert(1)\n\n[ref] <a href="javascript:alert(1)">x</a>\n\n'
+            '<div onclick="alert(1)">\n<script>alert(1)</script>\n</div>\n\n| <b>x</b> |\n|---|\n| [y](javascript:z) |')
+    for parts in (words(text), list(text)):
+        page = rendered_html(pieces_of(parts))
+        tags = re.findall(r"<([a-z0-9]+)([^>]*)>", page)
+        assert {tag for tag, _ in tags} == {"div", "p", "br", "span", "table", "thead", "tbody", "tr", "th", "td"}
+        assert not [attributes for _, attributes in tags if re.search(r"href|src|\bon", attributes)]
+        assert skeleton(page) == ('<div class="rendered"><p></p><p></p><p></p><p></p><table><thead><tr><th></th></tr>'
+                                  "</thead><tbody><tr><td></td></tr></tbody></table></div>")
+        assert re.sub(r"\s", "", visible(page)) == re.sub(r"\s|\|-*", "", text)  # all of it, as written
+        assert_provenance(pieces_of(parts), page)
+
+
+def test_table_cells_with_each_character_in_its_token() -> None:
+    parts = ["| Name", " | Size |\n", "|:--", "-|--:|\n", "| a", "lpha | `", "1", "0` |\n", "| b \\", "| c |", " 2 |"]
+    page = rendered_html(pieces_of(parts))
+    left, right = '<td style="text-align:left">', '<td style="text-align:right">'
+    assert skeleton(page) == ('<div class="rendered"><table><thead><tr><th style="text-align:left"></th>'
+                              '<th style="text-align:right"></th></tr></thead><tbody>'
+                              f"<tr>{left}</td>{right}<code></code></td></tr><tr>{left}</td>{right}</td></tr>"
+                              "</tbody></table></div>")
+    # the delimiter row and the pipes are consumed; an escaped pipe is shown without its backslash
+    assert spans(page) == [(0, "Name"), (1, "Size"), (4, "a"), (5, "lpha"), (6, "1"), (7, "0"), (8, "b "), (9, "| c"),
+                           (10, "2")]
+    assert_provenance(pieces_of(parts), page)
+
+
+def test_commonmark_blocks() -> None:
+    """Where CommonMark's blocks differ from a line-by-line reading: setext headings, indented code, a quote's lazy
+    line, a loose list's paragraphs, a fence in a list item ending with the item, a table row without pipes."""
+    cases = {
+        "Title\n===\nSub\n---": "<h1></h1><h2></h2>",
+        "Text\n\n    code\n      more": '<p></p><pre class="md-code"><code></code></pre>',
+        "> quoted\nlazy": "<blockquote><p></p></blockquote>",
+        "- a\n\n  b\n- c": "<ul><li><p></p><p></p></li><li><p></p></li></ul>",
+        "- ```\n  code\nafter": '<ul><li><pre class="md-code"><code></code></pre></li></ul><p></p>',
+        "a | b\n--|--\n1 | 2\n3": "<table><thead><tr><th></th><th></th></tr></thead><tbody><tr><td></td><td></td></tr>"
+                                "<tr><td></td><td></td></tr></tbody></table>",
+    }
+    for text, structure in cases.items():
+        page = rendered_html(pieces_of(words(text)))
+        assert skeleton(page) == f'<div class="rendered">{structure}</div>', text
+        assert_provenance(pieces_of(words(text)), page)
+    assert code_of(rendered_html(pieces_of(words("Text\n\n    code\n      more")))) == ["code\n  more"]
+
+
+STREAMED = [
+    "# Setting up\n\nInstall it with `pip install x`, then **check** the *version*:\n\n1. Open a shell\n2. Run:\n\n"
+    "   ```bash\n   pip install x  # <b>not bold</b>\n   ```\n\n   - nested *item*\n   - another\n       - deeper\n\n"
+    "> A quote with a list:\n> - one\n> - two\n\n| Option | Default | Meaning |\n|:--|:-:|--:|\n"
+    "| `k` | 4 | drafts <i>per</i> step |\n| a \\| b | none | x < y && y > z |\n\nSetext heading\n---\n   \nDone.",
+    "Here is the code:\n\n```python\ndef f(x):\n    return x * 2  # <script>alert(1)</script>\n\n\nprint(f(2))\n```\n"
+    "\nA tilde fence:\n\n~~~\nraw <html> & more\n~~~\n\n    indented code\n\n<div>\n*not* html\n</div>\n",
+    "* a\n* b\n    * c deep\n        * d deeper\n\n  continued *a* paragraph\n1) one\n2) two\n\n10. ten\n\n***\n___\n"
+    "\t tab line\n  \n## Closing ##\n`code` and `` a ` tick `` and ***x*** and snake_case_name\n\n"
+    "1. a loose\n\n2. list\n\n3. goes on\n",
+]
+
+
+def letters(text: str) -> str:
+    return "".join(c for c in text if c.isalnum())
+
+
+def test_every_prefix_of_a_streaming_answer_renders() -> None:
+    """Each prefix, as the stream shows it: no error, one line, every visible character once and in order in its own
+    token's span, and the same letters and digits as CommonMark's own HTML of that prefix (punctuation and spaces
+    may differ: this view keeps line breaks and backslashes, and leaves a link as written). The parse it reuses from
+    the previous prefix gives the same blocks as a parse from scratch."""
+    reference = MarkdownIt("commonmark", {"html": False}).enable("table").disable("reference")
+    for answer in STREAMED:
+        for end in range(len(answer) + 1):
+            prefix = answer[:end]
+            reused = markdown_blocks(prefix)  # what the render below uses
+            assert [(t.type, t.map, t.content, t.hidden, t.attrs, t.meta) for t in reused] == \
+                   [(t.type, t.map, t.content, t.hidden, t.attrs, t.meta) for t in MARKDOWN.parse(prefix)], prefix
+            pieces = pieces_of(chunked(prefix, 3))
+            page = rendered_html(pieces)
+            assert "\n" not in page and page.startswith('<div class="rendered">'), prefix
+            assert_provenance(pieces, page)
+            assert letters(visible(page)) == letters(visible(reference.render(prefix))), prefix
+
+
 def test_one_line_of_html() -> None:
     text = "Para\r\nnext\r\n\r\n```py\r\nx = 1\r\n\r\ny = 2\r\n```\r\n- a\n- b\n\n\nend\tof it\rcr"
     page = rendered_html(pieces_of(words(text)))
@@ -223,7 +311,7 @@ def test_empty_and_textless_pieces() -> None:
 def test_css_and_speed() -> None:
     css = rendered_css()
     for rule in (".rendered ", "pre.md-code", "pre-wrap", "var(--body-text-color", "var(--code-background-fill",
-                 "var(--font-mono"):
+                 "var(--font-mono", ".rendered table", ".rendered th, .rendered td"):
         assert rule in css
     section = ("## Step {n}: set up the *environment*\n\nA **short** note on `pip install`, with my_var.\n"
                "A second line.\n\n- item with `code`\n  - nested\n1. one\n2. two\n\n```python\n"
@@ -232,11 +320,13 @@ def test_css_and_speed() -> None:
     answer = pieces_of(words("".join(section.format(n=i) for i in range(16))))[:1000]
     assert len(answer) == 1000
     times = []
-    for _ in range(5):
+    for k in range(5):  # each a new answer (its first word differs), so no earlier parse is reused
+        pieces = [TokenPiece(0, f"Answer{k}\n\n", 0, None), *answer]
         start = time.perf_counter()
-        rendered_html(answer)
+        rendered_html(pieces)
         times.append(time.perf_counter() - start)
-    # about 2 ms on one free core: the bound only catches a blow-up (such as quadratic time) on a loaded machine
+    # about 4 ms on one free core (2 ms for a streaming update, which reuses the parse of the answer's settled
+    # beginning): the bound only catches a blow-up (such as quadratic time) on a loaded machine
     assert sorted(times)[2] < 0.05, times
     assert_provenance(answer, rendered_html(answer))
 
