@@ -1,0 +1,113 @@
+"""Replay a finished greedy answer under any drafter, k or draft tree: the steps a live greedy run of that
+configuration would have taken over the same text, without running it.
+
+A greedy answer fixes what the target accepts: at every position its choice is the argmax of its logits after the
+answer's prefix. One teacher-forced target pass over prompt + answer gives those choices and the target features
+the drafter reads (`teacher_force`); `replay` then runs the real drafting code (`ChainDrafter`, `draft_tree`) step by
+step, accepting as verification would — the longest run of drafts that equals the target's choices — and feeding the
+drafter the features of the accepted positions, as the live loop does. So the step boundaries, the drafter's inputs
+and the acceptance at every step are a live run's, up to floating-point rounding: the teacher-forced pass computes
+the same features in one forward where a live run computes them k + 1 rows at a time, which can move a drafter's
+argmax where two of its tokens tie to within rounding (tests/engine/test_replay.py measures it).
+
+Cost: one target forward over the text, then the drafter's own work per configuration; no verification forwards.
+Sampled answers are not replayed: their acceptance depends on the random draws.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from .config import GenerationConfig
+from .decode import ChainDrafter
+from .drafter import Eagle3Drafter
+from .loop import Pending
+from .target import Target
+from .trace import StepEvent
+from .tree import draft_tree
+from .tree_shape import TreeShape
+
+
+@dataclass(frozen=True)
+class Forced:
+    """The target over prompt + answer, teacher-forced: its greedy choice after each position, and its features."""
+
+    ids: list[int]  # prompt + answer
+    prompt_len: int
+    choices: list[int]  # choices[t]: the target's argmax after position t
+    aux: torch.Tensor  # [len(ids), 3 * hidden]: the target features the drafter reads
+
+    @property
+    def answer(self) -> list[int]:
+        return self.ids[self.prompt_len :]
+
+    def choice(self, position: int) -> int:
+        """The target's choice after `position`; -1 (no token) past the text."""
+        return self.choices[position] if position < len(self.choices) else -1
+
+
+@torch.inference_mode()
+def teacher_force(target: Target, aux_layers: list[int], prompt_ids: list[int], answer_ids: list[int]) -> Forced:
+    """One target forward over prompt + answer. The answer's tokens must be the target's greedy ones: a ValueError
+    names the first position where they are not (a sampled answer, another target, or a float near-tie)."""
+    if not prompt_ids or not answer_ids:
+        raise ValueError("nothing to replay: the prompt and the answer must both have tokens")
+    ids = list(prompt_ids) + list(answer_ids)
+    if len(ids) > target.max_positions:
+        raise ValueError(f"prompt and answer have {len(ids)} tokens; the target's context is {target.max_positions}")
+    target.expect_rows(len(ids))
+    out = target.forward(ids, target.new_cache(), aux_layers)
+    choices = out.logits.argmax(-1).tolist()
+    prompt_len = len(prompt_ids)
+    differ = next((i for i, token in enumerate(answer_ids) if choices[prompt_len - 1 + i] != token), None)
+    if differ is not None:
+        raise ValueError(f"the answer is not this target's greedy output: at answer token {differ} the target "
+                         f"chooses {choices[prompt_len - 1 + differ]}, the answer has {answer_ids[differ]}")
+    return Forced(ids, prompt_len, choices, out.aux)
+
+
+@torch.inference_mode()
+def replay(forced: Forced, target: Target, drafter: Eagle3Drafter, k: int, tree: TreeShape | None = None,
+           max_new_tokens: int | None = None) -> list[StepEvent]:
+    """The step events (drafted, accepted, emitted; no timings) a live greedy run of this drafter would produce over
+    the forced answer: chains of k, or trees of `tree` (its own depth; k is then unused). Drafting stops
+    where the live loop's budget does: `max_new_tokens` (the answer's length where None) and the target's context."""
+    answer = forced.answer
+    limit = min(max_new_tokens or len(answer), target.max_positions - forced.prompt_len)
+    cfg = GenerationConfig(max_new_tokens=max(limit, 1), k=k, instrument=False)
+    chains = ChainDrafter(drafter, cfg, target, None)
+    tokens = forced.ids[: forced.prompt_len] + answer[:1]  # the prefill's token
+    pending = Pending(forced.aux[: forced.prompt_len], 0)
+    events = [StepEvent(step=0, drafted=[], accepted=0, emitted=answer[:1], total_tokens=1,
+                        finished=len(answer) == 1)]
+    while len(tokens) - forced.prompt_len < len(answer):
+        generated = len(tokens) - forced.prompt_len
+        context = len(tokens) - 1
+        budget = min(limit - generated - 1, target.max_positions - len(tokens) - 1)
+        if tree is None:
+            drafted = chains.draft(tokens, pending, min(k, budget)).drafted.tolist()
+            accepted = next((i for i, token in enumerate(drafted) if token != forced.choice(context + i)),
+                            len(drafted))
+            fields: dict = {}
+        else:
+            depth = min(tree.depth, budget)
+            drafts = draft_tree(drafter, chains.cache, tokens, pending, replace(tree, depth=depth),
+                                chains.vocab_map) if depth > 0 else None
+            if drafts is None or not len(drafts):
+                drafted, accepted, fields = [], 0, {}
+            else:
+                path = drafts.accept([forced.choice(context)]
+                                     + [forced.choice(context + d) for d in drafts.depths])
+                branch = drafts.branch(path)
+                drafted, accepted = [drafts.tokens[i] for i in branch], len(path)
+                fields = {"tree_tokens": drafts.tokens, "tree_parents": drafts.parents, "tree_depths": drafts.depths,
+                          "tree_probs": drafts.probs, "tree_path": path}
+        emitted = answer[generated : generated + accepted + 1]  # the live stopper ends where the answer ends
+        pending = Pending(forced.aux[context : context + len(emitted)], context)
+        tokens += emitted
+        done = len(tokens) - forced.prompt_len >= len(answer)
+        events.append(StepEvent(step=len(events), drafted=drafted, accepted=accepted, emitted=emitted,
+                                total_tokens=len(tokens) - forced.prompt_len, finished=done, **fields))
+    return events
