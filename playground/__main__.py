@@ -1,4 +1,4 @@
-"""Command-line entry point: ``python -m playground {generate,serve,vllm-command,train,bench,bench-engines,space}
+"""Command-line entry point: ``python -m playground {generate,serve,vllm-command,train,bench,bench-engines,replay,space}
 ...``, or ``eagle-playground ...`` after ``pip install -e .`` (pyproject.toml)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import sys
 from playground import environment, flags, generate, serve, space
 from playground.bench import cli as bench_cli
 from playground.bench import engines as bench_engines
+from playground.bench import replay as bench_replay
 from playground.train import cli as train_cli
 
 
@@ -21,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     train_cli.register(commands)
     bench_cli.register(commands)
     bench_engines.register(commands)
+    bench_replay.register(commands)
     space.register(commands)
     args = parser.parse_args(argv)
     threads = getattr(args, "threads", None) or environment.number("PLAYGROUND_THREADS")

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
 from playground.backends import check_run
+from playground.drafting import PLAIN
 from playground.engine import MAX_K, GenerationConfig, RunRecord
+from playground.engine.costs import AutoK, cached_profile, choose_k, measure, profile_path
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.text import IncrementalDecoder
 from playground.engine.threads import busy_text
@@ -23,6 +26,8 @@ from playground.flags import (
     resolve_preset,
     tree_shape,
 )
+from playground.presets import REPO_ROOT, Preset
+from playground.smollm2 import cache_root
 
 
 def _messages(args: argparse.Namespace) -> list[dict]:
@@ -36,6 +41,13 @@ def _messages(args: argparse.Namespace) -> list[dict]:
 def generate(args: argparse.Namespace) -> dict:
     preset = resolve_preset(args)
     drafter = args.drafter_path or args.drafter or preset.default_drafter
+    auto = None
+    if args.k == "auto":
+        auto = choose_auto_k(args, preset, drafter)
+        drafter, args.k = (drafter, auto.k) if auto.k is not None else (PLAIN, 1)
+        print(f"--k auto: {auto.why}", file=sys.stderr)
+    else:
+        args.k = _whole_k(args.k)
     tree = tree_shape(args)
     try:
         cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, temperature=args.temperature,
@@ -56,13 +68,14 @@ def generate(args: argparse.Namespace) -> dict:
             sys.stdout.write(decoder.extend(event.emitted) + (decoder.flush() if event.finished else ""))
             sys.stdout.flush()
     record = RunRecord.of(events, backend.decode(ids), len(prompt_ids), drafter, cfg,
-                          tree.depth if tree else getattr(stream, "k", cfg.k))  # vLLM / remote: the engine's k
+                          tree.depth if tree else getattr(stream, "k", cfg.k),  # vLLM / remote: the engine's k
+                          prompt_ids=prompt_ids)
     target = getattr(backend, "target", None)  # the local engine's: which forward ran
     result = {"preset": preset.name, "target": preset.target, "dtype": preset.dtype,
               "forward": target.forward_path if target is not None else preset.backend,
               "kernels": target.fast.kernels if target is not None and target.fast is not None else None,
               "threads": target.threads.describe() if target is not None and target.threads is not None else None,
-              "tree": asdict(tree) if tree else None, **record.to_dict()}
+              "tree": asdict(tree) if tree else None, "auto_k": auto.to_dict() if auto else None, **record.to_dict()}
     if args.json:
         print(json.dumps(result))
     else:
@@ -74,12 +87,46 @@ def generate(args: argparse.Namespace) -> dict:
     return result
 
 
+def _whole_k(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"--k takes a whole number from 1 to {MAX_K} or auto, got {text!r}") from None
+
+
+def choose_auto_k(args: argparse.Namespace, preset: Preset, drafter: str) -> AutoK:
+    """--k auto: the k predicted fastest from the drafter's acceptance by position (its evaluation.json, beside the
+    drafter folders) and this machine's step costs (measured once at the answer's likely context, then kept)."""
+    if preset.backend != "local" or args.drafter_path or drafter == PLAIN or drafter not in preset.drafters:
+        raise UsageError("--k auto chooses for a preset drafter on our engine (a local preset, --drafter NAME)")
+    source = Path(preset.drafters[drafter]).parent / "evaluation.json"
+    try:
+        rows = json.loads(source.read_text())["acceptance"][drafter]
+        per_position = rows[str(max(int(k) for k in rows))]["per_position_acceptance"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UsageError(f"--k auto needs {drafter}'s acceptance by position ({source}, written by `train "
+                         "evaluate`); there is none: pass --k N") from None
+    backend = make_backend(args, preset)
+    target, loaded = backend.target, backend.drafter(drafter)
+    prompt = backend.encode(_messages(args), chat_template=args.chat_template, raw=args.raw)
+    context = min(max(64, 2 ** round(math.log2(len(prompt) + args.max_new_tokens // 2))), target.max_positions - 40)
+    ids = (prompt * (context // len(prompt) + 1))[: context + 1]
+    names = (preset.target, loaded.source)
+    path = profile_path(cache_root(), names, (), context, str(target.device))
+    if not path.exists():
+        print("--k auto: measuring this machine's step costs (once per machine, pair and context)…", file=sys.stderr)
+    profile = cached_profile(path, lambda: measure(target, loaded.drafter, loaded.aux_layers, ids, names))
+    return choose_k(profile, per_position, str(source.relative_to(REPO_ROOT) if source.is_relative_to(REPO_ROOT)
+                                                 else source))
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("generate", help="generate one answer with a drafter, print text or JSON")
     p.add_argument("--preset", help="named target+drafter pair (default: PLAYGROUND_DEFAULT_PRESET or smollm2-135m)")
     add_pair_flags(p)
     p.add_argument("--drafter", help="none, or a drafter name of the preset (default: eagle3.1 where it has one)")
-    p.add_argument("--k", type=int, default=4, help=f"speculative tokens per step, 1..{MAX_K}")
+    p.add_argument("--k", default="4", help=f"speculative tokens per step, 1..{MAX_K}, or auto: the k predicted "
+                   "fastest on this machine (plain decoding where none pays)")
     add_min_draft_prob_flag(p)
     add_tree_flags(p)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")

@@ -23,19 +23,21 @@ class RunRecord:
     config: GenerationConfig
     metrics: RunMetrics
     steps: list[StepEvent]
+    prompt_ids: list[int] | None = None  # what the target read (a replay needs them); None in older records
 
     @classmethod
     def of(cls, events: list[StepEvent], text: str, prompt_tokens: int, drafter: str, config: GenerationConfig,
-           k: int | None = None) -> RunRecord:
+           k: int | None = None, prompt_ids: list[int] | None = None) -> RunRecord:
         """The record of `events` (metrics summarised at `k`: the engine's own where it differs from the config)."""
         return cls(text=text, token_ids=emitted_ids(events), prompt_tokens=prompt_tokens,
                    finish_reason=events[-1].finish_reason if events else None, drafter=drafter, config=config,
-                   metrics=summarize(events, k or config.k), steps=list(events))
+                   metrics=summarize(events, k or config.k), steps=list(events),
+                   prompt_ids=list(prompt_ids) if prompt_ids is not None else None)
 
     def to_dict(self, with_steps: bool = True) -> dict:
         data = {"text": self.text, "token_ids": self.token_ids, "prompt_tokens": self.prompt_tokens,
                 "finish_reason": self.finish_reason, "drafter": self.drafter, "config": asdict(self.config),
-                "metrics": self.metrics.to_dict()}
+                "metrics": self.metrics.to_dict(), "prompt_ids": self.prompt_ids}
         if with_steps:
             data["steps"] = [e.to_dict() for e in self.steps]
         return data
@@ -49,7 +51,7 @@ class RunRecord:
         steps = [StepEvent(**dict(s, attention=_masses(s.get("attention")))) for s in data.get("steps", [])]
         return cls(text=data["text"], token_ids=list(data["token_ids"]), prompt_tokens=data["prompt_tokens"],
                    finish_reason=data["finish_reason"], drafter=data["drafter"], config=GenerationConfig(**config),
-                   metrics=RunMetrics(**metrics), steps=steps)
+                   metrics=RunMetrics(**metrics), steps=steps, prompt_ids=data.get("prompt_ids"))
 
 
 def _masses(rows: list[dict] | None) -> list[AttentionMass] | None:

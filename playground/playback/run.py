@@ -56,6 +56,7 @@ class Run:
     engine: str = "local"  # the backend that ran it (local, vllm, remote)
     compute: str = ""  # its kernels and thread policy (Backend.compute)
     held: str | None = None  # what its backend held when it finished, beyond the app's process (Backend.held)
+    prompt_ids: list[int] = field(default_factory=list)  # what the target read: its record carries them (replay)
     tally: RunTally = field(init=False)  # the events' totals, kept as they arrive: a render reads, never re-counts
 
     def __post_init__(self) -> None:
@@ -123,7 +124,7 @@ class Run:
         view = view or self.view()
         s = self.settings
         run = RunRecord(self.text, self.token_ids, self.prompt_tokens, self.finish_reason, s.drafter,
-                        s.generation_config(), view.metrics, self.events)
+                        s.generation_config(), view.metrics, self.events, self.prompt_ids or None)
         verdict = plain_verdict(view)
         return {"run": name, "status": self.status, "settings": asdict(s), "precision": self.precision,
                 "compute": self.compute,
@@ -166,7 +167,7 @@ class RunDriver:
                  should_stop: Callable[[], bool]) -> None:
         self.run = Run(settings, len(prompt_ids), missing_fields=dict(backend.missing_fields),
                        precision=precision_label(backend.preset.dtype, backend.exact_speculation, settings.plain),
-                       engine=backend.name, compute=backend.compute)
+                       engine=backend.name, compute=backend.compute, prompt_ids=list(prompt_ids))
         self._backend, self._prompt_ids, self._should_stop = backend, prompt_ids, should_stop
         self.paces_itself = backend.capabilities.paces_itself
         self._stops_itself = backend.capabilities.checks_stop  # else advance() asks should_stop between steps

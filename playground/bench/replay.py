@@ -1,0 +1,146 @@
+"""`python -m playground replay RECORD.json`: what each drafter, k and tree would have bought on a finished greedy
+answer — its acceptance replayed exactly (engine/replay.py) and its speedup predicted from this machine's measured
+step costs (engine/costs.py) — without running any of them live.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from playground.backends.local import LocalBackend
+from playground.drafting import PLAIN
+from playground.engine import RunRecord, TreeShape, summarize
+from playground.engine.costs import CostProfile, cached_profile, measure, profile_path
+from playground.engine.replay import Forced, replay, teacher_force
+from playground.flags import UsageError, make_backend, parse_int_list, resolve_preset
+from playground.presets import DRAFTER_LABELS
+from playground.smollm2 import cache_root
+
+DEFAULT_KS = (1, 2, 3, 4, 5, 6, 8)
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One configuration replayed over the answer."""
+
+    drafter: str
+    k: int
+    tree_nodes: int  # 0: chains
+    acceptance_length: float | None  # tokens per drafting step
+    drafting_steps: int
+    accepted_tokens: int
+    verified_per_step: float | None  # rows each verification forward held (a tree's nodes + 1)
+    predicted_speedup: float | None
+    predicted_range: tuple[float, float] | None
+
+
+def context_bucket(tokens: int, max_positions: int) -> int:
+    """The context length a profile is measured at: the answer's middle rounded to a power of two (64 at least), so
+    answers of similar length share one measurement."""
+    return min(max(64, 2 ** round(math.log2(max(tokens, 1)))), max_positions - 40)
+
+
+def profile_for(backend: LocalBackend, drafter: str, forced: Forced, trees: tuple[TreeShape, ...],
+                fresh: bool = False) -> CostProfile:
+    """This machine's step costs for the target and `drafter`, measured at the answer's context bucket (kept in the
+    cache folder; `fresh` measures again)."""
+    target, loaded = backend.target, backend.drafter(drafter)
+    context = context_bucket(forced.prompt_len + len(forced.answer) // 2, target.max_positions)
+    ids = (forced.ids * (context // len(forced.ids) + 1))[: context + 1]
+    names = (backend.preset.target, loaded.source)
+    path = profile_path(cache_root(), names, trees, context, str(target.device))
+    if fresh and path.exists():
+        path.unlink()
+    return cached_profile(path, lambda: measure(target, loaded.drafter, loaded.aux_layers, ids, names, trees))
+
+
+def replay_answer(backend: LocalBackend, prompt_ids: list[int], answer_ids: list[int], drafters: list[str],
+                  ks: tuple[int, ...], tree_nodes: tuple[int, ...] = (), max_new_tokens: int | None = None,
+                  predict: bool = True, fresh: bool = False) -> tuple[list[Replayed], dict[str, CostProfile]]:
+    """Every drafter × (k chains, then k-deep trees of each size in `tree_nodes`) replayed over the answer, with its
+    predicted speedup where `predict`; and the cost profiles used, by drafter."""
+    target = backend.target
+    first = backend.drafter(drafters[0])
+    forced = teacher_force(target, first.aux_layers, prompt_ids, answer_ids)
+    rows, profiles = [], {}
+    for name in drafters:
+        loaded = backend.drafter(name)
+        configs = [(k, None) for k in ks] + [(k, TreeShape.k_deep(k, n)) for n in tree_nodes for k in ks]
+        trees = tuple(dict.fromkeys(tree for _, tree in configs if tree is not None))
+        profile = profile_for(backend, name, forced, trees, fresh) if predict else None
+        if profile is not None:
+            profiles[name] = profile
+        for k, tree in configs:
+            events = replay(forced, target, loaded.drafter, k, tree, max_new_tokens)
+            metrics = summarize(events, tree.depth if tree else k)
+            speedup = profile.predict(events, tree) if profile else None
+            rows.append(Replayed(name, k, tree.nodes if tree else 0, metrics.mean_acceptance_length,
+                                 metrics.drafting_steps, metrics.accepted_tokens, metrics.verified_per_step,
+                                 speedup[0] if speedup else None, speedup[1:] if speedup else None))
+    return rows, profiles
+
+
+def run(args: argparse.Namespace) -> dict:
+    record = RunRecord.from_dict(json.loads(Path(args.record).read_text()))
+    if record.prompt_ids is None:
+        raise UsageError(f"{args.record} has no prompt_ids: replay needs a record written by this version's "
+                         "`generate --json` (or the app's export)")
+    if not record.config.greedy:
+        raise UsageError(f"{args.record} was sampled (temperature {record.config.temperature:g}): only greedy "
+                         "answers replay exactly")
+    preset = resolve_preset(args)
+    backend = make_backend(args, preset)
+    if not isinstance(backend, LocalBackend):
+        raise UsageError("replay runs the local engine: use a local preset")
+    drafters = [d for d in (args.drafters or ",".join(preset.drafters)).split(",") if d and d != PLAIN]
+    unknown = [d for d in drafters if d not in preset.drafters]
+    if unknown or not drafters:
+        raise UsageError(f"replay's drafters come from the preset: {', '.join(preset.drafters)}; "
+                         f"got {unknown or 'none'}")
+    ks = parse_int_list(args.k, "--k") or DEFAULT_KS
+    trees = parse_int_list(args.tree_nodes, "--tree-nodes") or ()
+    try:
+        rows, profiles = replay_answer(backend, record.prompt_ids, record.token_ids, drafters, ks, trees,
+                                       record.config.max_new_tokens, predict=not args.no_predict,
+                                       fresh=args.fresh_profile)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    result = {"record": args.record, "preset": preset.name, "answer_tokens": len(record.token_ids),
+              "ran": {"drafter": record.drafter, "k": record.config.k, "metrics": record.metrics.to_dict()},
+              "configs": [asdict(r) for r in rows],
+              "profiles": {name: p.to_dict() for name, p in profiles.items()}}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{len(record.token_ids)} answer tokens, replayed (acceptance exact; speedup predicted from this "
+              "machine's step costs):")
+        for r in rows:
+            shape = f"tree {r.tree_nodes:>3} nodes" if r.tree_nodes else "chain"
+            accept = f"{r.acceptance_length:.2f}" if r.acceptance_length else "—"
+            speed = (f"{r.predicted_speedup:.2f}× ({r.predicted_range[0]:.2f}–{r.predicted_range[1]:.2f})"
+                     if r.predicted_speedup else "—")
+            print(f"  {DRAFTER_LABELS.get(r.drafter, r.drafter):<10} k={r.k:<2} {shape:<16} acceptance length "
+                  f"{accept:>5}  predicted speedup {speed}", file=sys.stdout)
+    return result
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("replay", help="replay a greedy answer under every drafter, k and tree; predict each "
+                              "one's speedup on this machine")
+    p.add_argument("record", help="a `generate --json` record (greedy; with prompt_ids)")
+    p.add_argument("--preset", help="the pair the record was written with (default: PLAYGROUND_DEFAULT_PRESET or "
+                   "smollm2-135m)")
+    p.add_argument("--target", help="the target the record was written with, where not the preset's (a Hugging Face "
+                   "model folder or Hub id)")
+    p.add_argument("--drafters", help="comma list of the preset's drafters (default: all of them)")
+    p.add_argument("--k", help=f"comma list of k to replay (default: {','.join(map(str, DEFAULT_KS))})")
+    p.add_argument("--tree-nodes", help="comma list of tree sizes to replay as k-deep trees (default: none)")
+    p.add_argument("--no-predict", action="store_true", help="acceptance only: no cost profile, no speedup")
+    p.add_argument("--fresh-profile", action="store_true", help="measure this machine's step costs again")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.set_defaults(func=run, backend=None, device=None, dtype=None)

@@ -1,0 +1,233 @@
+"""What a step costs on this machine, for one target and drafter, measured once and kept: a plain step, verifying N
+rows in one target forward, and drafting a chain of k or a tree. With a replay (engine/replay.py) it predicts a
+configuration's speedup without running it: the answer's tokens at the plain step's cost, over the sum of each
+replayed step's drafting and verification.
+
+The measurement runs the engine's own calls as its loops run them (threads set per phase by the target, drafting on
+one thread), at one context length, in rounds that time every item once, so a neighbour that comes and goes touches
+them all alike. Each cost keeps its median and its 10th-90th percentile range; the prediction's range combines the
+extremes. What it leaves out: the context growing during an answer (costs are taken at `context` tokens) and the
+Python work between calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from .config import GenerationConfig
+from .decode import ChainDrafter
+from .loop import Pending
+from .trace import StepEvent
+from .tree import draft_tree
+from .tree_shape import TreeShape
+
+VERIFY_ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 13, 17, 25, 33)  # measured; others interpolated
+CHAIN_KS = tuple(range(1, 9))
+PENDING_ROWS = 3  # target features a typical step's first drafter call reads (accepted drafts + 1)
+
+
+@dataclass(frozen=True)
+class Cost:
+    ms: float  # median
+    low: float  # 10th percentile
+    high: float  # 90th percentile
+
+    @classmethod
+    def of(cls, samples: list[float]) -> Cost:
+        ordered = sorted(samples)
+        at = lambda q: ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]  # noqa: E731
+        return cls(statistics.median(ordered), at(0.1), at(0.9))
+
+
+@dataclass
+class CostProfile:
+    machine: dict
+    target: str
+    drafter: str
+    context: int
+    plain: Cost
+    verify: dict[int, Cost]  # rows -> one target forward over them
+    chain: dict[int, Cost]  # k -> drafting a chain of k
+    tree: dict[str, Cost] = field(default_factory=dict)  # TreeShape as "depth/topk/nodes" -> drafting it
+
+    def verify_cost(self, rows: int) -> Cost:
+        """Measured, or linear between the nearest measured row counts (beyond the last: its slope)."""
+        if rows in self.verify:
+            return self.verify[rows]
+        known = sorted(self.verify)
+        below = max((r for r in known if r < rows), default=known[0])
+        above = min((r for r in known if r > rows), default=None)
+        if above is None:
+            below, above = known[-2], known[-1]
+        t = (rows - below) / (above - below)
+        a, b = self.verify[below], self.verify[above]
+        return Cost(*(x + t * (y - x) for x, y in ((a.ms, b.ms), (a.low, b.low), (a.high, b.high))))
+
+    def drafting_cost(self, event: StepEvent, tree: TreeShape | None) -> Cost:
+        if not event.drafted and not event.tree_tokens:
+            return Cost(0.0, 0.0, 0.0)
+        if tree is not None and event.tree_tokens is not None:
+            return self.tree.get(tree_key(tree), self.chain[min(len(self.chain), max(self.chain))])
+        return self.chain[min(len(event.drafted), max(self.chain))]
+
+    def predict(self, events: list[StepEvent], tree: TreeShape | None = None) -> tuple[float, float, float]:
+        """(speedup, low, high) of the replayed steps `events` over plain decoding of the same tokens, the prefill
+        left out of both (as the live speedup leaves it out)."""
+        steps = [e for e in events if e.step > 0]
+        tokens = sum(len(e.emitted) for e in steps)
+        if not tokens:
+            return 1.0, 1.0, 1.0
+        spent = [(self.drafting_cost(e, tree), self.verify_cost(len(e.tree_tokens) + 1 if e.tree_tokens is not None
+                                                                  else len(e.drafted) + 1)) for e in steps]
+        total = [sum(getattr(d, part) + getattr(v, part) for d, v in spent) for part in ("ms", "low", "high")]
+        return (tokens * self.plain.ms / total[0], tokens * self.plain.low / total[2],
+                tokens * self.plain.high / total[1])
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["verify"] = {str(k): v for k, v in data["verify"].items()}
+        data["chain"] = {str(k): v for k, v in data["chain"].items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CostProfile:
+        costs = lambda d: {key: Cost(**value) for key, value in d.items()}  # noqa: E731
+        return cls(data["machine"], data["target"], data["drafter"], data["context"], Cost(**data["plain"]),
+                   {int(k): v for k, v in costs(data["verify"]).items()},
+                   {int(k): v for k, v in costs(data["chain"]).items()}, costs(data.get("tree", {})))
+
+
+def tree_key(tree: TreeShape) -> str:
+    return f"{tree.depth}/{tree.topk}/{tree.nodes}"
+
+
+@torch.inference_mode()
+def measure(target, drafter, aux_layers: list[int], context_ids: list[int], names: tuple[str, str],
+            trees: tuple[TreeShape, ...] = (), rounds: int = 7) -> CostProfile:
+    """Time each cost `rounds` times, in rounds that take every item once, at the context `context_ids`."""
+    context = len(context_ids) - 1
+    cache = target.new_cache()
+    target.expect_rows(max(VERIFY_ROWS))
+    prefix = target.forward(context_ids[:-1], cache, aux_layers)
+    aux = prefix.aux
+    chains = ChainDrafter(drafter, GenerationConfig(k=max(CHAIN_KS), instrument=False), target, None)
+    chains.draft(context_ids, Pending(aux, 0), 1)  # the drafter's cache holds the context
+    pending = Pending(aux[context - PENDING_ROWS : context], context - PENDING_ROWS)
+    rows_ids = torch.tensor(context_ids[-1:] * max(VERIFY_ROWS), device=target.device)
+
+    def plain() -> None:
+        target.forward(context_ids[-1:], cache, last_only=True)
+        cache.rollback(context)
+
+    def verify(rows: int):
+        def run() -> None:
+            target.forward(rows_ids[:rows], cache, aux_layers)
+            cache.rollback(context)
+        return run
+
+    def chain(k: int):
+        def run() -> None:
+            target.use_threads(1)
+            chains.draft(context_ids, pending, k)
+        return run
+
+    def drafted_tree(shape: TreeShape):
+        def run() -> None:
+            target.use_threads(1)
+            draft_tree(drafter, chains.cache, context_ids, pending, shape, chains.vocab_map)
+        return run
+
+    items = {("plain", 0): plain, **{("verify", r): verify(r) for r in VERIFY_ROWS},
+             **{("chain", k): chain(k) for k in CHAIN_KS}, **{("tree", tree_key(t)): drafted_tree(t) for t in trees}}
+    samples: dict[tuple, list[float]] = {key: [] for key in items}
+    for run in items.values():  # warm-up: first calls pay for allocation and kernel choice
+        run()
+    for _ in range(rounds):
+        for key, run in items.items():
+            start = target.clock()
+            run()
+            samples[key].append((target.clock() - start) * 1000)
+    cost = {key: Cost.of(values) for key, values in samples.items()}
+    return CostProfile(this_machine(str(target.device)), names[0], names[1], context, cost[("plain", 0)],
+                       {r: cost[("verify", r)] for r in VERIFY_ROWS}, {k: cost[("chain", k)] for k in CHAIN_KS},
+                       {tree_key(t): cost[("tree", tree_key(t))] for t in trees})
+
+
+def this_machine(device: str) -> dict:
+    """What the costs were measured on: the CPU's name, its cores, torch, the device."""
+    cpu = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    gpu = torch.cuda.get_device_name() if device.startswith("cuda") and torch.cuda.is_available() else None
+    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "device": device, "gpu": gpu}
+
+
+def profile_path(root: Path, names: tuple[str, str], trees: tuple[TreeShape, ...], context: int,
+                 device: str = "cpu") -> Path:
+    """Where a profile of this machine, pair, context and trees is kept."""
+    machine = this_machine(device)
+    key = json.dumps([machine, *names, context, [tree_key(t) for t in trees]])
+    return root / "cost-profiles" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+
+
+def cached_profile(path: Path, make) -> CostProfile:
+    """The profile at `path`, or `make()` measured now and written there."""
+    if path.exists():
+        try:
+            return CostProfile.from_dict(json.loads(path.read_text()))
+        except (ValueError, KeyError, TypeError):
+            pass  # an older or broken file: measure again
+    profile = make()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(profile.to_dict(), indent=1))
+    tmp.replace(path)
+    return profile
+
+
+def expected_tokens(per_position: list[float], k: int) -> float:
+    """Tokens a chain of k emits per step on average: the target's own, plus each position's acceptance (the share
+    of drafting steps whose draft there was accepted, vLLM's per-position rate, which already counts a rejection
+    before it)."""
+    return 1 + sum(per_position[:k])
+
+
+@dataclass(frozen=True)
+class AutoK:
+    """What `--k auto` chose and why."""
+
+    k: int | None  # None: plain decoding
+    predicted: dict[int, float]  # k -> predicted speedup over plain decoding
+    why: str
+
+    def to_dict(self) -> dict:
+        return {"k": self.k, "predicted_speedup": {str(k): round(v, 3) for k, v in self.predicted.items()},
+                "why": self.why}
+
+
+def choose_k(profile: CostProfile, per_position: list[float], source: str, most: int = 8,
+             margin: float = 1.05) -> AutoK:
+    """The k predicted fastest from the drafter's acceptance by position and this machine's step costs; plain
+    decoding where none is predicted to beat it by `margin` (a speedup inside the prediction's error is not one)."""
+    predicted = {k: expected_tokens(per_position, k) * profile.plain.ms
+                 / (profile.chain[k].ms + profile.verify_cost(k + 1).ms)
+                 for k in range(1, min(most, len(per_position), max(profile.chain)) + 1)}
+    if not predicted:
+        return AutoK(None, {}, f"no acceptance by position in {source}: plain decoding")
+    best = max(predicted, key=predicted.__getitem__)
+    table = ", ".join(f"k={k} {v:.2f}x" for k, v in predicted.items())
+    if predicted[best] < margin:
+        return AutoK(None, predicted, f"no k is predicted to beat plain decoding by {margin - 1:.0%} on this machine "
+                                      f"({table}; acceptance from {source}): plain decoding")
+    return AutoK(best, predicted, f"k={best} is predicted fastest on this machine ({table}; acceptance from {source})")

@@ -1,0 +1,84 @@
+"""`python -m playground replay`: a `generate --json` record of the tiny pair replayed under every drafter and k —
+the configuration that ran gives back its own acceptance, and every other the acceptance of its own live run — with
+speedups predicted from a cost profile measured here; and the cost model's arithmetic on a profile written by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from playground.engine import StepEvent, TreeShape
+from playground.engine.costs import Cost, CostProfile
+
+
+def run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
+    from playground.__main__ import main
+
+    capsys.readouterr()
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def record(capsys, tmp_path: Path, name: str, *flags: str) -> Path:
+    code, out, err = run(capsys, "generate", "--prompt", "Hello there", "--max-new-tokens", "32", "--json",
+                         "--no-instrument", *flags)
+    assert code == 0, err
+    path = tmp_path / f"{name}.json"
+    path.write_text(out)
+    return path
+
+
+def test_replay_gives_each_configuration_its_live_acceptance(capsys, tmp_path: Path, pair_models: Path,
+                                                              monkeypatch) -> None:
+    monkeypatch.setenv("PLAYGROUND_CACHE_DIR", str(tmp_path / "cache"))
+    ran = record(capsys, tmp_path, "ran", "--drafter", "eagle3.1", "--k", "4")
+    code, out, err = run(capsys, "replay", str(ran), "--k", "1,2,4", "--tree-nodes", "6", "--json")
+    assert code == 0, err
+    configs = {(c["drafter"], c["k"], c["tree_nodes"]): c for c in json.loads(out)["configs"]}
+    assert len(configs) == 2 * 3 * 2
+    for (drafter, k, nodes), config in configs.items():
+        flags = ["--drafter", drafter, "--k", str(k)] + (["--tree-nodes", str(nodes)] if nodes else [])
+        live = json.loads(record(capsys, tmp_path, f"{drafter}-{k}-{nodes}", *flags).read_text())
+        assert config["acceptance_length"] == pytest.approx(live["metrics"]["mean_acceptance_length"]), \
+            (drafter, k, nodes)
+        assert config["drafting_steps"] == live["metrics"]["drafting_steps"]
+        low, high = config["predicted_range"]
+        assert 0 < low <= config["predicted_speedup"] <= high
+    profiles = list((tmp_path / "cache" / "cost-profiles").glob("*.json"))
+    assert len(profiles) == 2  # one per drafter, kept for the next replay
+
+
+def test_replay_refuses_what_it_cannot_replay(capsys, tmp_path: Path, pair_models: Path) -> None:
+    sampled = record(capsys, tmp_path, "sampled", "--temperature", "0.8", "--seed", "1")
+    code, _, err = run(capsys, "replay", str(sampled), "--no-predict")
+    assert code != 0 and "only greedy answers replay exactly" in err and len(err.strip().splitlines()) == 1
+    old = json.loads(record(capsys, tmp_path, "old").read_text())
+    del old["prompt_ids"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    code, _, err = run(capsys, "replay", str(tmp_path / "old.json"))
+    assert code != 0 and "has no prompt_ids" in err
+
+
+def test_the_prediction_is_plain_time_over_drafting_and_verification() -> None:
+    """Plain steps of 10 ms; verifying r rows 10 + r ms; a chain of k 2k ms. Two steps drafting 4 (3 then 4
+    accepted) emit 9 tokens in (8 + 15) * 2 = 46 ms, where plain decoding takes 90 ms."""
+    flat = lambda ms: Cost(ms, ms, ms)  # noqa: E731
+    profile = CostProfile({}, "t", "d", 64, flat(10), {r: flat(10 + r) for r in (1, 2, 5, 9)},
+                          {k: flat(2 * k) for k in range(1, 9)})
+    steps = [StepEvent(0, [], 0, [1]), StepEvent(1, [5, 6, 7, 8], 3, [5, 6, 7, 9]),
+             StepEvent(2, [1, 2, 3, 4], 4, [1, 2, 3, 4, 5])]
+    assert profile.predict(steps) == pytest.approx((90 / 46, 90 / 46, 90 / 46))
+    assert profile.verify_cost(7).ms == pytest.approx(17)  # between the measured 5 and 9 rows
+    assert profile.verify_cost(20).ms == pytest.approx(30)  # beyond the last: its slope
+    tree = TreeShape(depth=2, topk=2, nodes=4)
+    profile.tree["2/2/4"] = flat(3)
+    tree_step = StepEvent(1, [5, 6], 1, [5, 9], tree_tokens=[5, 6, 7, 8], tree_parents=[-1, 0, -1, 2],
+                          tree_depths=[1, 2, 1, 2], tree_path=[0])
+    assert profile.predict([tree_step], tree) == pytest.approx((20 / (3 + 15),) * 3)  # 5 rows verified
+    noisy = CostProfile({}, "t", "d", 64, Cost(10, 8, 12), {1: Cost(11, 10, 13), 9: Cost(19, 18, 21)},
+                        {k: Cost(2 * k, 2 * k, 2 * k) for k in range(1, 9)})
+    speedup, low, high = noisy.predict(steps)
+    assert low < speedup < high and low == pytest.approx(9 * 8 / (2 * (8 + 17)))  # fastest plain, slowest steps

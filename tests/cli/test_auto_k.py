@@ -1,0 +1,62 @@
+"""`generate --k auto`: the k predicted fastest from the drafter's acceptance by position and this machine's step
+costs, plain decoding where nothing pays (an untrained drafter), and the record saying what it chose and why."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from playground.engine.costs import Cost, CostProfile, choose_k
+
+
+def flat(ms: float) -> Cost:
+    return Cost(ms, ms, ms)
+
+
+PROFILE = CostProfile({}, "t", "d", 64, flat(30), {r: flat(30 + 2 * r) for r in (1, 2, 3, 5, 9)},
+                      {k: flat(3 * k) for k in range(1, 9)})
+
+
+def test_the_choice_is_the_best_predicted_k_or_plain() -> None:
+    """With 30 ms plain steps, verification 30 + 2r ms and drafting 3 ms a token: acceptance falling by position
+    makes k = 4 best here (its prediction is worked by hand below); near-zero acceptance makes none pay."""
+    good = [0.9, 0.8, 0.6, 0.5, 0.2, 0.1, 0.05, 0.02]
+    choice = choose_k(PROFILE, good, "a test")
+    assert choice.k == 4
+    assert choice.predicted[4] == pytest.approx((1 + 0.9 + 0.8 + 0.6 + 0.5) * 30 / (12 + 40))
+    assert choice.predicted[4] == max(choice.predicted.values()) and "k=4 is predicted fastest" in choice.why
+    untrained = choose_k(PROFILE, [0.02] * 8, "a test")
+    assert untrained.k is None and "plain decoding" in untrained.why
+    barely = choose_k(PROFILE, [0.25, 0.01], "a test")  # k = 1: 1.25 * 30 / 37 = 1.01x, inside the 5 % margin
+    assert barely.k is None
+
+
+def test_generate_k_auto_falls_back_to_plain_for_an_untrained_drafter(capsys, pair_models: Path, tmp_path: Path,
+                                                                       monkeypatch) -> None:
+    from playground.__main__ import main
+
+    monkeypatch.setenv("PLAYGROUND_CACHE_DIR", str(tmp_path / "cache"))
+    evaluation = pair_models / "evaluation.json"  # beside the drafter folders, as `train evaluate` writes it
+    evaluation.write_text(json.dumps({"acceptance": {"eagle3.1": {"8": {"per_position_acceptance": [0.01] * 8}}}}))
+    try:
+        code = main(["generate", "--prompt", "Hello there", "--max-new-tokens", "12", "--k", "auto", "--json"])
+        out = capsys.readouterr()
+        assert code == 0, out.err
+        record = json.loads(out.out)
+        assert record["drafter"] == "none" and record["auto_k"]["k"] is None
+        assert "plain decoding" in record["auto_k"]["why"] and "--k auto:" in out.err
+        assert set(record["auto_k"]["predicted_speedup"]) == {str(k) for k in range(1, 9)}
+        evaluation.unlink()
+        code = main(["generate", "--prompt", "Hello there", "--k", "auto"])
+        assert code != 0 and "needs eagle3.1's acceptance by position" in capsys.readouterr().err
+    finally:
+        evaluation.unlink(missing_ok=True)
+
+
+def test_k_takes_a_number_or_auto(capsys, pair_models: Path) -> None:
+    from playground.__main__ import main
+
+    assert main(["generate", "--prompt", "Hello there", "--k", "four"]) != 0
+    assert "--k takes a whole number from 1 to 16 or auto, got 'four'" in capsys.readouterr().err
