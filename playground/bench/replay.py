@@ -61,16 +61,18 @@ def profile_for(backend: LocalBackend, drafter: str, forced: Forced, trees: tupl
 
 def replay_answer(backend: LocalBackend, prompt_ids: list[int], answer_ids: list[int], drafters: list[str],
                   ks: tuple[int, ...], tree_nodes: tuple[int, ...] = (), max_new_tokens: int | None = None,
-                  predict: bool = True, fresh: bool = False) -> tuple[list[Replayed], dict[str, CostProfile]]:
-    """Every drafter × (k chains, then k-deep trees of each size in `tree_nodes`) replayed over the answer, with its
-    predicted speedup where `predict`; and the cost profiles used, by drafter."""
+                  predict: bool = True, fresh: bool = False, tree_ks: tuple[int, ...] | None = None
+                  ) -> tuple[list[Replayed], dict[str, CostProfile]]:
+    """Every drafter × (k chains, then trees of each size in `tree_nodes`, k deep for each k of `tree_ks`, default
+    `ks`) replayed over the answer, with its predicted speedup where `predict`; and the cost profiles used."""
     target = backend.target
     first = backend.drafter(drafters[0])
     forced = teacher_force(target, first.aux_layers, prompt_ids, answer_ids)
     rows, profiles = [], {}
     for name in drafters:
         loaded = backend.drafter(name)
-        configs = [(k, None) for k in ks] + [(k, TreeShape.k_deep(k, n)) for n in tree_nodes for k in ks]
+        configs = [(k, None) for k in ks] + [(k, TreeShape.k_deep(k, n)) for n in tree_nodes
+                                              for k in (tree_ks or ks)]
         trees = tuple(dict.fromkeys(tree for _, tree in configs if tree is not None))
         profile = profile_for(backend, name, forced, trees, fresh) if predict else None
         if profile is not None:
@@ -144,3 +146,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--fresh-profile", action="store_true", help="measure this machine's step costs again")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(func=run, backend=None, device=None, dtype=None)
+
+
+APP_KS = (1, 2, 3, 4, 5, 6, 8)
+APP_TREE_NODES = (8, 16)
+APP_TREE_KS = (4,)
+
+
+def replay_problem(run) -> str | None:
+    """Why the app cannot replay this run (a playback Run), or None."""
+    if not run.finished or not run.token_ids:
+        return "the answer is not finished"
+    if run.settings.temperature != 0:
+        return "the answer was sampled: only greedy answers replay exactly (set the temperature to 0)"
+    if run.engine != "local" or not run.prompt_ids:
+        return "replay runs our engine: this answer came from another engine"
+    return None
+
+
+def replay_run(backend: LocalBackend, run) -> tuple[list[Replayed], str]:
+    """The app's table for a finished greedy run: both drafters at APP_KS and trees of APP_TREE_NODES at k = 4,
+    predicted on this machine; and a line setting the configuration that ran against its measured speedup."""
+    s = run.settings
+    rows, _ = replay_answer(backend, run.prompt_ids, run.token_ids, list(backend.preset.drafters), APP_KS,
+                            APP_TREE_NODES, s.max_new_tokens, tree_ks=APP_TREE_KS)
+    ran = next((r for r in rows if (r.drafter, r.k, r.tree_nodes) == (s.drafter, s.k, s.tree_nodes)), None)
+    measured = run.view().speedup
+    if ran is None:
+        line = f"The answer ran with {s.drafter_label}: not among the replayed configurations."
+    else:
+        line = (f"The answer ran with {s.drafter_label}, k = {s.k}: predicted {ran.predicted_speedup:.2f}× "
+                f"({ran.predicted_range[0]:.2f}–{ran.predicted_range[1]:.2f}), measured "
+                + (f"{measured:.2f}×." if measured else "not yet (no plain baseline)."))
+    return rows, line

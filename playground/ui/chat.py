@@ -7,13 +7,15 @@ from collections.abc import Callable, Iterator
 
 import gradio as gr
 
+from playground.backends import shared_backend
 from playground.bench.engines import instrumentation_note
+from playground.bench.replay import replay_problem, replay_run
 from playground.examples import CHAT_EXAMPLES, EXAMPLES_LABEL
 from playground.playback import ChartPace, Conversation, Run, chat_turn, regenerate_turn
 from playground.playback.baseline import ALONGSIDE, SHARE_IN_CHAT
 from playground.playback.run_settings import RequestError, RunSettings
 from playground.playback.share import link_problem, settings_from_query, share_query
-from playground.presets import Preset
+from playground.presets import DRAFTER_LABELS, Preset, get_preset
 from playground.viz import (
     TITLES,
     RunView,
@@ -159,6 +161,27 @@ def export(system: str, conversation: Conversation) -> list[str]:
     return export_files(runs, conversation.messages(system or ""), TAB)
 
 
+REPLAY_COLUMNS = ["drafter", "k", "tree nodes", "acceptance length", "verified rows / step", "predicted speedup",
+                  "range"]
+
+
+def replay_last(conversation: Conversation) -> Iterator[tuple[str, list[list]]]:
+    """The last answer replayed (bench.replay.replay_run), as the panel's line and table."""
+    if not conversation.exchanges:
+        raise RequestError("nothing to replay yet: send a prompt first")
+    run = conversation.exchanges[-1].run
+    problem = replay_problem(run)
+    if problem:
+        raise RequestError(f"cannot replay the last answer: {problem}")
+    rows, line = replay_run(shared_backend(get_preset(run.settings.preset)), run)
+    table = [[DRAFTER_LABELS.get(r.drafter, r.drafter), r.k, r.tree_nodes or "chain",
+              f"{r.acceptance_length:.2f}" if r.acceptance_length else "—",
+              f"{r.verified_per_step:.1f}" if r.verified_per_step else "—",
+              f"{r.predicted_speedup:.2f}×" if r.predicted_speedup else "—",
+              f"{r.predicted_range[0]:.2f}–{r.predicted_range[1]:.2f}" if r.predicted_range else "—"] for r in rows]
+    yield escape_html(line), table
+
+
 def link_markdown(conversation: Conversation) -> str:
     """A link that opens this page on the last prompt with its run's settings (playback.share)."""
     if not conversation.exchanges:
@@ -237,6 +260,14 @@ def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPa
             status = gr.Markdown(elem_id="chat-status", elem_classes="status-line")  # under Send: where the eye is
             example_prompts(prompt)
             stats = gr.HTML(elem_id="chat-stats")
+            with gr.Accordion("What would each drafter buy on this answer?", open=False, elem_id="replay-panel"):
+                gr.Markdown("The last answer replayed under each drafter, k and tree: the acceptance a live greedy "
+                            "run of each would have on this text (exact), and its speedup predicted from this "
+                            "machine's measured step costs (measured once, then kept).", elem_classes="preset-info")
+                replay_button = gr.Button("Replay the last answer", elem_id="replay", size="sm")
+                replay_note = gr.Markdown(elem_id="replay-note", elem_classes="status-line")
+                replay_table = gr.Dataframe(headers=REPLAY_COLUMNS, elem_id="replay-table", interactive=False,
+                                            show_label=False)
             with gr.Accordion("A tree run: any step's tree", open=False, elem_id="tree-step-panel"):
                 step_box = CheckedNumber(None, label="Step", minimum=1, step=1, elem_id="tree-step",
                                          info="the cards show the latest step's tree; each token's step is in its "
@@ -290,6 +321,8 @@ def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPa
                        queue=False, api_name="clear").then(lambda: "", None, link, queue=False,
                                                            api_visibility="private")
     export_button.click(export, [controls.system, conversation], export_out, api_name="export_chat")
+    replay_button.click(report_user_errors(replay_last, TAB), conversation, [replay_note, replay_table],
+                        api_name="replay", concurrency_id=ENGINE, show_progress_on=replay_table)
     gr.on([drafting.k.change, drafting.drafter.change], lambda depth, name: depth_legend((name, depth)),
           [drafting.k, drafting.drafter], legend, queue=False, api_visibility="private")
     follow_preset(controls, (drafting.drafter, lambda p: p.default_drafter))

@@ -118,6 +118,25 @@ def test_history_stays_plain_text_and_exports(client: Client) -> None:
         client.predict(system="", api_name="/export_chat")
 
 
+def test_the_last_answer_replays_under_every_drafter_and_k(client: Client) -> None:
+    """/replay: the chat's last greedy answer under both drafters at every k and two trees; the configuration that
+    ran replays to its own acceptance, beside its prediction and its measured speedup. A sampled answer is refused
+    in one line."""
+    with pytest.raises(Exception, match="nothing to replay yet"):
+        client.predict(api_name="/replay")
+    run = chat(client)[-1][-1]
+    note, table = client.predict(api_name="/replay")
+    rows = table["data"]
+    assert len(rows) == 2 * (7 + 2)  # both drafters: k 1-6 and 8, and trees of 8 and 16 nodes at k = 4
+    ran = next(r for r in rows if r[0] == "EAGLE-3.1" and r[1] == 4 and r[2] == "chain")
+    assert float(ran[3]) == pytest.approx(run["metrics"]["mean_acceptance_length"], abs=0.005)
+    assert "The answer ran with EAGLE-3.1, k = 4: predicted" in note and "measured" in note
+    assert all(r[5].endswith("×") for r in rows)
+    chat(client, temperature=0.8, seed="3")
+    with pytest.raises(Exception, match="only greedy answers replay exactly"):
+        client.predict(api_name="/replay")
+
+
 def test_sessions_do_not_share_history(app_url: str) -> None:
     alice, bob = Client(app_url, verbose=False), Client(app_url, verbose=False)
     chat(alice, "Alice asks")
