@@ -22,7 +22,7 @@ from playground.engine.threads import thread_policy
 from playground.playback import load_preset
 from playground.presets import default_preset_name
 from playground.ui import APP_CSS, THEME, build_app
-from playground.ui.common import ENGINE_SLOTS, StampArrival
+from playground.ui.line import ENGINE_SLOTS, StampArrival
 from playground.ui.style import TOKEN_TAP_JS
 
 log = logging.getLogger("playground")

@@ -14,6 +14,7 @@ Environment:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -246,11 +247,20 @@ def _remote() -> Preset:
     )
 
 
+# Each built-in preset by name, built when asked for: a preset reads the environment (PLAYGROUND_MODELS_DIR, the
+# remote server's variables) as it is built, so a changed variable shows in the next lookup, and a lookup builds
+# only the preset it names.
+BUILT_IN: dict[str, Callable[[], Preset]] = {
+    "smollm2-135m": _smollm2, "smollm2-135m-bf16": _smollm2_bf16, "smollm2-135m-vllm": _smollm2_vllm,
+    "llama-3.1-8b": lambda: _llama("llama-3.1-8b", "local"),
+    "llama-3.1-8b-vllm": lambda: _llama("llama-3.1-8b-vllm", "vllm"),
+    "kimi-k2.6": _kimi, "kimi-tiny": _kimi_tiny, "kimi-tiny-vllm": _kimi_tiny_vllm, "remote": _remote,
+}
+
+
 def all_presets() -> dict[str, Preset]:
     """Every built-in preset, whatever PLAYGROUND_PRESETS selects (the CLI may name any of them)."""
-    items = [_smollm2(), _smollm2_bf16(), _smollm2_vllm(), _llama("llama-3.1-8b", "local"),
-             _llama("llama-3.1-8b-vllm", "vllm"), _kimi(), _kimi_tiny(), _kimi_tiny_vllm(), _remote()]
-    return {p.name: p for p in items}
+    return {name: build() for name, build in BUILT_IN.items()}
 
 
 ENGINE_LABELS = {"local": "our engine", "vllm": "vLLM"}
@@ -321,12 +331,11 @@ def get_preset(name: str) -> Preset:
     """A built-in preset, or a pair a user loaded (and that is still loaded)."""
     if name in _OWN_PAIRS:
         return _OWN_PAIRS[name]
-    table = all_presets()
-    if name not in table:
+    if name not in BUILT_IN:
         own = " (a pair loaded in the app is unloaded when newer pairs need its memory: load it again)" \
             if is_own_pair(name) else ""
-        raise KeyError(f"unknown preset {name!r}; known: {', '.join([*table, *_OWN_PAIRS])}{own}")
-    return table[name]
+        raise KeyError(f"unknown preset {name!r}; known: {', '.join([*BUILT_IN, *_OWN_PAIRS])}{own}")
+    return BUILT_IN[name]()
 
 
 def validate_preset(preset: Preset) -> list[str]:

@@ -11,8 +11,8 @@ from playground.presets import default_preset_name, get_preset
 from .about import Measurements, about_markdown
 from .bench import build_bench_tab
 from .chat import build_chat_tab
-from .common import LINE, STOP_SWITCHES, session_id
 from .compare import build_compare_tab
+from .line import LINE, STOP_SWITCHES, session_id
 from .own_pair import wire_pair_panel
 from .style import APP_CSS
 

@@ -11,7 +11,9 @@ from playground.bench.present import TAB_HEADERS, TAB_PROFILES, BenchView, load_
 from playground.bench.public import bench_bound_s, offered_profiles, public_note
 from playground.presets import Preset
 
-from .common import ENGINE, CheckedDropdown, in_line, min_draft_prob_control, report_user_errors, stoppable, wire_stop
+from .controls import CheckedDropdown, min_draft_prob_control
+from .line import ENGINE, in_line, stoppable, wire_stop
+from .refusals import report_user_errors
 
 PLOTS = ("speed", "k", "position")  # elem ids bench-plot-<name>, in the order of BenchView.figures
 N_OUTPUTS = 3 + len(PLOTS) + 1  # status, findings, table, the charts, files

@@ -31,29 +31,24 @@ from playground.viz import (
     tree_html,
 )
 
-from .common import (
-    ENGINE,
+from .controls import (
     AnswerView,
     CheckedNumber,
     answer_view_control,
     depth_legend,
     drafter_control,
-    export_files,
     follow_answer_view,
     follow_drafter,
     follow_preset,
     generation_controls,
-    in_line,
     k_control,
     min_draft_prob_control,
-    report_user_errors,
-    status_after_failure,
-    stop_tab,
-    stoppable,
     tree_nodes_control,
-    wire_stop,
 )
+from .exports import export_files
+from .line import ENGINE, in_line, stop_tab, stoppable, wire_stop
 from .own_pair import PairPanel, pair_panel
+from .refusals import report_user_errors, status_after_failure
 from .settings_form import DraftingControls, SettingsForm
 
 TAB = "chat"

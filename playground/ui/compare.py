@@ -23,28 +23,24 @@ from playground.viz import (
     summary_table,
 )
 
-from .common import (
-    ENGINE,
+from .controls import (
     AnswerView,
     CheckedRadio,
     answer_view_control,
     compare_drafters,
     depth_legend,
     drafter_control,
-    export_files,
     follow_answer_view,
     follow_drafter,
     follow_preset,
     generation_controls,
-    in_line,
     k_control,
     min_draft_prob_control,
-    report_user_errors,
-    status_after_failure,
-    stoppable,
     tree_nodes_control,
-    wire_stop,
 )
+from .exports import export_files
+from .line import ENGINE, in_line, stoppable, wire_stop
+from .refusals import report_user_errors, status_after_failure
 from .settings_form import DraftingControls, SettingsForm
 
 TAB = "compare"

@@ -12,7 +12,7 @@ from playground.backends.own_pair import load_own_pair, size_text
 from playground.environment import public_host
 from playground.presets import OWN_PAIR_PREFIX, is_own_pair
 
-from .common import report_user_errors
+from .refusals import report_user_errors
 
 
 @dataclass

@@ -19,7 +19,7 @@ import gradio as gr
 
 from playground.playback import RequestError, RunSettings
 
-from .common import GenerationControls
+from .controls import GenerationControls
 
 DRAFTING = ("drafter", "k", "min_draft_prob", "tree_nodes")  # set per run (per side in Compare); the rest is shared
 

@@ -64,7 +64,7 @@ def test_the_preset_menu_offers_what_runs_here_and_says_why_not_the_rest(monkeyp
     """On a CPU without a GPU or a server URL: the GPU and remote presets are not offered, each with its reason in a
     few words (its full sentence as a tooltip); the default preset is always offered (the app's banner says what it
     lacks). With one GPU, the 4-GPU preset still says so."""
-    from playground.ui.common import not_offered_markdown
+    from playground.ui.controls import not_offered_markdown
 
     monkeypatch.setattr(availability, "visible_gpus", lambda: 0)
     monkeypatch.delenv("PLAYGROUND_REMOTE_URL", raising=False)

@@ -95,3 +95,11 @@ def test_validation_names_the_problem(change: dict, problem: str) -> None:
     base = dict(name="p", title="p", target="some/model", drafters={"eagle3": "some/drafter"})
     problems = validate_preset(Preset(**{**base, **change}))
     assert any(problem in p for p in problems), problems
+
+
+def test_each_built_in_preset_is_filed_under_its_own_name() -> None:
+    """get_preset builds the one preset it is asked for (BUILT_IN's builder by name): each must build the preset
+    that name stands for."""
+    from playground.presets import BUILT_IN, get_preset
+
+    assert [get_preset(name).name for name in BUILT_IN] == list(BUILT_IN)

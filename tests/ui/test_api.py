@@ -332,7 +332,7 @@ def test_bad_input_gets_a_clear_message(client: Client, app_log: Path, change: d
 
 
 def test_engine_errors_become_messages_not_crashes() -> None:
-    from playground.ui.common import report_user_errors
+    from playground.ui.refusals import report_user_errors
 
     @report_user_errors
     def handler():

@@ -11,7 +11,7 @@ import pytest
 
 from playground.playback import RequestError, RunSettings
 from playground.presets import get_preset
-from playground.ui.common import (
+from playground.ui.controls import (
     GenerationControls,
     drafter_control,
     generation_controls,

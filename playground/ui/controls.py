@@ -1,0 +1,206 @@
+"""The controls both tabs build: presets, drafters and k, adaptive drafting and trees, the generation settings, the
+answer view; input components that leave value checks to RunSettings (one message, no traceback)."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import gradio as gr
+
+from playground.backends import backend_unavailable_reason
+from playground.backends.availability import offered_presets
+from playground.drafting import MAX_K, PLAIN
+from playground.engine.templates import CHAT_TEMPLATES
+from playground.engine.tree_shape import MAX_NODES, TreeShape
+from playground.playback import (
+    MAX_NEW_TOKENS,
+)
+from playground.presets import DRAFTER_LABELS, Preset, get_preset
+from playground.viz import TokenPiece, legend_html, provenance_html, rendered_html
+
+ANSWER_VIEWS = {"rendered": rendered_html, "tokens": provenance_html}
+
+
+@dataclass
+class AnswerView:
+    """A session's choice of how answers look: rendered Markdown or raw tokens, both coloured by provenance. Changed
+    in place (a State's value is shared by reference), so a run in progress renders its next update the new way."""
+
+    mode: str = "rendered"
+
+    def html(self, pieces: list[TokenPiece]) -> str:
+        return ANSWER_VIEWS[self.mode](pieces)
+
+
+def answer_view_control(elem_id: str) -> gr.Radio:
+    return gr.Radio([("Rendered", "rendered"), ("Tokens", "tokens")], value=AnswerView.mode, label="Answer view",
+                    elem_id=elem_id, info="rendered: Markdown and code blocks; tokens: the raw text, token by token",
+                    elem_classes="answer-view")
+
+
+def follow_answer_view(control: gr.Radio, view: gr.State, show: Callable, inputs: list, outputs: list) -> None:
+    """When the view changes, remember it for the session and redraw what is on screen with `show(*inputs)`."""
+
+    def change(mode: str, current: AnswerView, *values):
+        if mode in ANSWER_VIEWS:
+            current.mode = mode
+        return show(*values, current)
+
+    control.change(change, [control, view, *inputs], outputs, queue=False, api_visibility="private")
+
+
+def drafter_choices(preset: Preset) -> list[tuple[str, str]]:
+    """(label, name) pairs: the preset's drafters, then plain decoding."""
+    return [(DRAFTER_LABELS.get(n, n), n) for n in [*preset.drafters, PLAIN]]
+
+
+def compare_drafters(preset: Preset) -> tuple[str, str]:
+    """Default left and right drafters: EAGLE-3 vs EAGLE-3.1 where the preset has both, else its drafter vs none."""
+    if {"eagle3", "eagle3.1"} <= set(preset.drafters):
+        return "eagle3", "eagle3.1"
+    return preset.default_drafter, PLAIN
+
+
+def preset_info(preset: Preset) -> str:
+    """Markdown under the preset menu: what it is, and why it cannot run here or lacks a drafter."""
+    lines = [preset.description] if preset.description else []
+    unavailable = backend_unavailable_reason(preset)
+    if unavailable:
+        lines.append(f"**Not available here:** {unavailable}.")
+    lines += [f"**No {DRAFTER_LABELS.get(name, name)} drafter:** {why}"
+              for name, why in preset.missing_drafters.items()]
+    if preset.notes:
+        lines.append(preset.notes)
+    return "\n\n".join(lines)
+
+
+class CheckedSlider(gr.Slider):
+    is_template = True
+
+    def preprocess(self, payload: float) -> float:
+        return payload
+
+
+class CheckedRadio(gr.Radio):
+    is_template = True
+
+    def preprocess(self, payload: str | None) -> str | None:
+        return payload
+
+
+class CheckedNumber(gr.Number):
+    """A number box that sends what was typed: Gradio's slider clamps a typed value to its range without a word."""
+
+    is_template = True
+
+    def preprocess(self, payload: float | None) -> float | None:
+        return payload
+
+
+class CheckedDropdown(gr.Dropdown):
+    is_template = True
+
+    def preprocess(self, payload: str | None) -> str | None:
+        return payload
+
+
+@dataclass
+class GenerationControls:
+    """Settings shared by a tab's runs, named as RunSettings' fields (how a run drafts is set per run:
+    settings_form.DraftingControls)."""
+
+    preset: gr.Dropdown
+    preset_info: gr.Markdown
+    temperature: gr.Slider
+    top_p: gr.Slider
+    max_new_tokens: gr.Slider
+    chat_template: gr.Radio
+    system: gr.Textbox
+    seed: gr.Textbox
+    not_offered: gr.Markdown  # the presets this machine cannot run, and why
+
+
+def not_offered_markdown(refused: dict[str, tuple[str, str]]) -> str:
+    """'Not offered on this machine: kimi-k2.6 (needs 4 GPUs) · …', each with its full reason as a tooltip."""
+    if not refused:
+        return ""
+    items = " · ".join(f'<span title="{html.escape(sentence, quote=True)}">`{name}` ({html.escape(short)})</span>'
+                       for name, (short, sentence) in refused.items())
+    return f"**Not offered on this machine:** {items}"
+
+
+def generation_controls(prefix: str, preset: Preset) -> GenerationControls:
+    offered, refused = offered_presets(always=preset.name)
+    return GenerationControls(
+        preset=CheckedDropdown([(p.title, p.name) for p in offered], value=preset.name, label="Preset",
+                               elem_id=f"{prefix}preset", interactive=len(offered) > 1,
+                               info="the presets this machine can run"),
+        preset_info=gr.Markdown(preset_info(preset), elem_classes="preset-info"),
+        not_offered=gr.Markdown(not_offered_markdown(refused), elem_id=f"{prefix}not-offered",
+                                elem_classes="preset-info"),
+        temperature=CheckedSlider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)",
+                              elem_id=f"{prefix}temperature"),
+        top_p=CheckedSlider(0.05, 1.0, value=1.0, step=0.05, label="Top-p", elem_id=f"{prefix}top-p"),
+        max_new_tokens=CheckedSlider(1, MAX_NEW_TOKENS, value=256, step=1, label="Max new tokens",
+                                 elem_id=f"{prefix}max-new-tokens"),
+        chat_template=CheckedRadio(list(CHAT_TEMPLATES), value="default", label="Chat template",
+                               info="alt: the same conversation in a format the model saw less of",
+                               elem_id=f"{prefix}chat-template"),
+        system=gr.Textbox(label="System prompt", lines=2, placeholder="(none)", elem_id=f"{prefix}system"),
+        # a textbox, not gr.Number: the browser sends a Number's empty value as 0, and empty must mean "random"
+        seed=gr.Textbox("", label="Seed (sampling)", placeholder="random", max_lines=1, elem_id=f"{prefix}seed",
+                        info="empty: a fresh random answer each time; a number repeats it (and gives both sides of a "
+                             "comparison the same seed)"),
+    )
+
+
+def follow_preset(controls: GenerationControls, *drafters: tuple[gr.Radio, Callable[[Preset], str]]) -> None:
+    """When another preset is chosen, show its description and offer its drafters: each radio keeps its choice where
+    the new preset has that drafter too, else takes its default."""
+
+    def update(name: str, *chosen: str):
+        preset = get_preset(name)
+        radios = [gr.Radio(choices=drafter_choices(preset),
+                           value=now if now in preset.drafter_names else default(preset))
+                  for (_, default), now in zip(drafters, chosen)]
+        return preset_info(preset), *radios
+
+    radios = [radio for radio, _ in drafters]
+    controls.preset.change(update, [controls.preset, *radios], [controls.preset_info, *radios], queue=False,
+                           api_visibility="private")
+
+
+def depth_legend(*sides: tuple[str, float]) -> str:
+    """The depth legend for (drafter, k) sides: depths up to the largest k that drafts; none for plain decoding (nor for
+    a k the run would refuse)."""
+    ks = [int(k) for drafter, k in sides if drafter != PLAIN and k is not None and k == int(k) and 1 <= k <= MAX_K]
+    return legend_html(max(ks)) if ks else ""
+
+
+def drafter_control(preset: Preset, value: str, elem_id: str, label: str = "Drafter") -> gr.Radio:
+    return CheckedRadio(drafter_choices(preset), value=value, label=label, elem_id=elem_id)
+
+
+def k_control(elem_id: str, label: str = "k: draft tokens per step") -> gr.Number:
+    return CheckedNumber(4, label=f"{label} (1–{MAX_K})", minimum=1, maximum=MAX_K, step=1, elem_id=elem_id)
+
+
+def follow_drafter(drafter: gr.Radio, *drafting: gr.components.Component) -> None:
+    """k and the adaptive stop mean nothing for plain decoding: disabled while it is chosen."""
+    drafter.change(lambda name: [gr.update(interactive=name != PLAIN) for _ in drafting], drafter, list(drafting),
+                   queue=False, api_visibility="private")
+
+
+def min_draft_prob_control(elem_id: str, label: str = "Adaptive: end the chain after a draft below") -> gr.Slider:
+    return CheckedSlider(0.0, 0.9, value=0.0, step=0.05, label=label, elem_id=elem_id,
+                         info="the drafter's own probability; 0 = k every step (drift charts need every depth), "
+                              "~0.3 = faster")
+
+
+def tree_nodes_control(elem_id: str, label: str = "Draft tree nodes") -> gr.Number:
+    return CheckedNumber(0, label=f"{label} (0–{MAX_NODES})", minimum=0, maximum=MAX_NODES, step=1,
+                         elem_id=elem_id, info=f"0: a chain of k drafts per step; N: an EAGLE-2 tree of N nodes, k "
+                                               f"deep, up to {TreeShape.topk} children each, verified in one forward "
+                                               f"(our engine)")
