@@ -1,6 +1,7 @@
 """Replay and its predicted speedups against live runs, on one machine, same prompts, same process.
 
     python scripts/replay_check.py --prompt-set held-out --limit 5 --out assets/bench/replay/check.json
+    python scripts/replay_check.py --drafters eagle3.1 --k 1,2,4,6,8 --auto --out assets/bench/replay/auto.json
 
 For each prompt: one live greedy EAGLE-3.1 k=4 answer is replayed (engine/replay.py) under every drafter at each
 `--k`, with this machine's cost profile (engine/costs.py) predicting each one's speedup; then every configuration runs
@@ -26,6 +27,7 @@ from playground.bench.neighbours import busy_neighbours  # noqa: E402
 from playground.bench.replay import replay_answer  # noqa: E402
 from playground.drafting import PLAIN  # noqa: E402
 from playground.engine import GenerationConfig, summarize  # noqa: E402
+from playground.engine.costs import choose_k  # noqa: E402
 from playground.machine import machine_info  # noqa: E402
 from playground.presets import get_preset  # noqa: E402
 from playground.prompt_sets import load_prompt_set  # noqa: E402
@@ -40,12 +42,15 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--neighbours", type=int, default=0, help="busy loops beside the live runs and the profile")
+    parser.add_argument("--drafters", help="comma list (default: the preset's)")
+    parser.add_argument("--auto", action="store_true", help="also run --k auto's choice (generate's rule: the "
+                        "drafter's evaluation.json and this profile) and set it against the best fixed k")
     parser.add_argument("--out")
     args = parser.parse_args()
     ks = tuple(int(k) for k in args.k.split(","))
     backend = shared_backend(get_preset(args.preset))
     backend.preload()
-    drafters = list(backend.preset.drafters)
+    drafters = args.drafters.split(",") if args.drafters else list(backend.preset.drafters)
     prompts = [r.turns[0] for r in load_prompt_set(args.prompt_set, args.limit).records]
     per_prompt = []
     with busy_neighbours(args.neighbours):
@@ -53,8 +58,18 @@ def main() -> None:
             ids = backend.encode([{"role": "user", "content": text}])
             cfg = lambda k: GenerationConfig(max_new_tokens=args.max_new_tokens, k=k, instrument=False)  # noqa: E731
             answer = [t for e in backend.stream(ids, "eagle3.1", cfg(4)) for t in e.emitted]
-            replayed, _ = replay_answer(backend, ids, answer, drafters, ks, (), args.max_new_tokens)
+            replayed, profiles = replay_answer(backend, ids, answer, drafters, ks, (), args.max_new_tokens)
             configs = [(PLAIN, 0)] + [(d, k) for d in drafters for k in ks]
+            autos = {}
+            if args.auto:
+                for d in drafters:
+                    source = Path(backend.preset.drafters[d]).parent / "evaluation.json"
+                    rows = json.loads(source.read_text())["acceptance"][d]
+                    choice = choose_k(profiles[d], rows[str(max(int(k) for k in rows))]["per_position_acceptance"],
+                                      source.name)
+                    autos[d] = choice.k
+                    if choice.k is not None and (d, choice.k) not in configs:
+                        configs.append((d, choice.k))
             rates: dict[tuple, list[float]] = {c: [] for c in configs}
             live: dict[tuple, dict] = {}
             for repeat in range(args.repeats):
@@ -74,8 +89,15 @@ def main() -> None:
                              "predicted_speedup": r.predicted_speedup, "predicted_range": r.predicted_range,
                              "measured_speedup": statistics.median(rates[(r.drafter, r.k)]) / plain,
                              "measured_rates": rates[(r.drafter, r.k)]})
+            auto_rows = {}
+            for d, k in autos.items():
+                fixed = {kk: statistics.median(rates[(d, kk)]) / plain for kk in ks}
+                best = max(fixed, key=fixed.__getitem__)
+                chosen = statistics.median(rates[(d, k)]) / plain if k is not None else 1.0
+                auto_rows[d] = {"auto_k": k, "auto_speedup": chosen, "best_fixed_k": best,
+                                "best_fixed_speedup": fixed[best], "share_of_best": chosen / fixed[best]}
             per_prompt.append({"prompt": text[:80], "answer_tokens": len(answer), "plain_rates": rates[(PLAIN, 0)],
-                               "rows": rows})
+                               "rows": rows, "auto": auto_rows})
             print(f"{text[:50]!r}: {len(answer)} tokens", flush=True)
     pooled = []
     for drafter in drafters:
@@ -95,10 +117,21 @@ def main() -> None:
                   f"({p['acceptance_error']:+.1%}); speedup predicted {p['predicted_speedup']:.2f}x measured "
                   f"{p['measured_speedup']:.2f}x (error median {p['prediction_error_median']:+.0%}, "
                   f"{p['prediction_error_range'][0]:+.0%}..{p['prediction_error_range'][1]:+.0%})")
+    auto_summary = {}
+    for d in drafters if args.auto else []:
+        shares = [p["auto"][d]["share_of_best"] for p in per_prompt]
+        auto_summary[d] = {"chosen": [p["auto"][d]["auto_k"] for p in per_prompt],
+                           "best_fixed": [p["auto"][d]["best_fixed_k"] for p in per_prompt],
+                           "share_of_best_median": statistics.median(shares), "share_of_best_range": [min(shares),
+                                                                                                      max(shares)]}
+        a = auto_summary[d]
+        print(f"{d} --k auto chose {a['chosen']}, best fixed {a['best_fixed']}: {a['share_of_best_median']:.0%} of the "
+              f"best fixed k's speedup (median; {a['share_of_best_range'][0]:.0%}..{a['share_of_best_range'][1]:.0%})")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"machine": machine_info("cpu"), "args": vars(args),
-                                              "pooled": pooled, "prompts": per_prompt}, indent=1))
+                                              "pooled": pooled, "auto": auto_summary,
+                                              "prompts": per_prompt}, indent=1))
 
 
 if __name__ == "__main__":

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 import torch
 
+from .cache import TargetCache
 from .config import GenerationConfig
 from .drafter import Eagle3Drafter
-from .loop import Pending, Stopper, attention_mass, cancelled_event, check_prompt, choose, prefill, sampler
+from .loop import Pending, Stopper, Verified, attention_mass, check_prompt, choose, sampler, speculate
 from .sampling import accept_greedy, accept_sampled, probabilities, sample
 from .target import Target
 from .trace import AttentionMass, StepEvent
@@ -60,8 +61,9 @@ class ChainDrafter:
     """A run's drafting of chains: the drafter, its cache, and what every step's chain is drafted with."""
 
     def __init__(self, drafter: Eagle3Drafter, cfg: GenerationConfig, target: Target,
-                 generator: torch.Generator | None) -> None:
+                 generator: torch.Generator | None, aux_layers: list[int] | None = None) -> None:
         self.drafter, self.cfg, self.generator = drafter, cfg, generator
+        self.target, self.aux_layers, self.rows = target, aux_layers or [], cfg.k + 1
         self.cache = drafter.new_cache()
         self.vocab_map = drafter.to_target_ids(torch.arange(drafter.config.draft_vocab_size, device=target.device))
         self.vocab_size = target.vocab_size
@@ -74,7 +76,8 @@ class ChainDrafter:
 
         Tokens stay on the device from one depth to the next: no host sync inside the chain, except one scalar per
         depth when `cfg.min_draft_prob` may end the chain early."""
-        if k == 0:
+        k = min(k, self.cfg.k)
+        if k <= 0:
             return self.none
         drafter, cfg, device = self.drafter, self.cfg, pending.aux.device
         context = len(tokens) - 1
@@ -110,6 +113,30 @@ class ChainDrafter:
         return chain
 
 
+    def verify(self, chain: Chain, tokens: list[int], context: int, cache: TargetCache) -> Verified:
+        """All k + 1 positions in one target forward, then keep the accepted prefix."""
+        cfg, target = self.cfg, self.target
+        verify = target.forward(torch.cat([torch.tensor([tokens[-1]], device=target.device), chain.drafted]), cache,
+                                self.aux_layers)
+        if cfg.greedy:
+            accepted, bonus = accept_greedy(chain.drafted, verify.logits)
+            probs_of_drafts = ((torch.stack(chain.draft_probs).tolist() if chain.draft_probs else [])
+                               if cfg.instrument else None)
+        else:
+            target_probs = probabilities(verify.logits, cfg.temperature, cfg.top_p)
+            q_all = (torch.stack(chain.draft_probs) if len(chain.drafted)
+                     else torch.empty(0, target.vocab_size, device=target.device))
+            accepted, bonus = accept_sampled(chain.drafted, q_all, target_probs, self.generator)
+            probs_of_drafts = q_all[torch.arange(len(chain.drafted), device=q_all.device), chain.drafted].tolist()
+        drafted = chain.drafted.tolist()
+        cache.rollback(context + accepted + 1)
+        fields = {"drafted": drafted, "accepted": accepted, "draft_probs": probs_of_drafts,
+                  "attention": [AttentionMass(*m) for m in torch.stack(chain.attention).tolist()]
+                  if chain.attention else None,
+                  "hidden_rms": torch.stack(chain.hidden_rms).tolist() if chain.hidden_rms else None}
+        return Verified(drafted[:accepted] + [bonus], Pending(verify.aux[: accepted + 1], context), fields, verify)
+
+
 def speculative_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int], prompt_ids: list[int],
                          cfg: GenerationConfig, should_stop: Callable[[], bool] | None = None) -> Iterator[StepEvent]:
     """Chain speculative decoding: draft k tokens (fewer with `cfg.min_draft_prob`), verify them and the last token in
@@ -118,60 +145,5 @@ def speculative_generate(target: Target, drafter: Eagle3Drafter, aux_layers: lis
     Greedy output is token-identical to `plain_generate`; sampled output follows the target's distribution.
     `aux_layers` comes from `target.attach(drafter)`, which also checks that the drafter fits.
     """
-    check_prompt(target, prompt_ids)
-    stopper, generator = Stopper(target, cfg, len(prompt_ids)), sampler(cfg, target.device)
-    chains = ChainDrafter(drafter, cfg, target, generator)
-    target.expect_rows(cfg.k + 1)
-    cache = target.new_cache()
-    start = target.clock()
-
-    tokens, generated, reason, first, pending = prefill(target, aux_layers, prompt_ids, cache, cfg, generator,
-                                                        stopper, start)
-    yield first
-    step = 0
-
-    while reason is None:
-        if should_stop is not None and should_stop():
-            yield cancelled_event(step + 1, generated, start, target.clock())
-            return
-        step += 1
-        context = len(tokens) - 1  # positions the target has cached (and computed features for)
-        # Never draft past the token budget or the context; k reaches 0 only on the final step.
-        k = min(cfg.k, stopper.limit - len(generated) - 1, target.max_positions - len(tokens) - 1)
-
-        t0 = target.clock()
-        target.use_threads(1)  # a draft is a one-row product through small weights
-        chain = chains.draft(tokens, pending, k)
-        t1 = target.clock()
-
-        # Verify all k+1 positions in one target forward, then keep the accepted prefix.
-        verify = target.forward(torch.cat([torch.tensor([tokens[-1]], device=target.device), chain.drafted]), cache,
-                                aux_layers)
-        if cfg.greedy:
-            accepted, bonus = accept_greedy(chain.drafted, verify.logits)
-            probs_of_drafts = ((torch.stack(chain.draft_probs).tolist() if chain.draft_probs else [])
-                               if cfg.instrument else None)
-        else:
-            target_probs = probabilities(verify.logits, cfg.temperature, cfg.top_p)
-            q_all = (torch.stack(chain.draft_probs) if k > 0
-                     else torch.empty(0, target.vocab_size, device=target.device))
-            accepted, bonus = accept_sampled(chain.drafted, q_all, target_probs, generator)
-            probs_of_drafts = q_all[torch.arange(len(chain.drafted), device=q_all.device), chain.drafted].tolist()
-        drafted = chain.drafted.tolist()
-        cache.rollback(context + accepted + 1)
-        pending = Pending(verify.aux[: accepted + 1], context)
-        emitted, reason = stopper.clip(generated, drafted[:accepted] + [bonus])
-        generated += emitted
-        tokens += emitted
-        t2 = target.clock()
-
-        yield StepEvent(
-            step=step, drafted=drafted, accepted=accepted, emitted=emitted,
-            draft_probs=probs_of_drafts,
-            attention=[AttentionMass(*m) for m in torch.stack(chain.attention).tolist()] if chain.attention else None,
-            hidden_rms=torch.stack(chain.hidden_rms).tolist() if chain.hidden_rms else None,
-            draft_ms=(t1 - t0) * 1000, verify_ms=(t2 - t1) * 1000,
-            total_tokens=len(generated), elapsed_ms=(t2 - start) * 1000,
-            finished=reason is not None, finish_reason=reason,
-            threads=verify.threads, others_running=verify.others_running,
-        )
+    return speculate(target, aux_layers, prompt_ids, cfg,
+                     lambda generator: ChainDrafter(drafter, cfg, target, generator, aux_layers), should_stop)

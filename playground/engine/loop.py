@@ -1,9 +1,13 @@
 """What the plain, chain and tree loops share: where a run stops, the sampler, the prompt check, the prefill step
-and the events that open and cancel a run, the target features the drafter has not seen yet, and attention masses."""
+and the events that open and cancel a run, the target features the drafter has not seen yet, attention masses, and
+the speculative loop itself (`speculate`), which chains (decode.py) and trees (tree.py) run with their own drafting
+and verification."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 
@@ -110,3 +114,65 @@ class Pending:
         draft_cache.rollback(self.start)
         hidden = self.aux.to(drafter.fc.weight.dtype)
         return torch.tensor([tokens[self.start + 1 :]], device=self.aux.device), drafter.project(hidden)[None]
+
+
+@dataclass
+class Verified:
+    """What a step's verification came to: the tokens it proposes to emit (accepted drafts and the target's own),
+    the features the drafter reads next, this kind of drafting's StepEvent fields, and the target forward."""
+
+    proposed: list[int]
+    pending: Pending
+    fields: dict
+    out: TargetOutput
+
+
+class Speculator(Protocol):
+    """One kind of drafting (a chain, a tree) as `speculate` runs it: draft after the tokens, then verify in one
+    target forward and accept."""
+
+    rows: int  # the most rows one verification holds, the last token included
+
+    def draft(self, tokens: list[int], pending: Pending, budget: int) -> Any: ...
+
+    def verify(self, drafts: Any, tokens: list[int], context: int, cache: TargetCache) -> Verified: ...
+
+
+def speculate(target: Target, aux_layers: list[int], prompt_ids: list[int], cfg: GenerationConfig,
+              speculator: Callable[[torch.Generator | None], Speculator],
+              should_stop: Callable[[], bool] | None = None) -> Iterator[StepEvent]:
+    """The speculative loop chains and trees share: the prefill, then per step draft (on one thread: small products),
+    verify in one target forward, accept, emit. Drafting never goes past the token budget or the context: the
+    budget reaches 0 only on the final step."""
+    check_prompt(target, prompt_ids)
+    stopper, generator = Stopper(target, cfg, len(prompt_ids)), sampler(cfg, target.device)
+    drafting = speculator(generator)
+    target.expect_rows(drafting.rows)
+    cache = target.new_cache()
+    start = target.clock()
+
+    tokens, generated, reason, first, pending = prefill(target, aux_layers, prompt_ids, cache, cfg, generator,
+                                                        stopper, start)
+    yield first
+    step = 0
+    while reason is None:
+        if should_stop is not None and should_stop():
+            yield cancelled_event(step + 1, generated, start, target.clock())
+            return
+        step += 1
+        context = len(tokens) - 1  # positions the target has cached (and computed features for)
+        budget = min(stopper.limit - len(generated) - 1, target.max_positions - len(tokens) - 1)
+        t0 = target.clock()
+        target.use_threads(1)
+        drafts = drafting.draft(tokens, pending, budget)
+        t1 = target.clock()
+        verified = drafting.verify(drafts, tokens, context, cache)
+        pending = verified.pending
+        emitted, reason = stopper.clip(generated, verified.proposed)
+        generated += emitted
+        tokens += emitted
+        t2 = target.clock()
+        yield StepEvent(step=step, emitted=emitted, draft_ms=(t1 - t0) * 1000, verify_ms=(t2 - t1) * 1000,
+                        total_tokens=len(generated), elapsed_ms=(t2 - start) * 1000, finished=reason is not None,
+                        finish_reason=reason, threads=verified.out.threads,
+                        others_running=verified.out.others_running, **verified.fields)

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .cache import DrafterCache
+from .cache import DrafterCache, TargetCache
 from .config import GenerationConfig, tree_problem
 from .drafter import Eagle3Drafter
-from .loop import Pending, Stopper, attention_mass, cancelled_event, check_prompt, prefill, sampler
+from .loop import Pending, Verified, attention_mass, speculate
 from .sampling import accept_sampled_tree, probabilities, sample_without_replacement
 from .target import Target
 from .trace import AttentionMass, StepEvent
@@ -268,83 +268,68 @@ def draft_sampled_tree(drafter: Eagle3Drafter, draft_cache: DrafterCache, tokens
 NO_TREE = DraftTree([], [], [], [], [])
 
 
+class TreeDrafting:
+    """A tree step's drafting and verification, for `speculate`: greedy, a dynamic tree (`draft_tree`) accepted down
+    the target's choices; sampling, the rank template's tree (`draft_sampled_tree`) accepted by recursive rejection
+    sampling over siblings (`accept_sampled_tree`)."""
+
+    def __init__(self, drafter: Eagle3Drafter, cfg: GenerationConfig, tree: TreeShape, target: Target,
+                 aux_layers: list[int], generator: torch.Generator | None) -> None:
+        self.drafter, self.cfg, self.tree, self.target, self.aux_layers = drafter, cfg, tree, target, aux_layers
+        self.generator, self.cache = generator, drafter.new_cache()
+        self.template = None if cfg.greedy else rank_template(tree)
+        self.widths = template_widths(self.template) if self.template else {}
+        self.vocab_map = drafter.to_target_ids(torch.arange(drafter.config.draft_vocab_size, device=target.device))
+        self.rows = (tree.max_nodes if self.template is None else len(self.template)) + 1  # the root and every node
+
+    def draft(self, tokens: list[int], pending: Pending, budget: int) -> DraftTree:
+        depth = min(self.tree.depth, budget)
+        if depth <= 0:
+            return NO_TREE
+        if self.template is None:
+            return draft_tree(self.drafter, self.cache, tokens, pending, replace(self.tree, depth=depth),
+                              self.vocab_map, self.cfg.instrument)
+        return draft_sampled_tree(self.drafter, self.cache, tokens, pending, self.widths, depth, self.cfg,
+                                  self.vocab_map, self.target.vocab_size, self.generator)
+
+    def verify(self, drafts: DraftTree, tokens: list[int], context: int, cache: TargetCache) -> Verified:
+        cfg, device = self.cfg, self.target.device
+        ids = torch.tensor([tokens[-1]] + drafts.tokens, device=device)
+        verify = self.target.forward(ids, cache, self.aux_layers,
+                                     tree=(drafts.positions(context, device), drafts.sees(device)))
+        if self.template is None:
+            choices = verify.logits.argmax(-1).tolist()
+            path = drafts.accept(choices)
+            bonus = choices[path[-1] + 1 if path else 0]
+        else:
+            path, bonus = accept_sampled_tree(drafts.children, drafts.tokens, drafts.proposals,
+                                              probabilities(verify.logits, cfg.temperature, cfg.top_p),
+                                              self.generator)
+        rows = torch.tensor([0] + [i + 1 for i in path], device=device)
+        cache.keep(context, rows)
+        branch = drafts.branch(path)
+        attention, hidden_rms = drafts.drift(branch) or (None, None)
+        fields = {"drafted": [drafts.tokens[i] for i in branch], "accepted": len(path),
+                  "draft_probs": [drafts.probs[i] for i in branch] if cfg.instrument else None,
+                  "attention": attention, "hidden_rms": hidden_rms,
+                  **(_tree_fields(drafts, path) if len(drafts) else {})}
+        return Verified([drafts.tokens[i] for i in path] + [bonus], Pending(verify.aux[rows], context), fields,
+                        verify)
+
+
 def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int], prompt_ids: list[int],
                   cfg: GenerationConfig, tree: TreeShape, should_stop: Callable[[], bool] | None = None
                   ) -> Iterator[StepEvent]:
-    """Speculative decoding with a draft tree per step. Greedy: a dynamic tree (`draft_tree`), output
-    token-identical to `plain_generate`. Sampling: the rank template's tree (`draft_sampled_tree`), verified by
-    recursive rejection sampling over siblings (`accept_sampled_tree`), output distributed as the target's samples.
+    """Speculative decoding with a draft tree per step (`TreeDrafting`): greedy output token-identical to
+    `plain_generate`, sampled output distributed as the target's samples.
 
     `drafted` in each StepEvent is the tree's branch through the accepted path (`DraftTree.branch`), so `accepted`
     and acceptance length count tokens per step as for chains; the whole tree rides in the `tree_*` fields."""
     problem = tree_problem(cfg, tree)  # `tree` may differ from cfg.tree, which checked itself
     if problem:
         raise ValueError(problem)
-    check_prompt(target, prompt_ids)
-    stopper, device = Stopper(target, cfg, len(prompt_ids)), target.device
-    generator = sampler(cfg, device)
-    template = None if cfg.greedy else rank_template(tree)
-    widths = template_widths(template) if template else {}
-    vocab_map = drafter.to_target_ids(torch.arange(drafter.config.draft_vocab_size, device=device))
-    target.expect_rows((tree.max_nodes if template is None else len(template)) + 1)  # the root and every node
-    cache, draft_cache = target.new_cache(), drafter.new_cache()
-    start = target.clock()
-
-    tokens, generated, reason, first, pending = prefill(target, aux_layers, prompt_ids, cache, cfg, generator,
-                                                            stopper, start)
-    yield first
-    step = 0
-
-    while reason is None:
-        if should_stop is not None and should_stop():
-            yield cancelled_event(step + 1, generated, start, target.clock())
-            return
-        step += 1
-        context = len(tokens) - 1
-        # Never draft past the token budget or the context; depth reaches 0 only on the final step.
-        depth = min(tree.depth, stopper.limit - len(generated) - 1, target.max_positions - len(tokens) - 1)
-
-        t0 = target.clock()
-        target.use_threads(1)  # drafting: a few rows through small weights (engine/threads.py)
-        if depth == 0:
-            drafts = NO_TREE
-        elif template is None:
-            drafts = draft_tree(drafter, draft_cache, tokens, pending, replace(tree, depth=depth),
-                                vocab_map, cfg.instrument)
-        else:
-            drafts = draft_sampled_tree(drafter, draft_cache, tokens, pending, widths, depth, cfg,
-                                        vocab_map, target.vocab_size, generator)
-        t1 = target.clock()
-
-        ids = torch.tensor([tokens[-1]] + drafts.tokens, device=device)
-        verify = target.forward(ids, cache, aux_layers, tree=(drafts.positions(context, device), drafts.sees(device)))
-        if template is None:
-            choices = verify.logits.argmax(-1).tolist()
-            path = drafts.accept(choices)
-            bonus = choices[path[-1] + 1 if path else 0]
-        else:
-            path, bonus = accept_sampled_tree(drafts.children, drafts.tokens, drafts.proposals,
-                                              probabilities(verify.logits, cfg.temperature, cfg.top_p), generator)
-        rows = torch.tensor([0] + [i + 1 for i in path], device=device)
-        cache.keep(context, rows)
-        pending = Pending(verify.aux[rows], context)
-        branch = drafts.branch(path)
-        emitted, reason = stopper.clip(generated, [drafts.tokens[i] for i in path] + [bonus])
-        generated += emitted
-        tokens += emitted
-        t2 = target.clock()
-
-        attention, hidden_rms = drafts.drift(branch) or (None, None)
-        yield StepEvent(
-            step=step, drafted=[drafts.tokens[i] for i in branch], accepted=len(path), emitted=emitted,
-            draft_probs=[drafts.probs[i] for i in branch] if cfg.instrument else None,
-            attention=attention, hidden_rms=hidden_rms,
-            draft_ms=(t1 - t0) * 1000, verify_ms=(t2 - t1) * 1000,
-            total_tokens=len(generated), elapsed_ms=(t2 - start) * 1000,
-            finished=reason is not None, finish_reason=reason,
-            threads=verify.threads, others_running=verify.others_running,
-            **(_tree_fields(drafts, path) if len(drafts) else {}),
-        )
+    return speculate(target, aux_layers, prompt_ids, cfg,
+                     lambda generator: TreeDrafting(drafter, cfg, tree, target, aux_layers, generator), should_stop)
 
 
 def _tree_fields(drafts: DraftTree, path: list[int]) -> dict:
