@@ -36,20 +36,16 @@ from .controls import (
     CheckedNumber,
     answer_view_control,
     depth_legend,
-    drafter_control,
+    drafting_controls,
     follow_answer_view,
-    follow_drafter,
     follow_preset,
     generation_controls,
-    k_control,
-    min_draft_prob_control,
-    tree_nodes_control,
 )
 from .exports import export_files
 from .line import ENGINE, in_line, stop_tab, stoppable, wire_stop
 from .own_pair import PairPanel, pair_panel
 from .refusals import report_user_errors, status_after_failure
-from .settings_form import DraftingControls, SettingsForm
+from .settings_form import SettingsForm
 
 TAB = "chat"
 PLOTS = ("accept", "speedup", "position", "drift", "rms")  # in the order of the tab's outputs
@@ -271,11 +267,7 @@ def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPa
             link = gr.Markdown(elem_id="chat-link")
         with gr.Column(scale=3, min_width=280):
             answer_view = answer_view_control(elem_id="chat-view")
-            drafting = DraftingControls(drafter=drafter_control(preset, preset.default_drafter, elem_id="drafter"),
-                                        k=k_control(elem_id="k"),
-                                        min_draft_prob=min_draft_prob_control(elem_id="min-draft-prob"),
-                                        tree_nodes=tree_nodes_control(elem_id="tree-nodes"))
-            follow_drafter(drafting.drafter, drafting.k, drafting.min_draft_prob, drafting.tree_nodes)
+            drafting = drafting_controls(preset, preset.default_drafter)
             controls = generation_controls("", preset)
             form = SettingsForm(controls, {"": drafting})
             panel = pair_panel()

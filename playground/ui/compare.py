@@ -26,22 +26,19 @@ from playground.viz import (
 from .controls import (
     AnswerView,
     CheckedRadio,
+    DraftingControls,
     answer_view_control,
     compare_drafters,
     depth_legend,
-    drafter_control,
+    drafting_controls,
     follow_answer_view,
-    follow_drafter,
     follow_preset,
     generation_controls,
-    k_control,
-    min_draft_prob_control,
-    tree_nodes_control,
 )
 from .exports import export_files
 from .line import ENGINE, in_line, stoppable, wire_stop
 from .refusals import report_user_errors, status_after_failure
-from .settings_form import DraftingControls, SettingsForm
+from .settings_form import SettingsForm
 
 TAB = "compare"
 
@@ -138,17 +135,7 @@ def _side(preset: Preset, side: str, drafter: str) -> tuple[gr.Radio, DraftingCo
     """One side's engine, its drafting controls, its coloured answer and its stat cards (elem ids compare-<side>-…)."""
     with gr.Column():
         engine = engine_control(preset, side)
-        with gr.Row():
-            choice = drafter_control(preset, drafter, elem_id=f"compare-{side}-drafter",
-                                     label=f"{side.capitalize()} drafter")
-            k = k_control(elem_id=f"compare-{side}-k", label=f"{side.capitalize()} k")
-        drafting = DraftingControls(
-            drafter=choice, k=k,
-            min_draft_prob=min_draft_prob_control(elem_id=f"compare-{side}-min-draft-prob",
-                                                  label=f"{side.capitalize()}: end the chain after a draft below"),
-            tree_nodes=tree_nodes_control(elem_id=f"compare-{side}-tree-nodes",
-                                          label=f"{side.capitalize()}: draft tree nodes"))
-        follow_drafter(choice, k, drafting.min_draft_prob, drafting.tree_nodes)
+        drafting = drafting_controls(preset, drafter, f"compare-{side}-", side)
         answer = gr.HTML(elem_id=f"compare-{side}", elem_classes="side-panel")
         stats = gr.HTML(elem_id=f"compare-{side}-stats")
     return engine, drafting, answer, stats

@@ -3,6 +3,7 @@ answer view; input components that leave value checks to RunSettings (one messag
 
 from __future__ import annotations
 
+import contextlib
 import html
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,7 +110,7 @@ class CheckedDropdown(gr.Dropdown):
 @dataclass
 class GenerationControls:
     """Settings shared by a tab's runs, named as RunSettings' fields (how a run drafts is set per run:
-    settings_form.DraftingControls)."""
+    DraftingControls)."""
 
     preset: gr.Dropdown
     preset_info: gr.Markdown
@@ -204,3 +205,33 @@ def tree_nodes_control(elem_id: str, label: str = "Draft tree nodes") -> gr.Numb
                          elem_id=elem_id, info=f"0: a chain of k drafts per step; N: an EAGLE-2 tree of N nodes, k "
                                                f"deep, up to {TreeShape.topk} children each, verified in one forward "
                                                f"(our engine)")
+
+
+@dataclass
+class DraftingControls:
+    """How a run drafts: one control per field of DRAFTING."""
+
+    drafter: gr.Radio
+    k: gr.Number
+    min_draft_prob: gr.Slider
+    tree_nodes: gr.Number
+
+
+def drafting_controls(preset: Preset, drafter: str, elem_prefix: str = "", side: str = "") -> DraftingControls:
+    """One run's drafter, k, adaptive stop and tree size (Chat's, or a Compare side's, labelled with `side` and
+    drafter and k sharing a row), with k and the others disabled while plain decoding is chosen. Elem ids:
+    <elem_prefix>drafter, -k, -min-draft-prob, -tree-nodes."""
+    named = (lambda label: f"{side.capitalize()} {label}") if side else (lambda label: label)
+    with gr.Row() if side else contextlib.nullcontext():
+        choice = drafter_control(preset, drafter, elem_id=f"{elem_prefix}drafter", label=named("drafter").capitalize())
+        k = k_control(elem_id=f"{elem_prefix}k", label=named("k") if side else "k: draft tokens per step")
+    drafting = DraftingControls(
+        drafter=choice, k=k,
+        min_draft_prob=min_draft_prob_control(
+            elem_id=f"{elem_prefix}min-draft-prob",
+            label=f"{side.capitalize()}: end the chain after a draft below" if side
+            else "Adaptive: end the chain after a draft below"),
+        tree_nodes=tree_nodes_control(elem_id=f"{elem_prefix}tree-nodes",
+                                      label=f"{side.capitalize()}: draft tree nodes" if side else "Draft tree nodes"))
+    follow_drafter(choice, k, drafting.min_draft_prob, drafting.tree_nodes)
+    return drafting

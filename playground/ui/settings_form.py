@@ -19,19 +19,9 @@ import gradio as gr
 
 from playground.playback import RequestError, RunSettings
 
-from .controls import GenerationControls
+from .controls import DraftingControls, GenerationControls
 
 DRAFTING = ("drafter", "k", "min_draft_prob", "tree_nodes")  # set per run (per side in Compare); the rest is shared
-
-
-@dataclass
-class DraftingControls:
-    """How a run drafts: one control per field of DRAFTING."""
-
-    drafter: gr.Radio
-    k: gr.Number
-    min_draft_prob: gr.Slider
-    tree_nodes: gr.Number
 
 
 @dataclass
