@@ -134,6 +134,19 @@ def _tree_shots(browser, url: str, prompt: str, save_element) -> None:
         page.close()
 
 
+def _replay_shot(browser, url: str, prompt: str, save_element) -> None:
+    """A chat answer, then "What would each drafter buy on this answer?" opened and run: the replay table."""
+    page = browser.new_page(viewport=VIEWPORT)
+    page.set_default_timeout(600_000)
+    page.goto(url)
+    _chat(page, prompt)
+    page.locator("#replay-panel").get_by_text("What would each drafter buy on this answer?").first.click()
+    page.locator("#replay").click()
+    page.wait_for_function("document.querySelector('#replay-note').innerText.includes('predicted')")
+    save_element(page.locator("#replay-panel"), "chat-replay.png")
+    page.close()
+
+
 def capture(url: str, out: Path, prompt: str, dark: bool, own: tuple[str, str], only: str | None = None) -> None:
     def save(page, name: str, full_page: bool = True) -> None:
         page.mouse.move(0, 0)
@@ -170,6 +183,8 @@ def capture(url: str, out: Path, prompt: str, dark: bool, own: tuple[str, str], 
             _own_pair_shots(browser, *own, url, save)
         if only in (None, "tree"):
             _tree_shots(browser, url, prompt, save_element)
+        if only in (None, "replay"):
+            _replay_shot(browser, url, prompt, save_element)
         browser.close()
 
 
@@ -178,7 +193,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "assets" / "screenshots")
     parser.add_argument("--prompt", default="Write a function that reverses a list.")
     parser.add_argument("--dark", action="store_true", help="the dark theme")
-    parser.add_argument("--only", choices=["own-pair", "tree"], help="only the own-pair panel's or the tree's shots")
+    parser.add_argument("--only", choices=["own-pair", "tree", "replay"],
+                        help="only the own-pair panel's, the tree's or the replay panel's shots")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch:
