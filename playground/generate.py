@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 from playground.backends import check_run
 from playground.drafting import PLAIN
 from playground.engine import MAX_K, GenerationConfig, RunRecord
-from playground.engine.costs import AutoK, cached_profile, choose_k, measure, profile_path
+from playground.engine.costs import AutoK, choose_k, pair_profile, shipped_acceptance
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.text import IncrementalDecoder
 from playground.engine.threads import busy_text
@@ -99,23 +98,18 @@ def choose_auto_k(args: argparse.Namespace, preset: Preset, drafter: str) -> Aut
     drafter folders) and this machine's step costs (measured once at the answer's likely context, then kept)."""
     if preset.backend != "local" or args.drafter_path or drafter == PLAIN or drafter not in preset.drafters:
         raise UsageError("--k auto chooses for a preset drafter on our engine (a local preset, --drafter NAME)")
-    source = Path(preset.drafters[drafter]).parent / "evaluation.json"
+    folder = Path(preset.drafters[drafter]).parent
     try:
-        rows = json.loads(source.read_text())["acceptance"][drafter]
-        per_position = rows[str(max(int(k) for k in rows))]["per_position_acceptance"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise UsageError(f"--k auto needs {drafter}'s acceptance by position ({source}, written by `train "
-                         "evaluate`); there is none: pass --k N") from None
+        per_position = shipped_acceptance(folder, drafter)
+    except ValueError as err:
+        raise UsageError(f"--k auto needs {drafter}'s acceptance by position: {err}; pass --k N") from None
     backend = make_backend(args, preset)
-    target, loaded = backend.target, backend.drafter(drafter)
+    loaded = backend.drafter(drafter)
     prompt = backend.encode(_messages(args), chat_template=args.chat_template, raw=args.raw)
-    context = min(max(64, 2 ** round(math.log2(len(prompt) + args.max_new_tokens // 2))), target.max_positions - 40)
-    ids = (prompt * (context // len(prompt) + 1))[: context + 1]
-    names = (preset.target, loaded.source)
-    path = profile_path(cache_root(), names, (), context, str(target.device))
-    if not path.exists():
-        print("--k auto: measuring this machine's step costs (once per machine, pair and context)…", file=sys.stderr)
-    profile = cached_profile(path, lambda: measure(target, loaded.drafter, loaded.aux_layers, ids, names))
+    profile = pair_profile(backend.target, loaded.drafter, loaded.aux_layers, (preset.target, loaded.source), prompt,
+                           len(prompt) + args.max_new_tokens // 2, cache_root(),
+                           announce=lambda message: print(f"--k auto: {message}", file=sys.stderr))
+    source = folder / "evaluation.json"
     return choose_k(profile, per_position, str(source.relative_to(REPO_ROOT) if source.is_relative_to(REPO_ROOT)
                                                  else source))
 

@@ -27,7 +27,7 @@ from playground.bench.neighbours import busy_neighbours  # noqa: E402
 from playground.bench.replay import replay_answer  # noqa: E402
 from playground.drafting import PLAIN  # noqa: E402
 from playground.engine import GenerationConfig, summarize  # noqa: E402
-from playground.engine.costs import choose_k  # noqa: E402
+from playground.engine.costs import choose_k, shipped_acceptance  # noqa: E402
 from playground.machine import machine_info  # noqa: E402
 from playground.presets import get_preset  # noqa: E402
 from playground.prompt_sets import load_prompt_set  # noqa: E402
@@ -63,10 +63,8 @@ def main() -> None:
             autos = {}
             if args.auto:
                 for d in drafters:
-                    source = Path(backend.preset.drafters[d]).parent / "evaluation.json"
-                    rows = json.loads(source.read_text())["acceptance"][d]
-                    choice = choose_k(profiles[d], rows[str(max(int(k) for k in rows))]["per_position_acceptance"],
-                                      source.name)
+                    folder = Path(backend.preset.drafters[d]).parent
+                    choice = choose_k(profiles[d], shipped_acceptance(folder, d), "evaluation.json")
                     autos[d] = choice.k
                     if choice.k is not None and (d, choice.k) not in configs:
                         configs.append((d, choice.k))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 from playground.backends.local import LocalBackend
 from playground.drafting import PLAIN
 from playground.engine import RunRecord, TreeShape, summarize
-from playground.engine.costs import CostProfile, cached_profile, measure, profile_path
+from playground.engine.costs import CostProfile, pair_profile
 from playground.engine.replay import Forced, replay, teacher_force
 from playground.flags import UsageError, make_backend, parse_int_list, resolve_preset
 from playground.presets import DRAFTER_LABELS
@@ -39,24 +38,12 @@ class Replayed:
     predicted_range: tuple[float, float] | None
 
 
-def context_bucket(tokens: int, max_positions: int) -> int:
-    """The context length a profile is measured at: the answer's middle rounded to a power of two (64 at least), so
-    answers of similar length share one measurement."""
-    return min(max(64, 2 ** round(math.log2(max(tokens, 1)))), max_positions - 40)
-
-
 def profile_for(backend: LocalBackend, drafter: str, forced: Forced, trees: tuple[TreeShape, ...],
                 fresh: bool = False) -> CostProfile:
-    """This machine's step costs for the target and `drafter`, measured at the answer's context bucket (kept in the
-    cache folder; `fresh` measures again)."""
-    target, loaded = backend.target, backend.drafter(drafter)
-    context = context_bucket(forced.prompt_len + len(forced.answer) // 2, target.max_positions)
-    ids = (forced.ids * (context // len(forced.ids) + 1))[: context + 1]
-    names = (backend.preset.target, loaded.source)
-    path = profile_path(cache_root(), names, trees, context, str(target.device))
-    if fresh and path.exists():
-        path.unlink()
-    return cached_profile(path, lambda: measure(target, loaded.drafter, loaded.aux_layers, ids, names, trees))
+    """This machine's step costs for the target and `drafter` at the answer's middle (engine.costs.pair_profile)."""
+    loaded = backend.drafter(drafter)
+    return pair_profile(backend.target, loaded.drafter, loaded.aux_layers, (backend.preset.target, loaded.source),
+                        forced.ids, forced.prompt_len + len(forced.answer) // 2, cache_root(), trees, fresh)
 
 
 def replay_answer(backend: LocalBackend, prompt_ids: list[int], answer_ids: list[int], drafters: list[str],

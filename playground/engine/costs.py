@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -75,7 +77,7 @@ class CostProfile:
         if not event.drafted and not event.tree_tokens:
             return Cost(0.0, 0.0, 0.0)
         if tree is not None and event.tree_tokens is not None:
-            return self.tree.get(tree_key(tree), self.chain[min(len(self.chain), max(self.chain))])
+            return self.tree[tree_key(tree)]  # measured with the profile: its trees are part of its cache key
         return self.chain[min(len(event.drafted), max(self.chain))]
 
     def predict(self, events: list[StepEvent], tree: TreeShape | None = None) -> tuple[float, float, float]:
@@ -179,6 +181,38 @@ def profile_path(root: Path, names: tuple[str, str], trees: tuple[TreeShape, ...
     machine = this_machine(device)
     key = json.dumps([machine, *names, context, [tree_key(t) for t in trees]])
     return root / "cost-profiles" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+
+
+def context_bucket(tokens: int, max_positions: int) -> int:
+    """The context length a profile is measured at: `tokens` rounded to a power of two (64 at least), so answers of
+    similar length share one measurement."""
+    return min(max(64, 2 ** round(math.log2(max(tokens, 1)))), max_positions - 40)
+
+
+def pair_profile(target, drafter, aux_layers: list[int], names: tuple[str, str], seed_ids: list[int], tokens: int,
+                 root: Path, trees: tuple[TreeShape, ...] = (), fresh: bool = False,
+                 announce: Callable[[str], None] | None = None) -> CostProfile:
+    """This machine's step costs for the pair `names` at the context bucket of `tokens`, measured over `seed_ids`
+    repeated to that length and kept under `root` (`fresh`: measured again); `announce` says so before measuring."""
+    context = context_bucket(tokens, target.max_positions)
+    ids = (seed_ids * (context // len(seed_ids) + 1))[: context + 1]
+    path = profile_path(root, names, trees, context, str(target.device))
+    if fresh and path.exists():
+        path.unlink()
+    if announce is not None and not path.exists():
+        announce("measuring this machine's step costs (once per machine, pair and context)…")
+    return cached_profile(path, lambda: measure(target, drafter, aux_layers, ids, names, trees))
+
+
+def shipped_acceptance(folder: Path, drafter: str) -> list[float]:
+    """The drafter's acceptance by position from `folder`/evaluation.json (`train evaluate`: its rows by k; the
+    largest k's), or ValueError saying there is none."""
+    source = folder / "evaluation.json"
+    try:
+        rows = json.loads(source.read_text())["acceptance"][drafter]
+        return rows[str(max(int(k) for k in rows))]["per_position_acceptance"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ValueError(f"none in {source} (written by `train evaluate`)") from None
 
 
 def cached_profile(path: Path, make) -> CostProfile:

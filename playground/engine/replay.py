@@ -102,8 +102,7 @@ def replay(forced: Forced, target: Target, drafter: Eagle3Drafter, k: int, tree:
                                      + [forced.choice(context + d) for d in drafts.depths])
                 branch = drafts.branch(path)
                 drafted, accepted = [drafts.tokens[i] for i in branch], len(path)
-                fields = {"tree_tokens": drafts.tokens, "tree_parents": drafts.parents, "tree_depths": drafts.depths,
-                          "tree_probs": drafts.probs, "tree_path": path}
+                fields = drafts.step_fields(path)
         emitted = answer[generated : generated + accepted + 1]  # the live stopper ends where the answer ends
         pending = Pending(forced.aux[context : context + len(emitted)], context)
         tokens += emitted

@@ -90,6 +90,11 @@ class DraftTree:
             path.append(child)
             node = child
 
+    def step_fields(self, path: list[int]) -> dict:
+        """The StepEvent's tree_* fields for this tree and its accepted `path`."""
+        return {"tree_tokens": self.tokens, "tree_parents": self.parents, "tree_depths": self.depths,
+                "tree_probs": self.probs, "tree_path": path}
+
     def branch(self, path: list[int]) -> list[int]:
         """The branch through `path`: the path, then the best-scored child at each further depth."""
         branch, node = list(path), path[-1] if path else -1
@@ -312,7 +317,7 @@ class TreeDrafting:
         fields = {"drafted": [drafts.tokens[i] for i in branch], "accepted": len(path),
                   "draft_probs": [drafts.probs[i] for i in branch] if cfg.instrument else None,
                   "attention": attention, "hidden_rms": hidden_rms,
-                  **(_tree_fields(drafts, path) if len(drafts) else {})}
+                  **(drafts.step_fields(path) if len(drafts) else {})}
         return Verified([drafts.tokens[i] for i in path] + [bonus], Pending(verify.aux[rows], context), fields,
                         verify)
 
@@ -330,8 +335,3 @@ def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int],
         raise ValueError(problem)
     return speculate(target, aux_layers, prompt_ids, cfg,
                      lambda generator: TreeDrafting(drafter, cfg, tree, target, aux_layers, generator), should_stop)
-
-
-def _tree_fields(drafts: DraftTree, path: list[int]) -> dict:
-    return {"tree_tokens": drafts.tokens, "tree_parents": drafts.parents, "tree_depths": drafts.depths,
-            "tree_probs": drafts.probs, "tree_path": path}
