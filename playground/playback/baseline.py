@@ -11,7 +11,7 @@ the positions the answer passed through (`engine.PlainProbe`), in one of two way
   time; Chat gives it `SHARE_IN_CHAT`, so that the answer streams at nearly the engine's speed (with a quarter, the
   samples and their catch-up forwards cut the visible rate to about half on a busy 2-core machine). Fewer samples
   give fewer groups and a wider range, never a point estimate: below `MIN_SPEEDUP_GROUPS` groups the baseline is
-  topped up after the runs, at their last position.
+  topped up after the runs, at positions spread over the first run's answer.
 - **After the answer** (vLLM, whose engine decodes on while we sample: samples taken during it would share the CPU
   with it): `SHARE` of the decode time, at positions spread over the answer from its end back to its start (the
   probe's cache only moves its end back, so after one untimed forward over the answer this costs exactly the timed
@@ -27,6 +27,7 @@ says how noisy the figure is.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable, Iterator
 
@@ -100,9 +101,16 @@ class BaselineSampler:
         """After the runs: the rest of the baseline, yielding after each group's worth of steps (so the page can show
         its progress), until it is enough for a spread, unless it was stopped."""
         if self.timing == ALONGSIDE:
+            # topped up at positions spread over the answer: at its last position alone, the top-up (most of a short
+            # answer's baseline) would time only its dearest steps, and read plain decoding 1.2× against itself
+            context = self._prompt_ids + self._run.token_ids
             while self._can_sample() and not _has_groups(self._run.baseline):
-                self._sample(self._prompt_ids + self._run.token_ids)
-                yield
+                missing = self._least_steps(statistics.median(self._steps)) - len(self._steps)
+                for position in _spread(len(self._prompt_ids), len(context) - 1, max(GROUP_STEPS, missing)):
+                    if not self._can_sample():
+                        return
+                    self._sample(context[: position + 1])
+                    yield
             return
         if not self._can_sample():
             return
@@ -129,9 +137,12 @@ class BaselineSampler:
     def _planned_steps(self, step_s: float) -> int:
         """Steps for what is left of the share of the decode time (in timed steps: after the first, nothing else is
         spent but the loop around them), and at least enough for MIN_SPEEDUP_GROUPS groups."""
-        step_s = max(step_s, 1e-6)
-        least = max(MIN_SPEEDUP_GROUPS * GROUP_STEPS, math.ceil(MIN_SPEEDUP_GROUPS * GROUP_SECONDS / step_s))
-        return max(least, round((self._budget_s() - self.spent_s) / step_s))
+        return max(self._least_steps(step_s), round((self._budget_s() - self.spent_s) / max(step_s, 1e-6)))
+
+    @staticmethod
+    def _least_steps(step_s: float) -> int:
+        """Timed steps of `step_s` seconds enough for MIN_SPEEDUP_GROUPS groups."""
+        return max(MIN_SPEEDUP_GROUPS * GROUP_STEPS, math.ceil(MIN_SPEEDUP_GROUPS * GROUP_SECONDS / max(step_s, 1e-6)))
 
     def _can_sample(self) -> bool:
         return bool(self._run.events) and not self._should_stop()
