@@ -120,10 +120,20 @@ pass that is not timed. Mean acceptance length = 1 + accepted / drafting steps (
 {''.join(parts)}
 {_peer_table(rows)}
 <h2>All rows</h2>{_table(rows)}
-<h2>Machine and configuration</h2><pre>{html.escape(json.dumps({'machine': result.machine, 'config': config},
-                                                                  indent=2))}</pre>
+<h2>Machine and configuration</h2><pre>{html.escape(readable_json({'machine': result.machine, 'config': config}))}</pre>
 </body></html>
 """
+
+
+def readable_json(value, depth: int = 0) -> str:
+    """JSON indented by level, with a list of plain values on one line (a sweep's ks read `[1, 2, 3, 4, 6, 8]`)."""
+    pad = "  " * depth
+    if isinstance(value, dict) and value:
+        items = [f"{pad}  {json.dumps(key)}: {readable_json(item, depth + 1)}" for key, item in value.items()]
+        return "{\n" + ",\n".join(items) + f"\n{pad}}}"
+    if isinstance(value, list) and any(isinstance(item, (dict, list)) for item in value):
+        return "[\n" + ",\n".join(f"{pad}  {readable_json(item, depth + 1)}" for item in value) + f"\n{pad}]"
+    return json.dumps(value)
 
 
 def _csv_value(value):

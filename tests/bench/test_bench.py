@@ -6,6 +6,7 @@ No test here asserts a speed: timings on shared CPUs are noise at this size.
 from __future__ import annotations
 
 import csv
+import html
 import json
 from pathlib import Path
 
@@ -91,6 +92,9 @@ def test_smoke_profile_writes_three_outputs(tiny_pair: Path, tmp_path: Path) -> 
     report = (out / "report.html").read_text()
     assert report.count("plotly.js v") == 1  # plotly.js inlined exactly once
     assert data["findings"][0].startswith("Lossless") and data["findings"][0] in report
+    config_block = html.unescape(report.split("<h2>Machine and configuration</h2><pre>")[1].split("</pre>")[0])
+    assert json.loads(config_block)["config"] == data["config"]
+    assert '"ks": [1, 3]' in config_block  # a list of plain values on one line
 
 
 def test_prompt_sets_load_from_parquet_and_jsonl(tmp_path: Path) -> None:
