@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import httpx
+from httpx_sse import EventSource, ServerSentEvent, SSEError
 
 from playground import environment
 from playground.drafting import PLAIN
@@ -44,15 +45,12 @@ def base_url(url: str) -> str:
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
-def sse_data(lines: Iterator[str]) -> Iterator[dict]:
-    """JSON payloads of a server-sent-event stream, up to `data: [DONE]`."""
-    for line in lines:
-        if not line.startswith("data:"):
-            continue
-        payload = line[len("data:"):].strip()
-        if payload == "[DONE]":
+def json_events(events: Iterator[ServerSentEvent]) -> Iterator[dict]:
+    """The JSON payloads of an OpenAI-style event stream, up to its `[DONE]`."""
+    for event in events:
+        if event.data == "[DONE]":
             return
-        yield json.loads(payload)
+        yield json.loads(event.data)
 
 
 def _error_text(response: httpx.Response) -> str:
@@ -94,8 +92,8 @@ class RemoteStream:
         text = ""
         pending: StepEvent | None = None  # the finishing event waits for the usage chunk and the metrics
         drafting_steps = 0
-        with backend.open_stream("/v1/completions", self._body) as lines:
-            for chunk in sse_data(lines):
+        with backend.open_stream("/v1/completions", self._body) as chunks:
+            for chunk in chunks:
                 if self._should_stop is not None and self._should_stop() and pending is None:
                     yield self.stepper.feed([], "cancelled")  # closing the stream aborts the request
                     return
@@ -164,17 +162,17 @@ class RemoteBackend:
         return response
 
     @contextlib.contextmanager
-    def open_stream(self, path: str, body: dict) -> Iterator[Iterator[str]]:
-        """POST with a streamed response; yields its text lines. Leaving the block closes the connection, which
-        aborts the request on the server."""
+    def open_stream(self, path: str, body: dict) -> Iterator[Iterator[dict]]:
+        """POST with a server-sent-event response; yields its JSON payloads. Leaving the block closes the connection,
+        which aborts the request on the server."""
         try:
             with self._client.stream("POST", self.base + path, json=body) as response:
                 if response.status_code >= 400:
                     response.read()
                     raise RemoteError(f"POST {path} on {self.base} failed ({response.status_code}): "
                                       f"{_error_text(response)}")
-                yield response.iter_lines()
-        except httpx.HTTPError as err:
+                yield json_events(EventSource(response).iter_sse())
+        except (httpx.HTTPError, SSEError) as err:
             raise RemoteError(f"lost the server at {self.base}: {type(err).__name__}: {err}") from None
 
     # --- what the server is running -------------------------------------------------------------------------------
