@@ -9,6 +9,7 @@ id == num_hidden_layers = the final pre-norm state).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,6 +110,34 @@ def read_config(source: str, revision: str = "") -> dict:
         return json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise CheckpointError(f"config.json of {source!r} is not valid JSON: {err}") from None
+
+
+def stored_parameters(source: str, revision: str = "") -> dict[str, int] | None:
+    """A checkpoint's parameters by stored dtype ({"BF16": 8030261248}), counted from its safetensors headers, no
+    tensor read: of a local folder's *.safetensors, or of a Hub repository's (its headers only, when the Hub can be
+    reached). None where there is no safetensors checkpoint to count."""
+    folder = Path(source).expanduser()
+    if folder.is_dir():
+        from safetensors import safe_open
+
+        counts: dict[str, int] = {}
+        for path in sorted(folder.glob("*.safetensors")):
+            try:
+                with safe_open(str(path), framework="pt") as tensors:
+                    for name in tensors.keys():
+                        piece = tensors.get_slice(name)
+                        counts[piece.get_dtype()] = counts.get(piece.get_dtype(), 0) + math.prod(piece.get_shape())
+            except Exception as err:  # safetensors raises its own error types for a damaged header
+                raise CheckpointError(f"cannot read the safetensors header of {path}: {err}") from None
+        return counts or None
+    if looks_like_folder(source) or hub_unreachable():
+        return None
+    try:
+        from huggingface_hub import get_safetensors_metadata
+
+        return dict(get_safetensors_metadata(source, revision=revision or None).parameter_count) or None
+    except Exception:  # no safetensors on the Hub (or a gated repo): the config estimate serves
+        return None
 
 
 def _language_config(config: dict) -> dict:

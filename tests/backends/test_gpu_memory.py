@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from playground.backends.fit import stored_parameters
 from playground.backends.vllm import VllmBackend, VllmError, memory_setting, pool, serve_command
 from playground.backends.vllm.args import engine_kwargs
 from playground.backends.vllm.memory import (
@@ -23,10 +24,12 @@ from playground.backends.vllm.memory import (
     GpuPlan,
     gpu_plan,
     gpu_shares,
+    kv_bytes_per_token,
     memory_need,
     parameter_count,
 )
 from playground.backends.vllm.pool import engines_to_stop
+from playground.engine.checkpoint import CheckpointError
 from playground.presets import Preset, get_preset
 
 GiB = 2**30
@@ -244,23 +247,43 @@ def test_parameter_counts_from_config_match_the_models() -> None:
     assert parameter_count(LLAMA_8B) == pytest.approx(sum(p.numel() for p in llama.parameters()), rel=1e-3)
     assert parameter_count(DEEPSEEK_V3) == pytest.approx(671e9, rel=5e-3)  # MLA and MoE, dense first layers
     assert parameter_count(KIMI_K26_NVFP4) == pytest.approx(1.03e12, rel=2e-2)  # through text_config
-    # the shipped kimi-tiny MLA/MoE pair and SmolLM2 drafters, against their safetensors
-    from safetensors import safe_open
-
+    # the shipped kimi-tiny MLA/MoE pair and SmolLM2 drafters, against their safetensors headers
     for folder, drafter in [("kimi-tiny/target", False), ("kimi-tiny/eagle3.1", True),
                             ("smollm2-135m/eagle3.1", True)]:
         path = ROOT / "assets" / "models" / folder
-        with safe_open(str(path / "model.safetensors"), "pt") as weights:
-            real = sum(_numel(weights.get_slice(name).get_shape()) for name in weights.keys())
+        real = sum(stored_parameters(str(path)).values())
         assert parameter_count(json.loads((path / "config.json").read_text()), drafter) == pytest.approx(real,
                                                                                                         rel=0.03)
 
 
-def _numel(shape: list[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+def test_weights_are_counted_from_the_checkpoint_headers_where_they_can_be_read(tmp_path: Path) -> None:
+    """A local checkpoint's weights are counted from its safetensors headers, exactly: at the engine's dtype (the
+    shipped kimi-tiny target is stored in bf16; a float32 preset doubles it), integer tensors (a drafter's vocabulary
+    maps) as stored, a quantized checkpoint's packed weights as stored; without a checkpoint, the config estimate."""
+    target = ROOT / "assets" / "models" / "kimi-tiny" / "target"
+    drafter = ROOT / "assets" / "models" / "kimi-tiny" / "eagle3.1"
+    config, drafter_config = (json.loads((f / "config.json").read_text()) for f in (target, drafter))
+    stored, drafter_stored = stored_parameters(str(target)), stored_parameters(str(drafter))
+    assert set(stored) == {"BF16"} and {"F16", "I64", "BOOL"} <= set(drafter_stored)
+    preset = replace(get_preset("kimi-tiny-vllm"), device="cuda", dtype="float32", tensor_parallel_size=1)
+    counted = memory_need(preset, config, [drafter_config], stored, [drafter_stored])
+    estimated = memory_need(preset, config, [drafter_config])
+    cache = counted.plain - 4 * stored["BF16"]
+    assert estimated.plain - cache == pytest.approx(4 * parameter_count(config), rel=1e-9)
+    assert "counted from the checkpoint" in counted.what and "estimated from config.json" in estimated.what
+    positions = cache / kv_bytes_per_token(config, 4.0)
+    assert positions == int(preset.engine_options.get("max_model_len") or config["max_position_embeddings"])
+    maps = 8 * drafter_stored["I64"] + drafter_stored["BOOL"]  # kept as stored, not widened to float32
+    assert counted.drafter - counted.plain == pytest.approx(
+        4 * drafter_stored["F16"] + maps + kv_bytes_per_token(drafter_config, 4.0) * positions, abs=1)
+    packed = memory_need(_kimi(), KIMI_K26_NVFP4, [], {"U8": 500 * 10**9, "BF16": 20 * 10**9, "F8_E4M3": 60 * 10**9})
+    assert not packed.lower_bound and "weights as stored" in packed.what
+    assert packed.plain - memory_need(_kimi(), KIMI_K26_NVFP4, []).plain == pytest.approx(
+        (500e9 + 40e9 + 60e9) / 4 - parameter_count(KIMI_K26_NVFP4) * 0.5 / 4, rel=1e-6)
+    (tmp_path / "broken.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}")
+    with pytest.raises(CheckpointError, match="safetensors header"):
+        stored_parameters(str(tmp_path))
+    assert stored_parameters(str(tmp_path / "empty")) is None and stored_parameters("no-such/repo") is None
 
 
 def test_llama_8b_on_an_80_gb_gpu_runs_its_three_engines() -> None:

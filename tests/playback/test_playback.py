@@ -239,9 +239,9 @@ def test_plain_against_its_live_baseline_reads_one_on_a_clock_of_forwards(pair_m
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """Plain decoding read against the plain baseline measured alongside it reads 1.00×, on a clock that only counts
     the target's forwards (a wall clock is no test: a busy machine moved the reading from 0.37× to 2.28×). It catches a
-    baseline that times the wrong work (its catch-up forward too: about 0.5×) or the wrong positions (timed once at the
-    start: about 0.7×; topped up at the answer's last position only, as it was: 1.24×), which the wall clock hid in noise.
-    The range is wide here by design: this clock makes the answer's last steps twice as dear as its first."""
+    baseline that times the wrong work (its catch-up forward too: about 0.5×) or the wrong positions (timed once at
+    the start: about 0.7×; topped up at the answer's last position only, as it was: 1.24×), which the wall clock hid
+    in noise. The range is wide here by design: this clock makes the answer's last steps twice as dear as its first."""
     ForwardClock(monkeypatch)
     run = answer(Conversation(), max_new_tokens=1000, drafter="none")[-1]
     view = run.view()

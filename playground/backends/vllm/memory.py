@@ -1,12 +1,13 @@
 """How much memory vLLM's engines get and need: the KV cache on the CPU; on a GPU each engine kind's share
-of it, and whether the weights (estimated from config.json files) fit that share, the whole budget, or nothing.
+of it, and whether the weights (counted from the checkpoints' safetensors headers, or where none can be read estimated
+from config.json files) fit that share, the whole budget, or nothing.
 
 GPU memory: every engine the app starts on a GPU gets an explicit share of each of its GPUs
 (`gpu_memory_utilization`, GPU_SHARES: 0.28 for plain decoding's, 0.31 for each of two drafter engines), so that
 the engines held at once sum to GPU_MEMORY_BUDGET (0.9), where vLLM's default gave each engine the whole GPU (0.92
 in vLLM 0.32) and the second could not start. A preset's own engine_options["gpu_memory_utilization"] sets every
 engine's share, and is refused in one line where the engines held at once would add above the budget. Before the
-first engine starts, the weights (and one max_model_len sequence of KV cache) are estimated from the configs
+first engine starts, the weights (and one max_model_len sequence of KV cache) are counted or estimated
 (`memory_need`) against the GPU's total memory (NVML): where a share is too small but the whole budget is not, the
 GPU has room for one engine and the backend runs one engine at a time with the whole budget, without a live plain
 baseline (`gpu_plan`, one line says so); where even the budget is too small, it refuses. On the CPU nothing
@@ -39,6 +40,9 @@ GPU_MEMORY_BUDGET = 0.9
 GPU_SLOTS = {"plain": 1, "drafter": MAX_ENGINES - 1}  # engines of each kind held at once on a GPU
 GPU_SHARES = {"plain": 0.28, "drafter": 0.31}  # 0.28 + 2 x 0.31 = 0.9
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+STORED_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2, "U16": 2,
+                "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I8": 1, "U8": 1, "BOOL": 1}  # a safetensors dtype's bytes
+FLOAT_KINDS = {"F64", "F32", "F16", "BF16"}  # loaded at the engine's dtype (unless the checkpoint is quantized)
 
 
 class GpuMemoryError(ValueError):
@@ -96,7 +100,7 @@ def memory_setting(preset: Preset, environ: dict | None = None, alone: bool = Fa
 
 @dataclasses.dataclass(frozen=True)
 class MemoryNeed:
-    """What one engine needs on each of its GPUs at the least, estimated from config.json files: weights and one
+    """What one engine needs on each of its GPUs at the least, from the checkpoints or their configs: weights and one
     max_model_len sequence of KV cache (activations and CUDA graphs come on top, and are not estimated)."""
     plain: int  # bytes per GPU: the target
     drafter: int  # the target and the largest of the preset's drafters
@@ -153,6 +157,10 @@ def parameter_count(config: dict, drafter: bool = False) -> int:
     return layers * attention + mlp + embeddings + fc
 
 
+def _quantized(config: dict) -> bool:
+    return bool(config.get("quantization_config") or _layer_config(config).get("quantization_config"))
+
+
 def bytes_per_parameter(config: dict, dtype: str) -> tuple[float, bool]:
     """(bytes a weight takes, whether that is a lower bound): the engine's dtype, or for a quantized checkpoint
     (quantization_config) the fewest its format may use (4-bit formats 0.5, FP8 1; unknown formats 0.5), a lower
@@ -182,26 +190,50 @@ def kv_bytes_per_token(config: dict, dtype_bytes: float, tensor_parallel_size: i
     return layers * 2 * max(1.0, kv_heads / tensor_parallel_size) * head_dim * dtype_bytes
 
 
-def memory_need(preset: Preset, target_config: dict, drafter_configs: Iterable[dict] = ()) -> MemoryNeed:
+def weight_bytes(config: dict, dtype: str, stored: dict[str, int] | None = None,
+                 drafter: bool = False) -> tuple[float, bool, bool]:
+    """(bytes the weights take, whether that is a lower bound, whether they were counted from the checkpoint).
+    Counted from the checkpoint's safetensors headers where given (`stored`, parameters by stored dtype): at the
+    engine's dtype, or for a quantized checkpoint as stored (vLLM keeps the packed weights, scales and 16-bit parts
+    as they are; integer tensors, such as a drafter's vocabulary maps, are always kept as stored); else estimated from
+    config.json (parameter_count, bytes_per_parameter)."""
+    if stored and all(kind in STORED_BYTES for kind in stored):
+        as_stored = _quantized(config)
+        engine_bytes = DTYPE_BYTES.get(dtype, 2)
+        return float(sum(n * (engine_bytes if kind in FLOAT_KINDS and not as_stored else STORED_BYTES[kind])
+                         for kind, n in stored.items())), False, True
+    per_parameter, lower = bytes_per_parameter(config, dtype)
+    return parameter_count(config, drafter) * per_parameter, lower, False
+
+
+def memory_need(preset: Preset, target_config: dict, drafter_configs: Iterable[dict] = (),
+                target_stored: dict[str, int] | None = None,
+                drafters_stored: Iterable[dict[str, int] | None] = ()) -> MemoryNeed:
     """Per GPU, what each engine kind needs at the least: the target's weights (split over tensor_parallel_size
     GPUs) and one max_model_len sequence of KV cache (the preset's max_model_len, else the model's positions; vLLM
-    refuses to start an engine that cannot hold one), plus, for a drafter engine, the largest drafter's."""
+    refuses to start an engine that cannot hold one), plus, for a drafter engine, the largest drafter's. The weights
+    are counted from the checkpoints' headers where given (`target_stored`, `drafters_stored` in the drafters'
+    order: `fit.stored_parameters`), else estimated from the configs."""
     tp = preset.tensor_parallel_size
-    weight, lower = bytes_per_parameter(target_config, preset.dtype)
+    weights, lower, counted = weight_bytes(target_config, preset.dtype, target_stored)
+    weights /= tp
     kv_dtype = 1.0 if str(preset.engine_options.get("kv_cache_dtype", "auto")).startswith("fp8") \
         else float(DTYPE_BYTES.get(preset.dtype, 2))
     positions = int(preset.engine_options.get("max_model_len")
                     or _layer_config(target_config).get("max_position_embeddings") or 4096)
-    weights = parameter_count(target_config) * weight / tp
     cache = kv_bytes_per_token(target_config, kv_dtype, tp) * positions
     extra = 0.0
-    for config in drafter_configs:
-        d_weight, _ = bytes_per_parameter(config, preset.dtype)
-        extra = max(extra, parameter_count(config, drafter=True) * d_weight / tp
-                    + kv_bytes_per_token(config, kv_dtype, tp) * positions)
-    name = f"{preset.dtype} weights" if not lower else f"weights at {8 * weight:g} bits or more"
+    drafter_configs = list(drafter_configs)
+    for config, stored in zip(drafter_configs, list(drafters_stored) or [None] * len(drafter_configs), strict=True):
+        drafter_weights, _, _ = weight_bytes(config, preset.dtype, stored, drafter=True)
+        extra = max(extra, drafter_weights / tp + kv_bytes_per_token(config, kv_dtype, tp) * positions)
+    if lower:
+        name = f"weights at {8 * bytes_per_parameter(target_config, preset.dtype)[0]:g} bits or more"
+    else:
+        name = "weights as stored" if counted and _quantized(target_config) else f"{preset.dtype} weights"
+    source = "counted from the checkpoint" if counted else "estimated from config.json"
     per_gpu = f"on each of {tp} GPUs: " if tp > 1 else ""
-    what = f"{per_gpu}{name} {_gib(weights)} + a KV cache of {positions} tokens {_gib(cache)}"
+    what = f"{per_gpu}{name} {_gib(weights)} ({source}) + a KV cache of {positions} tokens {_gib(cache)}"
     return MemoryNeed(int(weights + cache), int(weights + cache + extra), what, lower)
 
 

@@ -30,7 +30,7 @@ from playground.presets import DRAFTER_LABELS, Preset
 from playground.smollm2 import local_folder
 
 from .. import Capabilities, require_local_engine_options
-from ..fit import check_drafter_fits, read_config
+from ..fit import check_drafter_fits, read_config, stored_parameters
 from ..steps import MISSING_FIELDS
 from .args import CPU_ENVIRONMENT, engine_kwargs
 from .memory import (
@@ -140,10 +140,12 @@ class VllmBackend:
         return self._gpu_plan
 
     def _memory_need(self) -> MemoryNeed | None:
-        """memory_need from the target's and the preset's drafters' config.json; None where one cannot be read."""
+        """memory_need from the target's and the preset's drafters' config.json and safetensors headers; None where a
+        config cannot be read."""
         try:
-            return memory_need(self.preset, read_config(self.model_folder),
-                               [read_config(source) for source in self.preset.drafters.values()])
+            drafters = list(self.preset.drafters.values())
+            return memory_need(self.preset, read_config(self.model_folder), [read_config(d) for d in drafters],
+                               stored_parameters(self.model_folder), [stored_parameters(d) for d in drafters])
         except (CheckpointError, ValueError, TypeError):
             return None
 
