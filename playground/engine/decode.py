@@ -112,7 +112,6 @@ class ChainDrafter:
         chain.drafted = torch.stack(drafted)
         return chain
 
-
     def verify(self, chain: Chain, tokens: list[int], context: int, cache: TargetCache) -> Verified:
         """All k + 1 positions in one target forward, then keep the accepted prefix."""
         cfg, target = self.cfg, self.target

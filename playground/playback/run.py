@@ -168,7 +168,7 @@ class RunDriver:
         self.run = Run(settings, len(prompt_ids), missing_fields=dict(backend.missing_fields),
                        precision=precision_label(backend.preset.dtype, backend.exact_speculation, settings.plain),
                        engine=backend.name, compute=backend.compute, prompt_ids=list(prompt_ids))
-        self._backend, self._prompt_ids, self._should_stop = backend, prompt_ids, should_stop
+        self._backend, self._should_stop = backend, should_stop
         self.paces_itself = backend.capabilities.paces_itself
         self._stops_itself = backend.capabilities.checks_stop  # else advance() asks should_stop between steps
         self._provenance = ProvenanceBuilder(backend.decode)
@@ -186,7 +186,7 @@ class RunDriver:
         steps here."""
         if not self.times_plain_steps:
             return None
-        return BaselineSampler(self._backend.plain_probe(), [(self._prompt_ids, self.run)], self._should_stop,
+        return BaselineSampler(self._backend.plain_probe(), [(self.run.prompt_ids, self.run)], self._should_stop,
                                share_alongside=0.0 if self.paces_itself else SHARE_IN_CHAT)
 
     def shares_target_with(self, other: RunDriver) -> bool:
@@ -197,13 +197,13 @@ class RunDriver:
 
     def shared_baseline(self, other: RunDriver) -> BaselineSampler:
         """One plain baseline for this run and `other` (see shares_target_with), timed alongside their steps."""
-        return BaselineSampler(self._backend.plain_probe(), [(self._prompt_ids, self.run), (other._prompt_ids,
+        return BaselineSampler(self._backend.plain_probe(), [(self.run.prompt_ids, self.run), (other.run.prompt_ids,
                                other.run)], self._should_stop, share_alongside=SHARE)
 
     def open(self) -> None:
         """Load the drafter (and check that it fits the target) before anything is measured."""
         s = self.run.settings
-        stream = self._backend.stream(self._prompt_ids, s.drafter, s.generation_config(), self._should_stop)
+        stream = self._backend.stream(self.run.prompt_ids, s.drafter, s.generation_config(), self._should_stop)
         self._events = _ActiveTimeEvents(stream, rewrite=not self.paces_itself)
         self.run.opened = True
         self.run.starting = self._backend.starting(s.drafter, s.k)
