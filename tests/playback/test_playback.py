@@ -218,11 +218,12 @@ def test_export_writes_json_and_csv(pair_models: Path, tmp_path: Path) -> None:
 class ForwardClock:
     """Time that passes only inside the target's forwards, each costing 1 ms plus 2 µs per position it attends to: a
     plain step is then worth the same wherever it is timed, yet a later one costs more, as on a real machine. The
-    engine's steps, the probe's samples and the sampler's share of the decode time all read it."""
+    engine's steps, the probe's samples, the sampler's share of the decode time and the pauses taken out of a run's
+    times all read it."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         from playground.engine.target import Target
-        from playground.playback import baseline
+        from playground.playback import baseline, run
 
         self.now, forward = 0.0, Target.forward
 
@@ -232,7 +233,8 @@ class ForwardClock:
 
         monkeypatch.setattr(Target, "forward", timed_forward)
         monkeypatch.setattr(Target, "clock", lambda target: self.now)
-        monkeypatch.setattr(baseline, "time", SimpleNamespace(perf_counter=lambda: self.now))
+        for module in (baseline, run):
+            monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=lambda: self.now))
 
 
 def test_plain_against_its_live_baseline_reads_one_on_a_clock_of_forwards(pair_models: Path,
