@@ -1,5 +1,5 @@
-"""Command-line entry point: ``python -m playground {generate,serve,vllm-command,train,bench,bench-engines,replay,space}
-...``, or ``eagle-playground ...`` after ``pip install -e .`` (pyproject.toml)."""
+"""Command-line entry point: ``python -m playground COMMAND ...`` (generate, serve, vllm-command, train, bench,
+bench-engines, replay, fingerprint, space), or ``eagle-playground ...`` after ``pip install -e .`` (pyproject.toml)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from playground import environment, flags, generate, serve, space
 from playground.bench import cli as bench_cli
 from playground.bench import engines as bench_engines
 from playground.bench import replay as bench_replay
+from playground.health import measure as health_measure
 from playground.train import cli as train_cli
 
 
@@ -23,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     bench_cli.register(commands)
     bench_engines.register(commands)
     bench_replay.register(commands)
+    health_measure.register(commands)
     space.register(commands)
     args = parser.parse_args(argv)
     threads = getattr(args, "threads", None) or environment.number("PLAYGROUND_THREADS")

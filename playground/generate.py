@@ -25,6 +25,7 @@ from playground.flags import (
     resolve_preset,
     tree_shape,
 )
+from playground.health import run_health
 from playground.presets import REPO_ROOT, Preset
 from playground.smollm2 import cache_root
 
@@ -69,12 +70,14 @@ def generate(args: argparse.Namespace) -> dict:
     record = RunRecord.of(events, backend.decode(ids), len(prompt_ids), drafter, cfg,
                           tree.depth if tree else getattr(stream, "k", cfg.k),  # vLLM / remote: the engine's k
                           prompt_ids=prompt_ids)
+    health = run_health(preset, backend, drafter, cfg, args.chat_template, args.raw, len(prompt_ids), events)
     target = getattr(backend, "target", None)  # the local engine's: which forward ran
     result = {"preset": preset.name, "target": preset.target, "dtype": preset.dtype,
               "forward": target.forward_path if target is not None else preset.backend,
               "kernels": target.fast.kernels if target is not None and target.fast is not None else None,
               "threads": target.threads.describe() if target is not None and target.threads is not None else None,
-              "tree": asdict(tree) if tree else None, "auto_k": auto.to_dict() if auto else None, **record.to_dict()}
+              "tree": asdict(tree) if tree else None, "auto_k": auto.to_dict() if auto else None,
+              "health": health.to_dict(), **record.to_dict()}
     if args.json:
         print(json.dumps(result))
     else:
@@ -82,7 +85,7 @@ def generate(args: argparse.Namespace) -> dict:
         al = f"{m.mean_acceptance_length:.2f}" if m.mean_acceptance_length else "n/a"
         busy = busy_text(m.busy_share)
         print(f"\n\n[{m.generated_tokens} tokens, {m.tokens_per_second:.1f} tok/s, mean acceptance length {al}, "
-              f"finish: {record.finish_reason}{'; ' + busy if busy else ''}]", file=sys.stderr)
+              f"finish: {record.finish_reason}{'; ' + busy if busy else ''}]\n[{health.text()}]", file=sys.stderr)
     return result
 
 

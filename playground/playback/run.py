@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field, replace
 from playground.backends import Backend, StepStream
 from playground.engine import Baseline, RunRecord, RunTally, StepEvent, emitted_ids
 from playground.engine.threads import busy_text
+from playground.health import Health, run_health
+from playground.health.stats import LOOKS
 from playground.viz import ProvenanceBuilder, RunView, TokenPiece, TreeStep, plain_verdict
 
 from .baseline import AFTER, SHARE, SHARE_IN_CHAT, BaselineSampler
@@ -57,6 +59,7 @@ class Run:
     compute: str = ""  # its kernels and thread policy (Backend.compute)
     held: str | None = None  # what its backend held when it finished, beyond the app's process (Backend.held)
     prompt_ids: list[int] = field(default_factory=list)  # what the target read: its record carries them (replay)
+    health: Health | None = None  # the drafter held against its fingerprint, at each look and at the end
     tally: RunTally = field(init=False)  # the events' totals, kept as they arrive: a render reads, never re-counts
 
     def __post_init__(self) -> None:
@@ -116,7 +119,8 @@ class Run:
     def view(self) -> RunView:
         s = self.settings
         return RunView(s.drafter_label, s.plain, s.k, self.events, self.tally.metrics(), self.baseline,
-                       dict(self.missing_fields), self.seen_tokens_per_second)
+                       dict(self.missing_fields), self.seen_tokens_per_second,
+                       self.health.usual_by_position if self.health else None)
 
     def record(self, name: str, with_steps: bool = True, view: RunView | None = None) -> dict:
         """The run as JSON-ready data: text, config, metrics and (for exports) the per-step trace. Pass the `view`
@@ -132,6 +136,7 @@ class Run:
                 "baseline": self.baseline.to_dict() if self.baseline else None, "speedup": view.speedup,
                 "speedup_range": view.speedup_range, "speedup_not_measured": view.too_few_steps,
                 "verdict": verdict.to_dict() if verdict else None,
+                "health": self.health.to_dict() if self.health else None,
                 "seen_tokens_per_second": self.seen_tokens_per_second}
 
 
@@ -174,6 +179,7 @@ class RunDriver:
         self._provenance = ProvenanceBuilder(backend.decode)
         self._events: _ActiveTimeEvents | None = None
         self._first_step_asked: float | None = None
+        self._drafting_steps = 0
 
     @property
     def times_plain_steps(self) -> bool:
@@ -246,6 +252,11 @@ class RunDriver:
         if tree := TreeStep.of(event, self._backend.decode):
             self.run.trees.append(tree)
         self.run.pieces = self._provenance.pieces
+        self._drafting_steps += bool(event.drafted)
+        if event.finished or (event.drafted and self._drafting_steps in (1, *LOOKS)):  # 1: the charts' usual band
+            s, backend = self.run.settings, self._backend
+            self.run.health = run_health(backend.preset, backend, s.drafter, s.generation_config(), s.chat_template,
+                                         False, self.run.prompt_tokens, self.run.events)
         if event.finished:
             self.run.held = self._backend.held()
         return not event.finished

@@ -29,6 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from playground.backends.specstats import render_prometheus
 from playground.engine import GenerationConfig, StepEvent
 from playground.engine.text import IncrementalDecoder
+from playground.health import run_health
 
 from .engine import Limits, ServedEngine
 from .requests import ChatCompletionRequest, CompletionRequest, DetokenizeRequest, Sampling, TokenizeRequest
@@ -230,12 +231,16 @@ def build_app(engine: ServedEngine, limits: Limits = Limits(), api_key: str | No
             events.close()
 
     async def generate(request: Request, body: Sampling, prompt_ids: list[int], answer_budget: int | None,
-                       chat: bool):
+                       chat: bool, template: str | None = None):
+        """`template`: the chat template a chat request was encoded with; None for a completion (not known)."""
         check_ids(prompt_ids, "prompt")
         cfg = generation_config(body, answer_budget, len(prompt_ids))
+        backend = engine.backend
         reply = Reply(chat=chat, model=engine.model_name, stop_strings=cfg.stop_strings,
                       with_token_ids=body.return_token_ids, prompt_tokens=len(prompt_ids),
-                      k=engine.draft_depth if engine.speculating else None)
+                      k=engine.draft_depth if engine.speculating else None,
+                      health=lambda events: run_health(backend.preset, backend, engine.drafter, cfg, template, False,
+                                                       len(prompt_ids), events).to_dict())
         if not body.stream:
             async with admission.slot():
                 async for event, piece in steps(prompt_ids, cfg, request.is_disconnected):
@@ -276,7 +281,8 @@ def build_app(engine: ServedEngine, limits: Limits = Limits(), api_key: str | No
     async def chat_completions(request: Request, body: ChatCompletionRequest):
         check_model(body)
         prompt_ids = await encode_chat(body.messages, body.chat_template)
-        return await generate(request, body, prompt_ids, body.answer_budget, chat=True)
+        return await generate(request, body, prompt_ids, body.answer_budget, chat=True,
+                              template=body.chat_template or "default")
 
     @app.post("/tokenize")
     async def tokenize(body: TokenizeRequest) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from playground.backends.specstats import request_metrics
@@ -37,6 +38,7 @@ class Reply:
     with_token_ids: bool
     prompt_tokens: int
     k: int | None  # None when not speculating (no spec-decode metrics in the usage)
+    health: Callable[[list[StepEvent]], dict] | None = None  # the drafter's health of these steps (health/)
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
     events: list[StepEvent] = field(default_factory=list)
@@ -84,6 +86,8 @@ class Reply:
                                  "total_tokens": self.prompt_tokens + completion}}
         if self.k is not None:
             block["metrics"] = {"speculative_decoding": request_metrics(self.events, self.k)}
+            if self.health is not None:
+                block["metrics"]["drafter_health"] = self.health(self.events)
         return block
 
     def usage_chunk(self) -> dict:

@@ -23,6 +23,7 @@ from playground.viz import (
     accepted_per_step_figure,
     attention_drift_figure,
     escape_html,
+    health_badge,
     hidden_rms_figure,
     message_figure,
     plain_verdict,
@@ -69,7 +70,8 @@ def _run_outputs(run: Run, charts: bool = True) -> tuple:
     left as the page shows them)."""
     view = run.view()
     status = f"**{run.settings.drafter_label}** · {run.precision} · {run.status}"
-    stats = stats_html(view, speed_note(run, view)) + (tree_html(run.tree) if run.tree else "")
+    stats = (stats_html(view, speed_note(run, view)) + health_badge(run.health)
+             + (tree_html(run.tree) if run.tree else ""))
     if not charts:
         return (status, stats, *(gr.skip(),) * (len(PLOTS) + 1))
     return (status, stats, accepted_per_step_figure(view), speedup_figure([view]),

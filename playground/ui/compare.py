@@ -17,6 +17,7 @@ from playground.viz import (
     acceptance_by_position_figure,
     attention_drift_figure,
     escape_html,
+    health_badge,
     message_figure,
     speedup_figure,
     stats_html,
@@ -95,7 +96,8 @@ def show_comparison(comparison: Comparison | None, view: AnswerView, request: gr
     statuses = " · ".join(f"**{v.label}** ({run.precision}): {run.status}" for v, run in zip(views, runs))
     status = status_after_failure(request, TAB, statuses)
     shown = (_side_html(comparison.left, views[0], view), _side_html(comparison.right, views[1], view),
-             stats_html(views[0]), stats_html(views[1]), status, _verdict_markdown(comparison, views))
+             *(stats_html(v) + health_badge(run.health) for v, run in zip(views, runs)), status,
+             _verdict_markdown(comparison, views))
     if not charts:
         return (*shown, *(gr.skip(),) * 4)
     return (*shown, summary_table(views), acceptance_by_position_figure(views), attention_drift_figure(views),

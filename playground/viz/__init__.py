@@ -27,6 +27,7 @@ from .summary import (
     DRAFT_ACCEPTANCE_RATE_HELP,
     MEAN_ACCEPTANCE_LENGTH_HELP,
     SUMMARY_COLUMNS,
+    health_badge,
     stats_css,
     stats_html,
     summary_table,
@@ -39,7 +40,7 @@ __all__ = [
     "DRAFT_ACCEPTANCE_RATE_HELP", "MEAN_ACCEPTANCE_LENGTH_HELP", "SUMMARY_COLUMNS", "TITLES", "ProvenanceBuilder",
     "RunView", "TokenPiece", "TreeStep", "Verdict", "accepted_per_step_figure", "acceptance_by_position_figure",
     "attention_drift_figure", "comparison_verdict", "depth_colour",
-    "engine_verdict", "escape_html", "hidden_rms_figure", "legend_html",
+    "engine_verdict", "escape_html", "health_badge", "hidden_rms_figure", "legend_html",
     "message_figure", "plain_verdict", "provenance_css", "provenance_html", "rendered_css", "rendered_html",
     "speedup_figure", "stats_css", "stats_html", "summary_table", "token_pieces", "tree_css", "tree_html",
 ]

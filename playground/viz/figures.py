@@ -153,9 +153,20 @@ def acceptance_by_position_figure(views: list[RunView]) -> go.Figure:
                     customdata=[[c, m.drafting_steps] for c in m.per_position_counts],
                     hovertemplate=view.label + f"<br>position %{{x}}: %{{y:{PERCENT_D3}}} (%{{customdata[0]}} of "
                     "%{customdata[1]} drafting steps)<extra></extra>")
+        if usual := view.usual_by_position:  # the drafter's fingerprint: where its answers usually land
+            fig.add_scatter(x=list(range(1, len(usual) + 1)), y=[mean for mean, _, _ in usual], mode="markers",
+                            name=f"{view.label}: usual", marker={"symbol": "line-ew-open", "size": 18,
+                                                                  "color": colours[i]},
+                            error_y={"type": "data", "symmetric": False, "color": colours[i],
+                                     "array": [high - mean for mean, _, high in usual],
+                                     "arrayminus": [mean - low for mean, low, _ in usual]},
+                            hovertemplate=view.label + f"<br>position %{{x}}: usually %{{y:{PERCENT_D3}}} (its "
+                            "fingerprint's answers, 10th-90th percentile as the bar)<extra></extra>")
     fig.update_xaxes(title_text="draft position", dtick=1)
     fig.update_yaxes(title_text="accepted / drafting steps", range=[0, 1.02], tickformat=PERCENT_D3)
-    return _with_notes(_layout(fig, title, revision="position", barmode="group", showlegend=len(views) > 1), notes)
+    shown_usual = any(view.usual_by_position for _, view in drawable)
+    return _with_notes(_layout(fig, title, revision="position", barmode="group",
+                               showlegend=len(views) > 1 or shown_usual), notes)
 
 
 def attention_drift_figure(views: list[RunView]) -> go.Figure:

@@ -138,6 +138,20 @@ def stats_html(view: RunView, note: str = "") -> str:
     return f'<div class="stats" lang="en">{"".join(cards)}</div>{note_html}'  # lang: where to hyphenate
 
 
+def health_badge(health) -> str:
+    """The drafter's health under the cards (a health.Health, or None): quiet unless flagged."""
+    if health is None:
+        return ""
+    mark = "flagged" if health.flagged else "quiet"
+    return f'<div class="health-badge {mark}" title="{html.escape(HEALTH_HELP)}">{html.escape(health.text())}</div>'
+
+
+HEALTH_HELP = ("The drafter's acceptance at depth 1 held against its fingerprint: the spread of its answers on the "
+               "project's prompts (python -m playground fingerprint). Flagged only when this run leaves that spread "
+               "beyond its own noise, low or high; the likely cause is named from what differs (target weights, chat "
+               "template, context length, temperature, draft vocabulary).")
+
+
 def summary_table(views: list[RunView]) -> pd.DataFrame:
     """One row per run: drafter, k, tokens, decode rate, speedup (and range) vs the plain baseline, acceptance.
     Numbers as text in the cards' formats (a float column would show 1.0 as "1" beside "1.42")."""
@@ -184,4 +198,8 @@ def stats_css() -> str:
   color: var(--body-text-color-subdued, inherit); overflow-wrap: break-word; hyphens: auto;
   text-decoration: underline dotted; text-underline-offset: 2px; }}
 .stat-note {{ margin-top: 4px; font-size: 0.85em; color: var(--body-text-color-subdued, inherit); }}
+.health-badge {{ margin-top: 4px; font-size: 0.85em; padding: 2px 8px; border-radius: 6px; display: inline-block; }}
+.health-badge.quiet {{ color: var(--body-text-color-subdued, inherit); border: 1px solid var(--border-color-primary); }}
+.health-badge.flagged {{ color: var(--body-text-color); border: 1px solid #d97706; background: rgba(217, 119, 6, 0.12);
+  font-weight: 600; }}
 """

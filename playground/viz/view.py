@@ -18,6 +18,8 @@ class RunView:
     missing: dict[str, str] = field(default_factory=dict)  # StepEvent fields (and "baseline") the backend cannot
     # provide, and why: a backend's `missing_fields`
     seen_tokens_per_second: float | None = None  # wall clock, rendering pauses included: what the user saw
+    usual_by_position: list[tuple[float, float, float]] | None = None  # the drafter's fingerprint at this k: per
+    # position, its answers' pooled acceptance and 10th-90th percentile (health.Section.by_position)
 
     @classmethod
     def from_events(cls, drafter: str, plain: bool, k: int, events: list[StepEvent],

@@ -200,8 +200,8 @@ def test_errors_are_one_line_on_stderr(tiny: TinyModels, broken_drafter: Path, t
 
 def test_the_json_is_a_run_record_that_reads_back_typed(outputs: dict[str, dict]) -> None:
     """`--json` is `RunRecord.to_dict()` plus preset, target, dtype, forward, the fast path's kernels, the thread
-    policy, tree (None for a chain) and auto_k (None for a fixed k); `from_dict` gives back the same record, typed,
-    prompt ids too."""
+    policy, tree (None for a chain), auto_k (None for a fixed k) and the drafter's health; `from_dict` gives back the
+    same record, typed, prompt ids too."""
     from playground.engine import AttentionMass, GenerationConfig, RunRecord, StepEvent
 
     result = dict(outputs["eagle3.1-preset"])
@@ -210,6 +210,8 @@ def test_the_json_is_a_run_record_that_reads_back_typed(outputs: dict[str, dict]
     assert result.pop("kernels").split(" + ")[0] in ("mkl-packed", "plain")
     assert "thread" in result.pop("threads")  # the tests fix the threads: "1 thread (set by the user)"
     assert result.pop("auto_k") is None  # a fixed k
+    health = result.pop("health")  # the tests' tiny drafter has no fingerprint: said so, with the way to make one
+    assert health["status"] == "not checked" and "python -m playground fingerprint" in health["text"]
     record = RunRecord.from_dict(result)
     assert json.loads(json.dumps(record.to_dict())) == result
     assert record.prompt_ids and all(isinstance(t, int) for t in record.prompt_ids)

@@ -207,6 +207,7 @@ def test_export_writes_json_and_csv(pair_models: Path, tmp_path: Path) -> None:
     assert record["text"] == run.text and record["settings"]["drafter"] == "eagle3.1"
     assert len(record["steps"]) == len(run.events) and record["metrics"]["generated_tokens"] == len(run.token_ids)
     assert record["speedup"] == pytest.approx(run.view().speedup)
+    assert record["health"]["status"] == "not checked" and "no fingerprint" in record["health"]["text"]  # tiny pair
     with csv_path.open() as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == CSV_COLUMNS and len(rows) == len(run.events)

@@ -11,7 +11,7 @@ PACKAGE = ROOT / "playground"
 
 BASE = {"drafting", "environment", "blas"}
 COMMANDS = BASE | {"smollm2", "engine", "presets", "backends", "flags"}
-MEASURING = COMMANDS | {"prompt_sets", "machine", "viz"}
+MEASURING = COMMANDS | {"prompt_sets", "machine", "viz", "health"}
 ALLOWED: dict[str, set[str]] = {  # ARCHITECTURE.md's table, part by part
     "drafting": set(), "environment": set(), "blas": set(), "__init__": {"blas"}, "examples": set(),
     "engine": {"drafting"},
@@ -20,8 +20,9 @@ ALLOWED: dict[str, set[str]] = {  # ARCHITECTURE.md's table, part by part
     "prompt_sets": BASE | {"presets"},
     "backends": BASE | {"smollm2", "engine", "presets"},
     "viz": {"engine", "drafting"},
-    "playback": BASE | {"backends", "engine", "presets", "viz"},
-    "flags": COMMANDS, "generate": COMMANDS, "serve": COMMANDS, "space": COMMANDS,
+    "health": COMMANDS | {"prompt_sets", "machine"},
+    "playback": BASE | {"backends", "engine", "presets", "viz", "health"},
+    "flags": COMMANDS, "generate": COMMANDS | {"health"}, "serve": COMMANDS | {"health"}, "space": COMMANDS,
     "bench": MEASURING, "train": MEASURING,
     "ui": MEASURING | {"playback", "bench", "examples"},
 }

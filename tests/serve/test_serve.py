@@ -283,6 +283,8 @@ def test_serve_takes_a_target_and_drafter_folder_of_ones_own(tiny_root: Path, ti
     plain = emitted_ids(list(plain_generate(tiny.target, prompt, GenerationConfig(max_new_tokens=24))))
     assert answer["choices"][0]["token_ids"] == plain
     assert answer["metrics"]["speculative_decoding"]["num_accepted_draft_tokens"] > 0  # the drafter was used
+    health = answer["metrics"]["drafter_health"]  # the tests' tiny drafter has no fingerprint: said, not guessed
+    assert health["status"] == "not checked" and "no fingerprint" in health["text"]
     refused = subprocess.run([sys.executable, "-m", "playground", "serve", "--target", target, "--drafter-path",
                               str(tiny_root / "target"), "--port", "0"], capture_output=True, text=True, timeout=120)
     lines = refused.stderr.strip().splitlines()

@@ -64,6 +64,9 @@ def test_chat_streams_provenance_and_live_charts(browser, real_app_url: str) -> 
     expect(page.locator("#chat-stats")).to_contain_text("mean acceptance length")
     expect(page.locator("#chat-stats")).to_contain_text("tok/s (engine)")
     expect(page.locator("#chat-stats")).to_contain_text("tok/s seen")
+    # the shipped drafter's fingerprint, on an ordinary prompt: a quiet line under the cards
+    expect(page.locator("#chat-stats .health-badge.quiet")).to_contain_text("drafter")
+    assert page.locator("#chat-stats .health-badge.flagged").count() == 0
     page.close()
 
 

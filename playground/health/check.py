@@ -1,0 +1,133 @@
+"""Is this run's drafter in its usual form? Its depth-1 acceptance held against its fingerprint, and a cause named.
+
+`check_health(fingerprint, facts, events)` reads a run's steps (so far, or all of them) and answers with a `Health`:
+"in range", "flagged" (the run's depth-1 acceptance left the range of the fingerprint's answers at one of the looks
+of health/stats.py, or at its last step; low, or high: high acceptance is a symptom too, of an answer caught in a
+repeating loop), "too few steps" (before the first look) or "not checked" (no fingerprint, plain decoding, trees).
+Whatever the verdict it lists what differs from the fingerprint's conditions (`differences`); a flag names them as
+its likely causes, most likely first, or "unknown" where nothing known differs. A pure function of the steps: every
+entry point (generate, the app and its exports, the server) gets the same answer from the same run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from playground.engine import StepEvent
+
+from .fingerprint import Fingerprint
+from .stats import ALPHA_PER_LOOK, LOOKS
+
+SAMPLED_TEMPERATURE_SLACK = 0.3  # a sampled run this far from the fingerprint's temperature is "far"
+COVERAGE_SLACK = 0.05  # below the fingerprint's lowest coverage by more than this: a coverage gap
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the run was: the conditions a departure from the fingerprint may be blamed on."""
+
+    k: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    tree: bool = False
+    target_digest: str | None = None  # None: not known (a remote server)
+    chat_template: str = "default"
+    chat_template_sha256: str | None = None  # "raw" for no template; None: not known
+    context_tokens: int = 0  # prompt + answer so far
+    draft_coverage: float | None = None  # the share of the answer's tokens inside the draft vocabulary
+
+
+@dataclass(frozen=True)
+class Health:
+    status: str  # "in range" | "flagged" | "too few steps" | "not checked"
+    drafting_steps: int = 0  # so far, or (flagged) at the look that flagged it
+    depth_one_rate: float | None = None  # the run's acceptance at depth 1 over those steps
+    expected: tuple[float, float] | None = None  # where a run that long lands unless flagged (stats.RANGE_QUANTILES)
+    direction: str | None = None  # "low" | "high" when flagged
+    flagged_at: int | None = None  # the look (drafting steps) that flagged it
+    causes: list[str] = field(default_factory=list)  # when flagged: the likely causes, most likely first
+    differences: list[str] = field(default_factory=list)  # what differs from the fingerprint, flagged or not
+    why_not: str | None = None  # why it was not checked
+    usual_by_position: list[tuple[float, float, float]] | None = None  # the fingerprint at this k, for the charts
+
+    @property
+    def flagged(self) -> bool:
+        return self.status == "flagged"
+
+    def text(self) -> str:
+        """One line for a status bar or a terminal."""
+        if self.status == "not checked":
+            return f"drafter health not checked: {self.why_not}"
+        if self.status == "too few steps":
+            return f"drafter health: {self.drafting_steps} drafting steps so far, checked from {LOOKS[0]}"
+        numbers = (f"acceptance at depth 1 is {self.depth_one_rate:.2f}, expected {self.expected[0]:.2f}–"
+                   f"{self.expected[1]:.2f} after {self.drafting_steps} steps")
+        if self.flagged:
+            return f"drafter out of range ({self.direction}): {numbers}: {self.causes[0]}"
+        note = f" (note: {'; '.join(self.differences)})" if self.differences else ""
+        return f"drafter in range: {numbers}{note}"
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "text": self.text()}
+
+
+def depth_counts(events: list[StepEvent]) -> list[int]:
+    """[drafting steps, accepted at depth ≥ 1, ≥ 2, …] over chain steps with at least one draft."""
+    drafted = [e for e in events if e.drafted]
+    deepest = max((len(e.drafted) for e in drafted), default=0)
+    return [len(drafted), *(sum(e.accepted >= depth for e in drafted) for depth in range(1, deepest + 1))]
+
+
+def differences(fingerprint: Fingerprint, facts: RunFacts) -> list[str]:
+    """What differs from the fingerprint's conditions, most likely cause of a departure first."""
+    found = []
+    if facts.target_digest and fingerprint.target_digest and facts.target_digest != fingerprint.target_digest:
+        found.append(f"the target's weights differ from those the drafter was measured with (digest "
+                     f"{facts.target_digest}, fingerprint {fingerprint.target_digest})")
+    if facts.chat_template_sha256 is not None and facts.chat_template_sha256 != fingerprint.chat_template_sha256:
+        found.append(f"the chat template ({facts.chat_template}) differs from the one the drafter was measured with "
+                     f"({fingerprint.chat_template})")
+    trained = fingerprint.trained_context_tokens  # unknown (no training log): never blamed
+    if trained and facts.context_tokens > max(trained, fingerprint.measured_context_tokens):
+        found.append(f"the context ({facts.context_tokens} tokens) is longer than any the drafter was trained on "
+                     f"({trained})")
+    section = fingerprint.section(facts.temperature)
+    if facts.temperature > 0 and (abs(facts.temperature - section.temperature) > SAMPLED_TEMPERATURE_SLACK
+                                  or facts.top_p < section.top_p - 0.2):
+        found.append(f"temperature {facts.temperature:g} / top-p {facts.top_p:g} is far from the fingerprint's "
+                     f"{section.temperature:g} / {section.top_p:g}")
+    if (facts.draft_coverage is not None and fingerprint.draft_coverage is not None
+            and facts.draft_coverage < fingerprint.draft_coverage - COVERAGE_SLACK):
+        found.append(f"only {facts.draft_coverage:.0%} of this answer's tokens are in the drafter's vocabulary "
+                     f"(at least {fingerprint.draft_coverage:.0%} on the fingerprint's answers)")
+    return found
+
+
+def check_health(fingerprint: Fingerprint | None, facts: RunFacts, events: list[StepEvent],
+                 drafting: bool = True) -> Health:
+    """The run's health so far (see the module's docstring)."""
+    if not drafting:
+        return Health("not checked", why_not="plain decoding has no drafter")
+    if fingerprint is None:
+        return Health("not checked", why_not="this drafter has no fingerprint (python -m playground fingerprint)")
+    if facts.tree:
+        return Health("not checked", why_not="the fingerprint measures chains; trees accept more at each depth")
+    known = differences(fingerprint, facts)
+    section = fingerprint.section(facts.temperature)
+    usual = section.by_position(facts.k) if section.nearest_k(facts.k) == facts.k else None
+    counts = depth_counts(events)
+    steps = counts[0]
+    if steps < LOOKS[0]:
+        return Health("too few steps", drafting_steps=steps, differences=known, usual_by_position=usual)
+    model = section.depth_one(facts.k)
+    drafted = [e for e in events if e.drafted]
+    looks = [n for n in LOOKS if n <= steps] + ([steps] if events[-1].finished and steps not in LOOKS else [])
+    for look in looks:
+        accepted = sum(e.accepted >= 1 for e in drafted[:look])
+        low, high = model.tails(look, accepted)
+        if min(low, high) < ALPHA_PER_LOOK:
+            return Health("flagged", look, accepted / look, model.rate_range(look), "low" if low < high else "high",
+                          look, known or ["unknown: nothing known about this run differs from the fingerprint's"],
+                          known, usual_by_position=usual)
+    return Health("in range", steps, counts[1] / steps, model.rate_range(steps), differences=known,
+                  usual_by_position=usual)
