@@ -151,11 +151,12 @@ def replay_problem(run) -> str | None:
     return None
 
 
-def replay_run(backend: LocalBackend, run) -> tuple[list[Replayed], str]:
+def replay_run(backend: LocalBackend, run) -> tuple[list[Replayed], str, dict[str, CostProfile]]:
     """The app's table for a finished greedy run: both drafters at APP_KS and trees of APP_TREE_NODES at k = 4,
-    predicted on this machine; and a line setting the configuration that ran against its measured speedup."""
+    predicted on this machine; a line setting the configuration that ran against its measured speedup; and the cost
+    profiles the predictions read, by drafter."""
     s = run.settings
-    rows, _ = replay_answer(backend, run.prompt_ids, run.token_ids, list(backend.preset.drafters), APP_KS,
+    rows, profiles = replay_answer(backend, run.prompt_ids, run.token_ids, list(backend.preset.drafters), APP_KS,
                             APP_TREE_NODES, s.max_new_tokens, tree_ks=APP_TREE_KS)
     ran = next((r for r in rows if (r.drafter, r.k, r.tree_nodes) == (s.drafter, s.k, s.tree_nodes)), None)
     measured = run.view().speedup
@@ -165,4 +166,4 @@ def replay_run(backend: LocalBackend, run) -> tuple[list[Replayed], str]:
         line = (f"The answer ran with {s.drafter_label}, k = {s.k}: predicted {ran.predicted_speedup:.2f}× "
                 f"({ran.predicted_range[0]:.2f}–{ran.predicted_range[1]:.2f}), measured "
                 + (f"{measured:.2f}×." if measured else "not yet (no plain baseline)."))
-    return rows, line
+    return rows, line, profiles

@@ -6,6 +6,7 @@ import functools
 from collections.abc import Callable, Iterator
 
 import gradio as gr
+import plotly.graph_objects as go
 
 from playground.backends import shared_backend
 from playground.bench.engines import instrumentation_note
@@ -29,6 +30,7 @@ from playground.viz import (
     plain_verdict,
     speedup_figure,
     stats_html,
+    step_costs_figure,
     tree_html,
 )
 
@@ -158,21 +160,22 @@ REPLAY_COLUMNS = ["drafter", "k", "tree nodes", "acceptance length", "verified r
                   "range"]
 
 
-def replay_last(conversation: Conversation) -> Iterator[tuple[str, list[list]]]:
-    """The last answer replayed (bench.replay.replay_run), as the panel's line and table."""
+def replay_last(conversation: Conversation) -> Iterator[tuple[str, list[list], go.Figure]]:
+    """The last answer replayed (bench.replay.replay_run), as the panel's line, table and step-cost chart."""
     if not conversation.exchanges:
         raise RequestError("nothing to replay yet: send a prompt first")
     run = conversation.exchanges[-1].run
     problem = replay_problem(run)
     if problem:
         raise RequestError(f"cannot replay the last answer: {problem}")
-    rows, line = replay_run(shared_backend(get_preset(run.settings.preset)), run)
+    rows, line, profiles = replay_run(shared_backend(get_preset(run.settings.preset)), run)
     table = [[DRAFTER_LABELS.get(r.drafter, r.drafter), r.k, r.tree_nodes or "chain",
               f"{r.acceptance_length:.2f}" if r.acceptance_length else "—",
               f"{r.verified_per_step:.1f}" if r.verified_per_step else "—",
               f"{r.predicted_speedup:.2f}×" if r.predicted_speedup else "—",
               f"{r.predicted_range[0]:.2f}–{r.predicted_range[1]:.2f}" if r.predicted_range else "—"] for r in rows]
-    yield escape_html(line), table
+    costs = step_costs_figure({DRAFTER_LABELS.get(name, name): profile for name, profile in profiles.items()})
+    yield escape_html(line), table, costs
 
 
 def link_markdown(conversation: Conversation) -> str:
@@ -261,6 +264,7 @@ def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPa
                 replay_note = gr.Markdown(elem_id="replay-note", elem_classes="status-line")
                 replay_table = gr.Dataframe(headers=REPLAY_COLUMNS, elem_id="replay-table", interactive=False,
                                             show_label=False)
+                replay_costs = gr.Plot(elem_id="replay-costs", show_label=False)
             with gr.Accordion("A tree run: any step's tree", open=False, elem_id="tree-step-panel"):
                 step_box = CheckedNumber(None, label="Step", minimum=1, step=1, elem_id="tree-step",
                                          info="the cards show the latest step's tree; each token's step is in its "
@@ -310,7 +314,7 @@ def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPa
                        queue=False, api_name="clear").then(lambda: "", None, link, queue=False,
                                                            api_visibility="private")
     export_button.click(export, [controls.system, conversation], export_out, api_name="export_chat")
-    replay_button.click(report_user_errors(replay_last, TAB), conversation, [replay_note, replay_table],
+    replay_button.click(report_user_errors(replay_last, TAB), conversation, [replay_note, replay_table, replay_costs],
                         api_name="replay", concurrency_id=ENGINE, show_progress_on=replay_table)
     gr.on([drafting.k.change, drafting.drafter.change], lambda depth, name: depth_legend((name, depth)),
           [drafting.k, drafting.drafter], legend, queue=False, api_visibility="private")

@@ -11,6 +11,7 @@ from .figures import (
     hidden_rms_figure,
     message_figure,
     speedup_figure,
+    step_costs_figure,
 )
 from .provenance import (
     ProvenanceBuilder,
@@ -42,5 +43,6 @@ __all__ = [
     "attention_drift_figure", "comparison_verdict", "depth_colour",
     "engine_verdict", "escape_html", "health_badge", "hidden_rms_figure", "legend_html",
     "message_figure", "plain_verdict", "provenance_css", "provenance_html", "rendered_css", "rendered_html",
-    "speedup_figure", "stats_css", "stats_html", "summary_table", "token_pieces", "tree_css", "tree_html",
+    "speedup_figure", "stats_css", "stats_html", "step_costs_figure", "summary_table", "token_pieces", "tree_css",
+    "tree_html",
 ]

@@ -9,6 +9,8 @@ import textwrap
 
 import plotly.graph_objects as go
 
+from playground.engine.costs import CostProfile
+
 from .provenance import depth_colour
 from .style import VARIANT_COLORS, two_lines
 from .summary import (
@@ -261,3 +263,30 @@ def speedup_figure(views: list[RunView]) -> go.Figure:
     else:
         headline = title
     return _with_notes(_layout(fig, headline, revision="speedup", showlegend=False, bargap=0.35), notes)
+
+
+def step_costs_figure(profiles: dict[str, CostProfile]) -> go.Figure:
+    """This machine's measured step costs behind the replay's predictions (engine.costs.CostProfile, by drafter
+    label): a target forward over N rows (a verification; 1 row is a plain step) and drafting a chain of k, medians
+    with their 10th-90th percentile."""
+    title = two_lines("Step costs on this machine", "what the predicted speedups are made of")
+    if not profiles:
+        return message_figure(title, "no cost profile: nothing was predicted")
+    fig = go.Figure()
+    first = next(iter(profiles.values()))
+    rows = sorted(first.verify)
+    _cost_line(fig, rows, [first.verify[n] for n in rows], "target forward over N rows", "#444444")
+    for label, profile in profiles.items():
+        ks = sorted(profile.chain)
+        _cost_line(fig, ks, [profile.chain[k] for k in ks], f"{label}: drafting a chain of k",
+                   VARIANT_COLORS.get(label, "#2ca02c"))
+    fig.update_xaxes(title_text="rows verified (N) · drafts (k)", dtick=2)
+    fig.update_yaxes(title_text="ms", rangemode="tozero")
+    return _layout(fig, title, revision="costs", showlegend=True)
+
+
+def _cost_line(fig: go.Figure, x: list[int], costs: list, name: str, colour: str) -> None:
+    fig.add_scatter(x=x, y=[c.ms for c in costs], mode="lines+markers", name=name, line={"color": colour},
+                    error_y={"type": "data", "symmetric": False, "color": colour,
+                             "array": [c.high - c.ms for c in costs], "arrayminus": [c.ms - c.low for c in costs]},
+                    hovertemplate=f"{name}<br>%{{x}}: %{{y:.1f}} ms (10th-90th percentile as the bar)<extra></extra>")

@@ -125,8 +125,10 @@ def test_the_last_answer_replays_under_every_drafter_and_k(client: Client) -> No
     with pytest.raises(Exception, match="nothing to replay yet"):
         client.predict(api_name="/replay")
     run = chat(client)[-1][-1]
-    note, table = client.predict(api_name="/replay")
+    note, table, costs = client.predict(api_name="/replay")
     rows = table["data"]
+    lines = [trace["name"] for trace in json.loads(costs["plot"])["data"]]  # the step costs the predictions read
+    assert lines == ["target forward over N rows", "EAGLE-3: drafting a chain of k", "EAGLE-3.1: drafting a chain of k"]
     assert len(rows) == 2 * (7 + 2)  # both drafters: k 1-6 and 8, and trees of 8 and 16 nodes at k = 4
     ran = next(r for r in rows if r[0] == "EAGLE-3.1" and r[1] == 4 and r[2] == "chain")
     assert float(ran[3]) == pytest.approx(run["metrics"]["mean_acceptance_length"], abs=0.005)

@@ -325,3 +325,19 @@ def test_a_step_tree_is_drawn_under_its_parents_escaped_with_its_path_marked() -
     nested = page.index("␣the") < page.index("␣cat") < page.index("&lt;b&gt;")  # the child sits inside its parent
     assert nested and "4 drafted nodes verified in one forward, 2 accepted" in page and "<code>!</code>" in page
     assert TreeStep.of(StepEvent(4, [1], 1, [1, 9]), lambda ids: "x") is None
+
+
+def test_the_step_cost_chart_draws_each_measured_cost_with_its_spread() -> None:
+    from playground.engine.costs import Cost, CostProfile
+    from playground.viz import step_costs_figure
+
+    profile = CostProfile(machine={}, target="t", drafter="d", context=128, plain=Cost(40.0, 38.0, 45.0),
+                          verify={1: Cost(40.0, 38.0, 45.0), 5: Cost(47.0, 45.0, 52.0), 9: Cost(60.0, 55.0, 70.0)},
+                          chain={1: Cost(3.0, 2.5, 3.5), 4: Cost(11.0, 10.0, 13.0)})
+    fig = step_costs_figure({"EAGLE-3.1": profile})
+    verify, chain = fig.data
+    assert verify.name == "target forward over N rows"
+    assert (list(verify.x), list(verify.y)) == ([1, 5, 9], [40.0, 47.0, 60.0])
+    assert list(verify.error_y.array) == [5.0, 5.0, 10.0] and list(verify.error_y.arrayminus) == [2.0, 2.0, 5.0]
+    assert chain.name == "EAGLE-3.1: drafting a chain of k" and list(chain.x) == [1, 4]
+    assert "no cost profile" in step_costs_figure({}).layout.annotations[0].text
