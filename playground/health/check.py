@@ -96,8 +96,9 @@ def differences(fingerprint: Fingerprint, facts: RunFacts) -> list[str]:
                                   or facts.top_p < section.top_p - 0.2):
         found.append(f"temperature {facts.temperature:g} / top-p {facts.top_p:g} is far from the fingerprint's "
                      f"{section.temperature:g} / {section.top_p:g}")
-    if (facts.draft_coverage is not None and fingerprint.draft_coverage is not None
-            and facts.draft_coverage < fingerprint.draft_coverage - COVERAGE_SLACK):
+    if (facts.temperature == 0 and facts.draft_coverage is not None and fingerprint.draft_coverage is not None
+            and facts.draft_coverage < fingerprint.draft_coverage - COVERAGE_SLACK):  # measured on greedy answers:
+        #   sampled ones reach rarer tokens (kimi-tiny's: 90-93 % against its greedy answers' 100 %)
         found.append(f"only {facts.draft_coverage:.0%} of this answer's tokens are in the drafter's vocabulary "
                      f"(at least {fingerprint.draft_coverage:.0%} on the fingerprint's answers)")
     return found

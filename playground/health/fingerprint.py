@@ -86,7 +86,7 @@ class Fingerprint:
     chat_template_sha256: str | None  # of the template text applied ("raw": none)
     trained_context_tokens: int | None  # the longest sequence the drafter was trained on, where its log says
     measured_context_tokens: int  # the longest prompt + answer measured here
-    draft_coverage: float | None  # the lowest share of an answer's tokens inside the draft vocabulary
+    draft_coverage: float | None  # the lowest share of a greedy answer's tokens inside the draft vocabulary
     greedy: Section
     sampled: Section | None
     prompts: dict = field(default_factory=dict)  # where the prompts came from, how many, how long the answers
