@@ -85,7 +85,9 @@ def generate(args: argparse.Namespace) -> dict:
         al = f"{m.mean_acceptance_length:.2f}" if m.mean_acceptance_length else "n/a"
         busy = busy_text(m.busy_share)
         print(f"\n\n[{m.generated_tokens} tokens, {m.tokens_per_second:.1f} tok/s, mean acceptance length {al}, "
-              f"finish: {record.finish_reason}{'; ' + busy if busy else ''}]\n[{health.text()}]", file=sys.stderr)
+              f"finish: {record.finish_reason}{'; ' + busy if busy else ''}]", file=sys.stderr)
+        if drafter != PLAIN:
+            print(f"[{health.text()}]", file=sys.stderr)
     return result
 
 

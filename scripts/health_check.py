@@ -50,9 +50,10 @@ def live(preset, backend, drafter, prompt, cfg, template="default"):
     return events, run_health(preset, backend, drafter, cfg, template, False, len(prompt), events)
 
 
-def summary(health) -> dict:
-    return {"status": health.status, "rate": health.depth_one_rate, "expected": health.expected,
-            "steps": health.drafting_steps, "text": health.text()}
+def summary(health, text: bool = True) -> dict:
+    out = {"status": health.status, "rate": health.depth_one_rate, "expected": health.expected,
+           "steps": health.drafting_steps}
+    return {**out, "text": health.text()} if text or health.flagged else out
 
 
 def perturbed_copy(folder: str, scale: float, out: Path) -> Path:
@@ -107,11 +108,13 @@ def main() -> None:
                 cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=k)
                 facts = run_facts(preset, backend, drafter, cfg, "default", False, len(prompt), answer)
                 health = check_health(fingerprint, facts, events)
-                runs.append({"set": set_name, "question": question, "k": k, "temperature": 0.0, **summary(health)})
+                runs.append({"set": set_name, "question": question, "k": k, "temperature": 0.0,
+                             **summary(health, text=False)})
         for i, (set_name, question, prompt, _) in enumerate(answers[: args.sampled]):
             cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=4, temperature=0.7, seed=1000 + i)
             _, health = live(preset, backend, drafter, prompt, cfg)
-            runs.append({"set": set_name, "question": question, "k": 4, "temperature": 0.7, **summary(health)})
+            runs.append({"set": set_name, "question": question, "k": 4, "temperature": 0.7,
+                         **summary(health, text=False)})
         checked = [r for r in runs if r["status"] in ("in range", "flagged")]
         flagged = [r for r in checked if r["status"] == "flagged"]
         result["false_alarms"][drafter] = {"checked": len(checked), "flagged": len(flagged),
