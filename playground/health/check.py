@@ -49,6 +49,7 @@ class Health:
     differences: list[str] = field(default_factory=list)  # what differs from the fingerprint, flagged or not
     why_not: str | None = None  # why it was not checked
     usual_by_position: list[tuple[float, float, float]] | None = None  # the fingerprint at this k, for the charts
+    usual_drift: dict[str, list[tuple[float, float, float]]] | None = None  # its drift by depth ("draft", "rms")
 
     @property
     def flagged(self) -> bool:
@@ -116,10 +117,12 @@ def check_health(fingerprint: Fingerprint | None, facts: RunFacts, events: list[
     known = differences(fingerprint, facts)
     section = fingerprint.section(facts.temperature)
     usual = section.by_position(facts.k) if section.nearest_k(facts.k) == facts.k else None
+    drift = {m: section.drift_by_depth(m) for m in ("draft", "rms")} if section.drift else None
+    shown = {"usual_by_position": usual, "usual_drift": drift}
     counts = depth_counts(events)
     steps = counts[0]
     if steps < LOOKS[0]:
-        return Health("too few steps", drafting_steps=steps, differences=known, usual_by_position=usual)
+        return Health("too few steps", drafting_steps=steps, differences=known, **shown)
     model = section.depth_one(facts.k)
     drafted = [e for e in events if e.drafted]
     looks = [n for n in LOOKS if n <= steps] + ([steps] if events[-1].finished and steps not in LOOKS else [])
@@ -129,6 +132,5 @@ def check_health(fingerprint: Fingerprint | None, facts: RunFacts, events: list[
         if min(low, high) < ALPHA_PER_LOOK:
             return Health("flagged", look, accepted / look, model.rate_range(look), "low" if low < high else "high",
                           look, known or ["unknown: nothing known about this run differs from the fingerprint's"],
-                          known, usual_by_position=usual)
-    return Health("in range", steps, counts[1] / steps, model.rate_range(steps), differences=known,
-                  usual_by_position=usual)
+                          known, **shown)
+    return Health("in range", steps, counts[1] / steps, model.rate_range(steps), differences=known, **shown)

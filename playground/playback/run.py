@@ -120,7 +120,8 @@ class Run:
         s = self.settings
         return RunView(s.drafter_label, s.plain, s.k, self.events, self.tally.metrics(), self.baseline,
                        dict(self.missing_fields), self.seen_tokens_per_second,
-                       self.health.usual_by_position if self.health else None)
+                       self.health.usual_by_position if self.health else None,
+                       self.health.usual_drift if self.health else None)
 
     def record(self, name: str, with_steps: bool = True, view: RunView | None = None) -> dict:
         """The run as JSON-ready data: text, config, metrics and (for exports) the per-step trace. Pass the `view`

@@ -155,20 +155,28 @@ def acceptance_by_position_figure(views: list[RunView]) -> go.Figure:
                     customdata=[[c, m.drafting_steps] for c in m.per_position_counts],
                     hovertemplate=view.label + f"<br>position %{{x}}: %{{y:{PERCENT_D3}}} (%{{customdata[0]}} of "
                     "%{customdata[1]} drafting steps)<extra></extra>")
-        if usual := view.usual_by_position:  # the drafter's fingerprint: where its answers usually land
-            fig.add_scatter(x=list(range(1, len(usual) + 1)), y=[mean for mean, _, _ in usual], mode="markers",
-                            name=f"{view.label}: usual", marker={"symbol": "line-ew-open", "size": 18,
-                                                                  "color": colours[i]},
-                            error_y={"type": "data", "symmetric": False, "color": colours[i],
-                                     "array": [high - mean for mean, _, high in usual],
-                                     "arrayminus": [mean - low for mean, low, _ in usual]},
-                            hovertemplate=view.label + f"<br>position %{{x}}: usually %{{y:{PERCENT_D3}}} (its "
-                            "fingerprint's answers, 10th-90th percentile as the bar)<extra></extra>")
+        _usual(fig, view.usual_by_position, f"{view.label}: usual", colours[i], "position", PERCENT_D3)
     fig.update_xaxes(title_text="draft position", dtick=1)
     fig.update_yaxes(title_text="accepted / drafting steps", range=[0, 1.02], tickformat=PERCENT_D3)
     shown_usual = any(view.usual_by_position for _, view in drawable)
     return _with_notes(_layout(fig, title, revision="position", barmode="group",
                                showlegend=len(views) > 1 or shown_usual), notes)
+
+
+def _usual(fig: go.Figure, usual: list[tuple[float, float, float]] | None, name: str, colour: str, axis: str,
+           number: str, flip: bool = False) -> None:
+    """The drafter's fingerprint as a mark per depth at its answers' mean, the 10th-90th percentile as the bar (a
+    share measured from the top where `flip`: where a stacked bar's last part begins)."""
+    if not usual:
+        return
+    mean, low, high = ([1 - v for v in vs] if flip else list(vs) for vs in zip(*usual))
+    fig.add_scatter(x=list(range(1, len(usual) + 1)), y=mean, mode="markers", name=name,
+                    marker={"symbol": "line-ew-open", "size": 18, "color": colour},
+                    error_y={"type": "data", "symmetric": False, "color": colour,
+                             "array": [abs(h - m) for m, h in zip(mean, low if flip else high)],
+                             "arrayminus": [abs(m - lo) for m, lo in zip(mean, high if flip else low)]},
+                    hovertemplate=f"{name}<br>{axis} %{{x}}: %{{y:{number}}} (the fingerprint's answers; "
+                    "10th-90th percentile as the bar)<extra></extra>")
 
 
 def attention_drift_figure(views: list[RunView]) -> go.Figure:
@@ -194,6 +202,8 @@ def attention_drift_figure(views: list[RunView]) -> go.Figure:
                         marker_pattern_shape=RUN_PATTERNS[i % len(RUN_PATTERNS)],
                         hovertemplate=f"{view.label}<br>depth %{{x}}: {names[part]} %{{y:{SHARE_D3}}}<extra></extra>")
             base = [b + v for b, v in zip(base, values)]
+        usual = (view.usual_drift or {}).get("draft")
+        _usual(fig, usual, f"{view.label}: usual start of own drafts", "#333333", "depth", SHARE_D3, flip=True)
     if len(drawable) > 1:  # legend entries that say which fill pattern is which run
         for i, view in drawable:
             fig.add_bar(x=[None], y=[None], name=view.label, offsetgroup=str(i), marker_color=MUTED,
@@ -215,9 +225,11 @@ def hidden_rms_figure(views: list[RunView]) -> go.Figure:
         fig.add_scatter(x=list(range(1, len(rms) + 1)), y=rms, mode="lines+markers", name=view.label,
                         line={"color": colours[i]},
                         hovertemplate=view.label + f"<br>depth %{{x}}: RMS %{{y:{RMS_D3}}}<extra></extra>")
+        _usual(fig, (view.usual_drift or {}).get("rms"), f"{view.label}: usual", colours[i], "depth", RMS_D3)
     fig.update_xaxes(title_text="draft depth", dtick=1)
     fig.update_yaxes(title_text="RMS", rangemode="tozero")
-    return _with_notes(_layout(fig, title, revision="rms", showlegend=len(views) > 1), notes)
+    shown_usual = any(view.usual_drift for _, view in drawable)
+    return _with_notes(_layout(fig, title, revision="rms", showlegend=len(views) > 1 or shown_usual), notes)
 
 
 def speedup_figure(views: list[RunView]) -> go.Figure:

@@ -20,6 +20,8 @@ class RunView:
     seen_tokens_per_second: float | None = None  # wall clock, rendering pauses included: what the user saw
     usual_by_position: list[tuple[float, float, float]] | None = None  # the drafter's fingerprint at this k: per
     # position, its answers' pooled acceptance and 10th-90th percentile (health.Section.by_position)
+    usual_drift: dict[str, list[tuple[float, float, float]]] | None = None  # its drift by depth: "draft" (attention
+    # to its own drafts) and "rms", mean and 10th-90th percentile (health.Section.drift_by_depth)
 
     @classmethod
     def from_events(cls, drafter: str, plain: bool, k: int, events: list[StepEvent],

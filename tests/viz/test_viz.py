@@ -341,3 +341,26 @@ def test_the_step_cost_chart_draws_each_measured_cost_with_its_spread() -> None:
     assert list(verify.error_y.array) == [5.0, 5.0, 10.0] and list(verify.error_y.arrayminus) == [2.0, 2.0, 5.0]
     assert chain.name == "EAGLE-3.1: drafting a chain of k" and list(chain.x) == [1, 4]
     assert "no cost profile" in step_costs_figure({}).layout.annotations[0].text
+
+
+def test_the_drafters_usual_form_is_drawn_behind_the_run(views: dict[str, RunView]) -> None:
+    """A run whose drafter has a fingerprint: its usual acceptance by position, the usual start of its own drafts in
+    the attention stack, and its usual RMS, each as a mark with its 10th-90th percentile bar."""
+    from dataclasses import replace
+
+    from playground.viz import acceptance_by_position_figure
+
+    usual = replace(views["eagle3.1"], usual_by_position=[(0.6, 0.4, 0.8), (0.4, 0.2, 0.6), (0.3, 0.1, 0.5),
+                                                          (0.2, 0.0, 0.4)],
+                    usual_drift={"draft": [(0.0, 0.0, 0.0), (0.2, 0.1, 0.3)],
+                                 "rms": [(1.4, 1.3, 1.5), (1.0, 0.9, 1.2)]})
+    position = acceptance_by_position_figure([usual]).data[-1]
+    assert position.name == "EAGLE-3.1, k=4: usual" and list(position.y) == [0.6, 0.4, 0.3, 0.2]
+    assert list(position.error_y.array) == pytest.approx([0.2] * 4)
+    boundary = attention_drift_figure([usual]).data[-1]  # where its own drafts usually begin: 1 - their share
+    assert list(boundary.y) == pytest.approx([1.0, 0.8])
+    assert list(boundary.error_y.array) == pytest.approx([0.0, 0.1]) and list(boundary.error_y.arrayminus) == \
+        pytest.approx([0.0, 0.1])
+    rms = hidden_rms_figure([usual]).data[-1]
+    assert list(rms.y) == [1.4, 1.0] and list(rms.error_y.array) == pytest.approx([0.1, 0.2])
+    assert len(hidden_rms_figure([views["eagle3.1"]]).data) == 1  # no fingerprint: nothing added
