@@ -17,6 +17,7 @@ from transformers import GenerationConfig as HFGenerationConfig
 from playground.backends.local import LocalBackend
 from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, StepEvent, TreeShape, emitted_ids
+from playground.health import Health, run_health
 from playground.presets import DRAFTER_LABELS
 
 PEERS = {
@@ -110,6 +111,15 @@ class Runner:
         self.assistant_source = assistant
         self.should_stop = should_stop  # checked between steps of our engine's runs (a peer's run goes to its end)
         self._assistant = None
+
+    def health(self, cfg: GenerationConfig, method: Method, template: str, prompt_tokens: int,
+               answer: Answer) -> Health | None:
+        """The drafter's health on one answer (health.run_health); None for plain decoding and peers."""
+        if method.kind != "eagle" or not answer.events:
+            return None
+        run_cfg = replace(cfg, k=method.k, tree=method.tree)
+        return run_health(self.backend.preset, self.backend, method.name, run_cfg, template, False, prompt_tokens,
+                          answer.events)
 
     def variant_name(self, method: Method) -> str | None:
         """EAGLE-3 / EAGLE-3.1 as the drafter's config says (loads the drafter: fails early on a bad one)."""

@@ -41,6 +41,7 @@ class BenchRow:
     instrumented_tokens_per_second: float | None = None
     lossless: bool | None = None  # greedy: identical to plain decoding on every prompt; None when sampling
     mismatched_prompts: list[str] = field(default_factory=list)
+    health: dict | None = None  # the drafter held against its fingerprint: checked, flagged, flags, differences
     note: str | None = None  # why a method has no numbers here
 
     def to_dict(self) -> dict:

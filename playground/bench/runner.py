@@ -58,7 +58,10 @@ class Bench:
 
     def run(self) -> list[BenchRow]:
         self.log(self.estimate())
-        rows = aggregate(self.plan, self.executor.samples(), self.config.greedy, self.runner.variant_name)
+        rows = aggregate(self.plan, self.executor.samples(), self.config.greedy, self.runner.variant_name,
+                         lambda cell, method, answer: self.runner.health(self.config.generation(0, 0), method,
+                                                                         cell.template, cell.context_tokens or 0,
+                                                                         answer))
         self.progress(self.status.total, self.status.total, "finished")
         return rows
 

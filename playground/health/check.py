@@ -134,3 +134,13 @@ def check_health(fingerprint: Fingerprint | None, facts: RunFacts, events: list[
                           look, known or ["unknown: nothing known about this run differs from the fingerprint's"],
                           known, **shown)
     return Health("in range", steps, counts[1] / steps, model.rate_range(steps), differences=known, **shown)
+
+
+def health_summary(healths: list[Health]) -> dict:
+    """Many runs' health at once (a bench row's answers): how many were checked and flagged, each flag's line, and
+    every difference from the fingerprint noted."""
+    checked = [h for h in healths if h.status in ("in range", "flagged")]
+    return {"checked": len(checked), "flagged": sum(h.flagged for h in checked),
+            "flags": [h.text() for h in checked if h.flagged],
+            "differences": sorted({d for h in healths for d in h.differences}),
+            "not_checked": next((h.why_not for h in healths if h.status == "not checked"), None)}

@@ -168,6 +168,9 @@ def test_a_bench_with_tree_methods_sets_trees_beside_their_chains(tiny_pair: Pat
     assert tree.draft_ms > 0 and tree.verify_ms > 0 and chain.draft_ms > 0
     plain = rows["none", None]
     assert plain.verified_per_step is None and plain.draft_ms is None and plain.verify_ms > 0
+    # each answer held against its drafter's fingerprint: the tiny drafters have none, which the rows say
+    assert plain.health is None and chain.health["checked"] == tree.health["checked"] == 0
+    assert "no fingerprint" in chain.health["not_checked"] and "no fingerprint" in tree.health["not_checked"]
     said = findings(result.rows, greedy=True)
     assert any(f.startswith(f"On {tree.prompt_set} · default, EAGLE-3.1 tree 8 k=3 accepted "
                             f"{tree.mean_acceptance_length:.2f} tokens per step against its chain's "
