@@ -15,7 +15,7 @@ from playground.backends.local import LocalBackend
 from playground.drafting import PLAIN
 from playground.engine import RunRecord, TreeShape, summarize
 from playground.engine.costs import CostProfile, pair_profile
-from playground.engine.replay import Forced, replay, teacher_force
+from playground.engine.replay import Forced, expected_first_acceptance, replay, teacher_force
 from playground.flags import UsageError, make_backend, parse_int_list, resolve_preset
 from playground.presets import DRAFTER_LABELS
 from playground.smollm2 import cache_root
@@ -79,9 +79,6 @@ def run(args: argparse.Namespace) -> dict:
     if record.prompt_ids is None:
         raise UsageError(f"{args.record} has no prompt_ids: replay needs a record written by this version's "
                          "`generate --json` (or the app's export)")
-    if not record.config.greedy:
-        raise UsageError(f"{args.record} was sampled (temperature {record.config.temperature:g}): only greedy "
-                         "answers replay exactly")
     preset = resolve_preset(args)
     backend = make_backend(args, preset)
     if not isinstance(backend, LocalBackend):
@@ -91,6 +88,8 @@ def run(args: argparse.Namespace) -> dict:
     if unknown or not drafters:
         raise UsageError(f"replay's drafters come from the preset: {', '.join(preset.drafters)}; "
                          f"got {unknown or 'none'}")
+    if not record.config.greedy:
+        return expected_for_sampled(args, record, backend, drafters)
     ks = parse_int_list(args.k, "--k") or DEFAULT_KS
     trees = parse_int_list(args.tree_nodes, "--tree-nodes") or ()
     try:
@@ -133,6 +132,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--fresh-profile", action="store_true", help="measure this machine's step costs again")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.set_defaults(func=run, backend=None, device=None, dtype=None)
+
+
+def expected_for_sampled(args: argparse.Namespace, record: RunRecord, backend: LocalBackend,
+                         drafters: list[str]) -> dict:
+    """A sampled answer does not replay exactly: each drafter's expected first-draft acceptance over it instead
+    (engine.replay.expected_first_acceptance, Σ min(p, q) at each position), said to be an expectation."""
+    config = record.config
+    expected = {}
+    for name in drafters:
+        loaded = backend.drafter(name)
+        try:
+            per_position = expected_first_acceptance(backend.target, loaded.aux_layers, loaded.drafter,
+                                                     record.prompt_ids, record.token_ids, config.temperature,
+                                                     config.top_p)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+        expected[name] = {"first_draft_acceptance": sum(per_position) / len(per_position),
+                          "positions": len(per_position)}
+    result = {"record": args.record, "preset": backend.preset.name, "answer_tokens": len(record.token_ids),
+              "sampled": {"temperature": config.temperature, "top_p": config.top_p}, "expected": expected}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{len(record.token_ids)} answer tokens, sampled at temperature {config.temperature:g}: not replayed "
+              "(its steps depend on the draws); expected acceptance of each drafter's first draft, Σ min(p, q):")
+        for name, numbers in expected.items():
+            print(f"  {DRAFTER_LABELS.get(name, name):<10} {numbers['first_draft_acceptance']:.2f} "
+                  f"over {numbers['positions']} positions")
+    return result
 
 
 APP_KS = (1, 2, 3, 4, 5, 6, 8)

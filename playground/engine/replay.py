@@ -11,7 +11,8 @@ the same features in one forward where a live run computes them k + 1 rows at a 
 argmax where two of its tokens tie to within rounding (tests/engine/test_replay.py measures it).
 
 Cost: one target forward over the text, then the drafter's own work per configuration; no verification forwards.
-Sampled answers are not replayed: their acceptance depends on the random draws.
+Sampled answers are not replayed: their acceptance depends on the random draws. For them `expected_first_acceptance`
+gives the expectation of the first draft's acceptance at each position, Σ min(p, q).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .config import GenerationConfig
 from .decode import ChainDrafter
 from .drafter import Eagle3Drafter
 from .loop import Pending
+from .sampling import probabilities
 from .target import Target
 from .trace import StepEvent
 from .tree import draft_tree
@@ -110,3 +112,37 @@ def replay(forced: Forced, target: Target, drafter: Eagle3Drafter, k: int, tree:
         events.append(StepEvent(step=len(events), drafted=drafted, accepted=accepted, emitted=emitted,
                                 total_tokens=len(tokens) - forced.prompt_len, finished=done, **fields))
     return events
+
+
+@torch.inference_mode()
+def expected_first_acceptance(target: Target, aux_layers: list[int], drafter: Eagle3Drafter, prompt_ids: list[int],
+                              answer_ids: list[int], temperature: float, top_p: float = 1.0) -> list[float]:
+    """A sampled answer's expected first-draft acceptance at each of its positions after the first: the chance
+    that a step starting there has its first draft accepted, Σ_x min(p(x), q(x)) — p the target's sampling
+    distribution after the prefix, q the drafter's for its first draft, both at the answer's temperature and top-p
+    (speculative sampling keeps a draft x with probability min(1, p(x) / q(x))). An expectation over the draws, not
+    a replay: which steps a live run takes depends on them, and deeper drafts follow the drafter's own samples."""
+    if temperature <= 0:
+        raise ValueError("a greedy answer replays exactly (replay); this is for sampled ones")
+    if not prompt_ids or len(answer_ids) < 2:
+        raise ValueError("nothing to measure: the answer needs at least two tokens after a prompt")
+    ids = list(prompt_ids) + list(answer_ids)
+    if len(ids) > target.max_positions:
+        raise ValueError(f"prompt and answer have {len(ids)} tokens; the target's context is {target.max_positions}")
+    target.expect_rows(len(ids))
+    out = target.forward(ids, target.new_cache(), aux_layers)
+    cfg = GenerationConfig(max_new_tokens=len(answer_ids), k=1, temperature=temperature, top_p=top_p,
+                           instrument=False)
+    chains = ChainDrafter(drafter, cfg, target, torch.Generator(device=target.device).manual_seed(0))
+    prompt_len = len(prompt_ids)
+    tokens = ids[: prompt_len + 1]  # after the prefill's token
+    pending = Pending(out.aux[:prompt_len], 0)
+    expected = []
+    for token in answer_ids[1:]:
+        context = len(tokens) - 1
+        q = chains.draft(tokens, pending, 1).draft_probs[0]
+        p = probabilities(out.logits[context].float(), temperature, top_p)
+        expected.append(float(torch.minimum(p, q).sum()))
+        tokens.append(token)
+        pending = Pending(out.aux[context : context + 1], context)
+    return expected

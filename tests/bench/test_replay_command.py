@@ -51,10 +51,20 @@ def test_replay_gives_each_configuration_its_live_acceptance(capsys, tmp_path: P
     assert len(profiles) == 2  # one per drafter, kept for the next replay
 
 
-def test_replay_refuses_what_it_cannot_replay(capsys, tmp_path: Path, pair_models: Path) -> None:
+def test_a_sampled_answer_gets_the_expected_first_draft_acceptance_and_an_old_record_is_refused(
+        capsys, tmp_path: Path, pair_models: Path) -> None:
+    """A sampled record is not replayed (its steps depend on the draws): each drafter's expected first-draft
+    acceptance over it, Σ min(p, q), said to be an expectation. A record without prompt ids is refused in one line."""
     sampled = record(capsys, tmp_path, "sampled", "--temperature", "0.8", "--seed", "1")
-    code, _, err = run(capsys, "replay", str(sampled), "--no-predict")
-    assert code != 0 and "only greedy answers replay exactly" in err and len(err.strip().splitlines()) == 1
+    code, out, err = run(capsys, "replay", str(sampled), "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["sampled"] == {"temperature": 0.8, "top_p": 1.0} and "configs" not in result
+    for drafter in ("eagle3", "eagle3.1"):
+        expected = result["expected"][drafter]
+        assert 0 <= expected["first_draft_acceptance"] <= 1 and expected["positions"] == result["answer_tokens"] - 1
+    code, out, _ = run(capsys, "replay", str(sampled))
+    assert code == 0 and "not replayed" in out and "Σ min(p, q)" in out
     old = json.loads(record(capsys, tmp_path, "old").read_text())
     del old["prompt_ids"]
     (tmp_path / "old.json").write_text(json.dumps(old))

@@ -83,3 +83,40 @@ def test_an_answer_the_target_would_not_write_is_refused(tiny: TinyModels) -> No
     changed = answer[:3] + [(answer[3] + 1) % tiny.target.vocab_size] + answer[4:]
     with pytest.raises(ValueError, match="at answer token 3"):
         teacher_force(tiny.target, tiny.drafters["eagle3.1"].aux_layers, prompt, changed)
+
+
+def test_a_sampled_answers_expected_first_acceptance_is_what_rejection_sampling_accepts(tiny: TinyModels) -> None:
+    """expected_first_acceptance: Σ min(p, q) at each position of a sampled answer, with p and q computed afresh over
+    the prefix (one forward, the drafter fed every feature at once), and against a Monte-Carlo estimate: drafts drawn
+    from q and kept or not by the engine's own rejection sampling, 3,000 times at three positions."""
+    import math
+
+    from playground.engine import emitted_ids, plain_generate
+    from playground.engine.decode import ChainDrafter
+    from playground.engine.loop import Pending
+    from playground.engine.replay import expected_first_acceptance
+    from playground.engine.sampling import accept_sampled, probabilities, sample
+
+    loaded, target, temperature = tiny.drafters["eagle3.1"], tiny.target, 0.8
+    prompt = tiny.training_prompts[0]
+    answer = emitted_ids(list(plain_generate(target, prompt, GenerationConfig(max_new_tokens=24,
+                                                                              temperature=temperature, seed=3))))
+    expected = expected_first_acceptance(target, loaded.aux_layers, loaded.drafter, prompt, answer, temperature)
+    assert len(expected) == len(answer) - 1 and all(0 <= a <= 1 for a in expected)
+    generator = torch.Generator().manual_seed(0)
+    for i in (0, len(expected) // 2, len(expected) - 1):
+        tokens = prompt + answer[: i + 1]
+        out = target.forward(tokens, target.new_cache(), loaded.aux_layers)
+        p = probabilities(out.logits[-1].float(), temperature)
+        cfg = GenerationConfig(max_new_tokens=2, k=1, temperature=temperature, instrument=False)
+        chain = ChainDrafter(loaded.drafter, cfg, target, generator).draft(tokens, Pending(out.aux[:-1], 0), 1)
+        q = chain.draft_probs[0]
+        assert float(torch.minimum(p, q).sum()) == pytest.approx(expected[i], abs=1e-4)
+        trials = 3000
+        kept = sum(accept_sampled(sample(q, generator).view(1), q[None], torch.stack([p, p]), generator)[0]
+                   for _ in range(trials))
+        spread = math.sqrt(expected[i] * (1 - expected[i]) / trials)
+        assert abs(kept / trials - expected[i]) < 4 * spread + 1e-3, (i, kept / trials, expected[i])
+        print(f"position {i}: Σ min(p, q) {expected[i]:.3f}, Monte-Carlo {kept / trials:.3f}")
+    with pytest.raises(ValueError, match="replays exactly"):
+        expected_first_acceptance(target, loaded.aux_layers, loaded.drafter, prompt, answer, 0.0)
