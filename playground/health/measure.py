@@ -12,15 +12,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+from playground.backends import shared_backend
 from playground.backends.local import LocalBackend
 from playground.drafting import MAX_K, PLAIN
 from playground.engine import GenerationConfig, summarize
 from playground.engine.replay import replay, teacher_force
 from playground.flags import UsageError, add_pair_flags, make_backend, resolve_preset
 from playground.machine import machine_info
-from playground.presets import REPO_ROOT
+from playground.presets import DRAFTER_LABELS, REPO_ROOT, Preset
 from playground.prompt_sets import load_prompt_set
 
 from .check import depth_counts
@@ -95,6 +97,32 @@ def build_fingerprint(backend: LocalBackend, drafter: str, sets: list[tuple[str,
         prompts={"sets": dict(sets), "answers": len(greedy[1]), "sampled_answers": len(live),
                  "max_new_tokens": max_new_tokens, "left_out": skipped},
         machine=machine_info(backend.device))
+
+
+APP_SETS = "held-out:8,mt-bench:4,humaneval:4"  # the app's fingerprint of an own pair: a few minutes, not 25
+APP_SAMPLED = 4
+
+
+def fingerprint_preset(preset: Preset, say: Callable[[str, float], None]) -> list[str]:
+    """Fingerprint every drafter of a local preset (the app's own pairs) on APP_SETS, each written beside its
+    drafter (fingerprint_path); one line per drafter."""
+    backend = shared_backend(preset)
+    if not isinstance(backend, LocalBackend):
+        raise ValueError("fingerprints are measured on our engine: this pair runs elsewhere")
+    sets, lines = parse_sets(APP_SETS), []
+    total = sum(count for _, count in sets)
+    for i, drafter in enumerate(preset.drafters):
+        label = DRAFTER_LABELS.get(drafter, drafter)
+
+        def progress(line: str, i: int = i, label: str = label) -> None:
+            done = int(line.split("/", 1)[0])
+            say(f"{label}: answer {done} of {total}", (i + done / total) / len(preset.drafters))
+
+        fingerprint = build_fingerprint(backend, drafter, sets, sampled=APP_SAMPLED, progress=progress)
+        path = save_fingerprint(fingerprint, fingerprint_path(preset.drafters[drafter]))
+        lines.append(f"{label}: {fingerprint.prompts['answers']} answers, depth-1 acceptance at k = 4 "
+                     f"{fingerprint.greedy.depth_one(4).mean:.2f} (greedy), written to {path}")
+    return lines
 
 
 def _drift(events) -> dict[str, list[float]] | None:

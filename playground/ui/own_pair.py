@@ -9,9 +9,12 @@ from dataclasses import dataclass
 import gradio as gr
 
 from playground.backends.own_pair import load_own_pair, size_text
+from playground.backends.request import RequestError
 from playground.environment import public_host
-from playground.presets import OWN_PAIR_PREFIX, is_own_pair
+from playground.health.measure import fingerprint_preset
+from playground.presets import OWN_PAIR_PREFIX, get_preset, is_own_pair
 
+from .line import ENGINE
 from .refusals import report_user_errors
 
 
@@ -22,6 +25,7 @@ class PairPanel:
     eagle3: gr.Textbox
     eagle3_1: gr.Textbox
     load: gr.Button
+    fingerprint: gr.Button  # measure the loaded pair's drafters' fingerprints (not on a public host)
     name: gr.Textbox  # the loaded pair's preset name (what /chat, /compare and /bench take as `preset`)
     status: gr.Markdown
     loaded: gr.State  # this session's pairs, by preset name: only its own menus offer them
@@ -41,8 +45,10 @@ def pair_panel() -> PairPanel:
         eagle3_1 = gr.Textbox(label="EAGLE-3.1 drafter", placeholder="(none)", elem_id="own-eagle3-1", max_lines=1)
         load = gr.Button("Load", elem_id="own-load", size="sm")
         name = gr.Textbox(label="Loaded as preset", interactive=False, elem_id="own-name", max_lines=1)
+        fingerprint = gr.Button("Fingerprint its drafters (a few minutes; for the health check)", size="sm",
+                                elem_id="own-fingerprint", visible=not public_host())
         status = gr.Markdown(elem_id="own-status", elem_classes="status-line")
-    return PairPanel(target, revision, eagle3, eagle3_1, load, name, status, gr.State([]))
+    return PairPanel(target, revision, eagle3, eagle3_1, load, fingerprint, name, status, gr.State([]))
 
 
 def wire_pair_panel(panel: PairPanel, menus: list[gr.Dropdown]) -> None:
@@ -72,6 +78,20 @@ def wire_pair_panel(panel: PairPanel, menus: list[gr.Dropdown]) -> None:
                      [panel.name, panel.status, panel.loaded, *menus], api_name="load_pair",
                      concurrency_id="load_pair", concurrency_limit=1,
                      show_progress_on=panel.name)  # not over the status
+
+
+    @report_user_errors
+    def fingerprint(name: str, progress=gr.Progress()):
+        if public_host():
+            raise RequestError("a public host does not fingerprint drafters (minutes of the machine for one visitor): "
+                               "run `python -m playground fingerprint --target … --drafter-path …` on your own")
+        if not name:
+            raise RequestError("load a pair first: its drafters are what gets fingerprinted")
+        lines = fingerprint_preset(get_preset(name), lambda message, fraction: progress(fraction, desc=message))
+        yield "Fingerprinted: " + html.escape("; ".join(lines)) + "."
+
+    panel.fingerprint.click(fingerprint, panel.name, panel.status, api_name="fingerprint_pair",
+                            concurrency_id=ENGINE, show_progress_on=panel.name)
 
 
 def _choices(menu: gr.Dropdown, loaded: list[str]) -> list[tuple[str, str]]:

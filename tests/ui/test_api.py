@@ -347,6 +347,29 @@ def test_engine_errors_become_messages_not_crashes() -> None:
         next(stream)
 
 
+def test_an_own_pair_is_fingerprinted_from_the_panel_and_its_runs_are_then_checked(app_url: str, tiny,
+                                                                                   tmp_path: Path) -> None:
+    """/fingerprint_pair: the loaded pair's drafters measured (a copy of the tests' tiny pair, so the fingerprints
+    are written beside drafters no other test reads), each fingerprint.json beside its drafter; a chat with the pair
+    is then held against it. Without a loaded pair it is refused in one line."""
+    import shutil
+
+    client = Client(app_url, verbose=False)
+    with pytest.raises(Exception, match="load a pair first"):
+        client.predict("", api_name="/fingerprint_pair")
+    for part in ("eagle3", "eagle3.1"):
+        shutil.copytree(tiny.root / part, tmp_path / part)
+    name, *_ = client.predict(str(tiny.root / "target"), str(tmp_path / "eagle3"), str(tmp_path / "eagle3.1"),
+                              api_name="/load_pair")
+    status = client.predict(name, api_name="/fingerprint_pair")
+    assert status.startswith("Fingerprinted: EAGLE-3: ") and "EAGLE-3.1: " in status
+    for part in ("eagle3", "eagle3.1"):
+        assert str(tmp_path / part / "fingerprint.json") in status and (tmp_path / part / "fingerprint.json").is_file()
+    run = chat(Client(app_url, verbose=False), "Say something.", preset=name, drafter="eagle3.1",
+               max_new_tokens=48)[-1][-1]
+    assert run["health"]["status"] != "not checked", run["health"]["text"]
+
+
 def test_load_pair_of_ones_own_folders_answers_losslessly_and_refuses_a_misfit(app_url: str, tiny,
                                                                               tmp_path: Path) -> None:
     """/load_pair on folders the repository does not ship: the tests' random tiny Llama with its drafters in all three

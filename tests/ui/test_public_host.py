@@ -197,6 +197,27 @@ def test_the_bench_api_refuses_in_one_line_and_keeps_serving(durations, space, m
         demo.close()
 
 
+def test_a_space_does_not_fingerprint_a_visitors_pair(space) -> None:
+    """Fingerprinting holds the machine for minutes: a public host hides the button and its API refuses in one line."""
+    import gradio as gr
+    from gradio_client import Client
+
+    from playground.ui.own_pair import pair_panel, wire_pair_panel
+
+    with gr.Blocks() as demo:
+        panel = pair_panel()
+        wire_pair_panel(panel, [])
+    assert panel.fingerprint.visible is False
+    demo.queue().launch(server_name="127.0.0.1", server_port=_free_port(), prevent_thread_lock=True, quiet=True)
+    try:
+        with pytest.raises(Exception) as refused:
+            Client(demo.local_url, verbose=False).predict("own:anything", api_name="/fingerprint_pair")
+        message = str(refused.value)
+        assert "a public host does not fingerprint drafters" in message and "\n" not in message.strip()
+    finally:
+        demo.close()
+
+
 # --- the Chat tab's example prompts ------------------------------------------------------------------------------
 
 def test_the_examples_were_measured_to_show_both_sides() -> None:
