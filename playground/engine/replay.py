@@ -26,7 +26,7 @@ from .decode import ChainDrafter
 from .drafter import Eagle3Drafter
 from .loop import Pending
 from .sampling import probabilities
-from .target import Target
+from .target import Target, TargetOutput
 from .trace import StepEvent
 from .tree import draft_tree
 from .tree_shape import TreeShape
@@ -50,17 +50,23 @@ class Forced:
         return self.choices[position] if position < len(self.choices) else -1
 
 
+def _read_through(target: Target, aux_layers: list[int], prompt_ids: list[int],
+                  answer_ids: list[int]) -> tuple[list[int], TargetOutput]:
+    """Prompt + answer through the target in one forward (logits and the drafter's features at every position)."""
+    ids = list(prompt_ids) + list(answer_ids)
+    if len(ids) > target.max_positions:
+        raise ValueError(f"prompt and answer have {len(ids)} tokens; the target's context is {target.max_positions}")
+    target.expect_rows(len(ids))
+    return ids, target.forward(ids, target.new_cache(), aux_layers)
+
+
 @torch.inference_mode()
 def teacher_force(target: Target, aux_layers: list[int], prompt_ids: list[int], answer_ids: list[int]) -> Forced:
     """One target forward over prompt + answer. The answer's tokens must be the target's greedy ones: a ValueError
     names the first position where they are not (a sampled answer, another target, or a float near-tie)."""
     if not prompt_ids or not answer_ids:
         raise ValueError("nothing to replay: the prompt and the answer must both have tokens")
-    ids = list(prompt_ids) + list(answer_ids)
-    if len(ids) > target.max_positions:
-        raise ValueError(f"prompt and answer have {len(ids)} tokens; the target's context is {target.max_positions}")
-    target.expect_rows(len(ids))
-    out = target.forward(ids, target.new_cache(), aux_layers)
+    ids, out = _read_through(target, aux_layers, prompt_ids, answer_ids)
     choices = out.logits.argmax(-1).tolist()
     prompt_len = len(prompt_ids)
     differ = next((i for i, token in enumerate(answer_ids) if choices[prompt_len - 1 + i] != token), None)
@@ -126,11 +132,7 @@ def expected_first_acceptance(target: Target, aux_layers: list[int], drafter: Ea
         raise ValueError("a greedy answer replays exactly (replay); this is for sampled ones")
     if not prompt_ids or len(answer_ids) < 2:
         raise ValueError("nothing to measure: the answer needs at least two tokens after a prompt")
-    ids = list(prompt_ids) + list(answer_ids)
-    if len(ids) > target.max_positions:
-        raise ValueError(f"prompt and answer have {len(ids)} tokens; the target's context is {target.max_positions}")
-    target.expect_rows(len(ids))
-    out = target.forward(ids, target.new_cache(), aux_layers)
+    ids, out = _read_through(target, aux_layers, prompt_ids, answer_ids)
     cfg = GenerationConfig(max_new_tokens=len(answer_ids), k=1, temperature=temperature, top_p=top_p,
                            instrument=False)
     chains = ChainDrafter(drafter, cfg, target, torch.Generator(device=target.device).manual_seed(0))
