@@ -26,7 +26,7 @@ from playground.flags import (
     tree_shape,
 )
 from playground.health import run_health
-from playground.presets import REPO_ROOT, Preset
+from playground.presets import Preset, repo_relative
 from playground.smollm2 import cache_root
 
 
@@ -114,9 +114,7 @@ def choose_auto_k(args: argparse.Namespace, preset: Preset, drafter: str) -> Aut
     profile = pair_profile(backend.target, loaded.drafter, loaded.aux_layers, (preset.target, loaded.source), prompt,
                            len(prompt) + args.max_new_tokens // 2, cache_root(),
                            announce=lambda message: print(f"--k auto: {message}", file=sys.stderr))
-    source = folder / "evaluation.json"
-    return choose_k(profile, per_position, str(source.relative_to(REPO_ROOT) if source.is_relative_to(REPO_ROOT)
-                                                 else source))
+    return choose_k(profile, per_position, repo_relative(folder / "evaluation.json"))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -23,6 +23,12 @@ from playground.drafting import PLAIN, k_problem
 from playground.smollm2 import HUB_ID  # resolved to a local copy when loaded
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def repo_relative(source: str | Path) -> str:
+    """A path inside the repository as a relative one (a shipped file names no machine's folders); others as given."""
+    path = Path(source)
+    return str(path.relative_to(REPO_ROOT)) if path.is_absolute() and path.is_relative_to(REPO_ROOT) else str(source)
 SERVER_DRAFTER = "server"  # a remote preset's drafter source when the server's drafter is not named
 DRAFTER_LABELS = {
     PLAIN: "none (plain decoding)",

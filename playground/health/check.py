@@ -12,6 +12,7 @@ entry point (generate, the app and its exports, the server) gets the same answer
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from itertools import accumulate
 
 from playground.engine import StepEvent
 
@@ -119,21 +120,20 @@ def check_health(fingerprint: Fingerprint | None, facts: RunFacts, events: list[
     usual = section.by_position(facts.k) if section.nearest_k(facts.k) == facts.k else None
     drift = {m: section.drift_by_depth(m) for m in ("draft", "rms")} if section.drift else None
     shown = {"usual_by_position": usual, "usual_drift": drift}
-    counts = depth_counts(events)
-    steps = counts[0]
+    accepted = list(accumulate(e.accepted >= 1 for e in events if e.drafted))  # after each drafting step
+    steps = len(accepted)
     if steps < LOOKS[0]:
         return Health("too few steps", drafting_steps=steps, differences=known, **shown)
     model = section.depth_one(facts.k)
-    drafted = [e for e in events if e.drafted]
     looks = [n for n in LOOKS if n <= steps] + ([steps] if events[-1].finished and steps not in LOOKS else [])
     for look in looks:
-        accepted = sum(e.accepted >= 1 for e in drafted[:look])
-        low, high = model.tails(look, accepted)
+        low, high = model.tails(look, accepted[look - 1])
         if min(low, high) < ALPHA_PER_LOOK:
-            return Health("flagged", look, accepted / look, model.rate_range(look), "low" if low < high else "high",
-                          look, known or ["unknown: nothing known about this run differs from the fingerprint's"],
-                          known, **shown)
-    return Health("in range", steps, counts[1] / steps, model.rate_range(steps), differences=known, **shown)
+            return Health("flagged", look, accepted[look - 1] / look, model.rate_range(look),
+                          "low" if low < high else "high", look,
+                          known or ["unknown: nothing known about this run differs from the fingerprint's"], known,
+                          **shown)
+    return Health("in range", steps, accepted[-1] / steps, model.rate_range(steps), differences=known, **shown)
 
 
 def health_summary(healths: list[Health]) -> dict:

@@ -123,15 +123,22 @@ def fingerprint_path(drafter_source: str) -> Path:
     return cache_root() / "fingerprints" / drafter_source.replace("/", "--") / FILE_NAME
 
 
+_FINGERPRINTS: dict[tuple[Path, float], Fingerprint] = {}
+
+
 def load_fingerprint(drafter_source: str) -> Fingerprint | None:
-    """The drafter's fingerprint, or None where it has none; a damaged one is a ValueError."""
+    """The drafter's fingerprint, or None where it has none; a damaged one is a ValueError. Read once per file and
+    mtime: a run asks at each look, a bench row for each answer."""
     path = fingerprint_path(drafter_source)
     if not path.is_file():
         return None
-    try:
-        return Fingerprint.from_dict(json.loads(path.read_text()))
-    except (ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{path} is not a fingerprint this version reads: {err}") from None
+    key = (path, path.stat().st_mtime)
+    if key not in _FINGERPRINTS:
+        try:
+            _FINGERPRINTS[key] = Fingerprint.from_dict(json.loads(path.read_text()))
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"{path} is not a fingerprint this version reads: {err}") from None
+    return _FINGERPRINTS[key]
 
 
 def save_fingerprint(fingerprint: Fingerprint, path: Path) -> Path:

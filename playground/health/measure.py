@@ -22,7 +22,7 @@ from playground.engine import GenerationConfig, summarize
 from playground.engine.replay import replay, teacher_force
 from playground.flags import UsageError, add_pair_flags, make_backend, resolve_preset
 from playground.machine import machine_info
-from playground.presets import DRAFTER_LABELS, REPO_ROOT, Preset
+from playground.presets import DRAFTER_LABELS, Preset, repo_relative
 from playground.prompt_sets import load_prompt_set
 
 from .check import depth_counts
@@ -42,8 +42,10 @@ def parse_sets(text: str) -> list[tuple[str, int]]:
 
 
 def build_fingerprint(backend: LocalBackend, drafter: str, sets: list[tuple[str, int]], max_new_tokens: int = 128,
-                      sampled: int = 12, chat_template: str = "default", progress=None) -> Fingerprint:
-    """The drafter's fingerprint on the first prompts of each (set, count) of `sets`."""
+                      sampled: int = 12, chat_template: str = "default",
+                      progress: Callable[[int, int, str], None] | None = None) -> Fingerprint:
+    """The drafter's fingerprint on the first prompts of each (set, count) of `sets`; `progress(done, total, line)`
+    after each prompt."""
     loaded = backend.drafter(drafter)
     target = backend.target
     vocabulary = draft_vocabulary(loaded.source)
@@ -79,14 +81,14 @@ def build_fingerprint(backend: LocalBackend, drafter: str, sets: list[tuple[str,
                     runs.append(drift)
             longest = max(longest, len(prompt) + sum(len(e.emitted) for e in events))
         if progress:
-            progress(f"{i + 1}/{len(records)} {set_name} {record.question_id}: {len(answer)} tokens")
+            progress(i + 1, len(records), f"{set_name} {record.question_id}: {len(answer)} tokens")
     if len(greedy[1]) < 2:
         raise ValueError("too few answers to fingerprint: pass more prompts (--sets)")
     tokenizer = target.tokenizer
     folder = target_folder(backend.preset)
     source_folder = Path(loaded.source)
     return Fingerprint(
-        drafter=_portable(loaded.source), target=_portable(backend.preset.target),
+        drafter=repo_relative(loaded.source), target=repo_relative(backend.preset.target),
         target_digest=weights_digest(folder) if folder else None,
         chat_template=chat_template, chat_template_sha256=template_sha256(tokenizer, chat_template, raw=False),
         trained_context_tokens=trained_context(source_folder) if source_folder.is_dir() else None,
@@ -109,16 +111,14 @@ def fingerprint_preset(preset: Preset, say: Callable[[str, float], None]) -> lis
     backend = shared_backend(preset)
     if not isinstance(backend, LocalBackend):
         raise ValueError("fingerprints are measured on our engine: this pair runs elsewhere")
-    sets, lines = parse_sets(APP_SETS), []
-    total = sum(count for _, count in sets)
+    lines = []
     for i, drafter in enumerate(preset.drafters):
         label = DRAFTER_LABELS.get(drafter, drafter)
 
-        def progress(line: str, i: int = i, label: str = label) -> None:
-            done = int(line.split("/", 1)[0])
+        def progress(done: int, total: int, _: str, i: int = i, label: str = label) -> None:
             say(f"{label}: answer {done} of {total}", (i + done / total) / len(preset.drafters))
 
-        fingerprint = build_fingerprint(backend, drafter, sets, sampled=APP_SAMPLED, progress=progress)
+        fingerprint = build_fingerprint(backend, drafter, parse_sets(APP_SETS), sampled=APP_SAMPLED, progress=progress)
         path = save_fingerprint(fingerprint, fingerprint_path(preset.drafters[drafter]))
         lines.append(f"{label}: {fingerprint.prompts['answers']} answers, depth-1 acceptance at k = 4 "
                      f"{fingerprint.greedy.depth_one(4).mean:.2f} (greedy), written to {path}")
@@ -133,12 +133,6 @@ def _drift(events) -> dict[str, list[float]] | None:
     return {"draft": [round(m.draft, 5) for m in metrics.attention_by_depth],
             "sink": [round(m.sink, 5) for m in metrics.attention_by_depth],
             "rms": [round(r, 4) for r in metrics.hidden_rms_by_depth]}
-
-
-def _portable(source: str) -> str:
-    """A path inside the repository as a relative one (a shipped fingerprint names no machine's folders)."""
-    path = Path(source)
-    return str(path.relative_to(REPO_ROOT)) if path.is_absolute() and path.is_relative_to(REPO_ROOT) else source
 
 
 def _padded(counts: list[int], k: int) -> list[int]:
@@ -157,7 +151,8 @@ def run(args: argparse.Namespace) -> dict:
     source = preset.drafters.get(drafter, drafter)
     out = Path(args.out) if args.out else fingerprint_path(source)
     fingerprint = build_fingerprint(backend, drafter, parse_sets(args.sets), args.max_new_tokens, args.sampled,
-                                    args.chat_template, progress=lambda line: print(line, file=sys.stderr))
+                                    args.chat_template,
+                                    progress=lambda done, total, line: print(f"{done}/{total} {line}", file=sys.stderr))
     save_fingerprint(fingerprint, out)
     model = fingerprint.greedy.depth_one(4)
     summary = {"fingerprint": str(out), "answers": fingerprint.prompts["answers"],

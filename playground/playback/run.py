@@ -180,7 +180,6 @@ class RunDriver:
         self._provenance = ProvenanceBuilder(backend.decode)
         self._events: _ActiveTimeEvents | None = None
         self._first_step_asked: float | None = None
-        self._drafting_steps = 0
 
     @property
     def times_plain_steps(self) -> bool:
@@ -253,8 +252,7 @@ class RunDriver:
         if tree := TreeStep.of(event, self._backend.decode):
             self.run.trees.append(tree)
         self.run.pieces = self._provenance.pieces
-        self._drafting_steps += bool(event.drafted)
-        if event.finished or (event.drafted and self._drafting_steps in (1, *LOOKS)):  # 1: the charts' usual band
+        if event.finished or (event.drafted and self.run.tally.counters.drafts in (1, *LOOKS)):  # 1: charts' band
             s, backend = self.run.settings, self._backend
             self.run.health = run_health(backend.preset, backend, s.drafter, s.generation_config(), s.chat_template,
                                          False, self.run.prompt_tokens, self.run.events)
