@@ -82,3 +82,39 @@ def test_compare_puts_our_engine_beside_vllm(vllm_app_url: str) -> None:
     if verdict["faster"]:
         assert verdict["faster"] in ("our engine", "vLLM") and verdict["sentence"].startswith("Faster engine: ")
     assert all(r["metrics"]["per_position_acceptance"] for r in runs)
+
+
+RATE = r"(\d+) tok/s \((\d+)–(\d+)\)"
+
+
+def test_an_engine_comparison_in_the_browser_names_the_faster_engine_only_where_the_rates_separate(
+        browser, vllm_app_url: str) -> None:
+    """The same comparison as a visitor runs it, read from the page: the verdict sets the two engines' decode rates
+    side by side with their ranges and names a faster engine exactly when the ranges it prints do not overlap."""
+    from playwright.sync_api import expect
+
+    from tests.support.browser import open_page
+
+    page = open_page(browser, vllm_app_url)
+    page.locator("#max-new-tokens input[type=number]").fill("48")
+    page.locator("#max-new-tokens input[type=number]").press("Enter")
+    page.get_by_role("tab", name="Compare").click()
+    page.locator("#compare-left-drafter").get_by_label("EAGLE-3.1").check()
+    page.locator("#compare-right-engine").get_by_label("vLLM").check()
+    page.locator("#compare-prompt textarea").fill(PROMPTS[0])
+    page.locator("#compare-run").click()
+    verdict = page.locator("#compare-verdict")
+    expect(verdict).to_contain_text(re.compile("Faster engine|Engines:|No verdict"), timeout=600_000)
+    text = verdict.inner_text()
+    assert "on both engines" in text, text
+    if text.startswith("No verdict"):
+        assert "too few steps" in text, text
+        return
+    (first, first_low, first_high), (second, second_low, second_high) = [tuple(map(int, m))
+                                                                          for m in re.findall(RATE, text)]
+    if text.startswith("Faster engine: "):  # the faster engine's rate first (printed rounded: ranges may touch)
+        named = text.removeprefix("Faster engine: ").split(",")[0]
+        assert named in ("our engine", "vLLM") and first >= second and first_low >= second_high, text
+    else:
+        assert "within noise" in text and first_low <= second_high and second_low <= first_high, text
+    page.close()
