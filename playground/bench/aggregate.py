@@ -9,6 +9,8 @@
   per drafting step (chains: drafts + 1; trees: nodes + 1) say what a method pays per step for its acceptance.
 * `lossless` (greedy only): every answer of every pass equals plain decoding's, token for token.
 * `health`: each answer of the first timed pass held against its drafter's fingerprint (playground/health), summed.
+* `predicted_speedup`: the first timed pass's own steps priced at this machine's measured step costs (engine/costs),
+  beside the measured speedup: the cost model checked against measurement on every row.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ Pass = list[list[Answer]]  # one conversation per record of a cell
 
 
 HealthOf = Callable[[Cell, Method, Answer], Health | None]  # the drafter's health on one answer of a cell
+PredictOf = Callable[[Cell, Method, list[Answer]], tuple[float, float, float] | None]  # (speedup, low, high)
 
 
 def aggregate(plan: Plan, samples: Iterable[Sample], greedy: bool,
-              variant_name: Callable[[Method], str | None], health_of: HealthOf | None = None) -> list[BenchRow]:
+              variant_name: Callable[[Method], str | None], health_of: HealthOf | None = None,
+              predict_of: PredictOf | None = None) -> list[BenchRow]:
     """One row per (cell, method) of the plan, in plan order; methods that could not run carry their reason."""
     timed: dict[tuple[int, Method], list[Pass]] = defaultdict(lambda: [[] for _ in range(plan.repeats)])
     instrumented: dict[tuple[int, Method], Pass] = defaultdict(list)
@@ -42,12 +46,13 @@ def aggregate(plan: Plan, samples: Iterable[Sample], greedy: bool,
         else:
             timed[(s.cell, s.method)][s.repeat].append(s.answers)
     return [_row(cell, method, timed.get((c, method)), instrumented.get((c, method)), timed.get((c, Method(PLAIN))),
-                 greedy, variant_name(method), health_of)
+                 greedy, variant_name(method), health_of, predict_of)
             for c, cell in enumerate(plan.cells) for method in cell.methods]
 
 
 def _row(cell: Cell, method: Method, passes: list[Pass] | None, instrumented: Pass | None,
-         baseline: list[Pass] | None, greedy: bool, variant: str | None, health_of: HealthOf | None) -> BenchRow:
+         baseline: list[Pass] | None, greedy: bool, variant: str | None, health_of: HealthOf | None,
+         predict_of: PredictOf | None) -> BenchRow:
     row = BenchRow(
         drafter=method.name, label=method.label, kind=method.kind, variant=variant, k=method.k,
         tree_nodes=method.tree_nodes,
@@ -79,6 +84,9 @@ def _row(cell: Cell, method: Method, passes: list[Pass] | None, instrumented: Pa
     if health_of is not None and method.kind == "eagle":  # the first timed pass: runs as a user would have them
         row.health = health_summary([h for conversation in passes[0] for a in conversation
                                      if (h := health_of(cell, method, a)) is not None])
+    if predict_of is not None and (predicted := predict_of(cell, method, [a for c in passes[0] for a in c])):
+        speedup, low, high = predicted
+        row.predicted_speedup, row.predicted_range = speedup, [low, high]
     if instrumented:
         drift = summarize([e for conversation in instrumented for a in conversation for e in a.events], method.k)
         row.attention_by_depth = drift.attention_by_depth or None

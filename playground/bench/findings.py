@@ -4,6 +4,7 @@ come out — never written by hand. Also the row selections the report's figures
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 
 from playground.bench.figures import condition, method_name, speedup_range, speedup_range_text
@@ -231,9 +232,24 @@ def _tree_findings(rows: list[BenchRow]) -> list[str]:
     return out
 
 
+def _prediction_findings(rows: list[BenchRow]) -> list[str]:
+    """How far the speedups predicted from this machine's step costs landed from the measured ones."""
+    both = [r for r in rows if r.predicted_speedup is not None and r.speedup is not None]
+    if not both:
+        return []
+    error = {id(r): r.predicted_speedup / r.speedup - 1 for r in both}
+    errors = sorted(error.values())
+    worst = max(both, key=lambda r: abs(error[id(r)]))
+    return [f"Predicted from this machine's step costs (each row's own steps priced at the measured cost of a plain "
+            f"step, of drafting and of verifying that many rows), the speedups were {errors[0]:+.0%} to "
+            f"{errors[-1]:+.0%} off the measured ones (median {statistics.median(errors):+.0%}, {len(both)} rows); "
+            f"the furthest: {method_name(worst)} on {condition(worst)}, {worst.predicted_speedup:.2f}× predicted "
+            f"against {worst.speedup:.2f}× measured."]
+
+
 def findings(rows: list[BenchRow], greedy: bool) -> list[str]:
     """Plain-language statements of the measured numbers."""
-    out = _lossless_findings(rows, greedy) + _speed_findings(rows) + _tree_findings(rows)
+    out = _lossless_findings(rows, greedy) + _speed_findings(rows) + _prediction_findings(rows) + _tree_findings(rows)
     out += _k_findings(pairs(study_rows(rows, "k")))
     out += _context_findings(pairs(study_rows(rows, "context")))
     out += _template_findings(pairs(study_rows(rows, "template")))

@@ -17,8 +17,10 @@ from transformers import GenerationConfig as HFGenerationConfig
 from playground.backends.local import LocalBackend
 from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, StepEvent, TreeShape, emitted_ids
+from playground.engine.costs import pair_profile
 from playground.health import Health, run_health
 from playground.presets import DRAFTER_LABELS
+from playground.smollm2 import cache_root
 
 PEERS = {
     "hf-greedy": "transformers generate(), plain decoding",
@@ -120,6 +122,20 @@ class Runner:
         run_cfg = replace(cfg, k=method.k, tree=method.tree)
         return run_health(self.backend.preset, self.backend, method.name, run_cfg, template, False, prompt_tokens,
                           answer.events)
+
+    def predicted(self, method: Method, prompt_tokens: int, answers: list[Answer]) -> tuple[float, float, float] | None:
+        """(speedup, low, high) predicted for these answers' own steps from this machine's step costs for the pair,
+        measured once per context (engine.costs.pair_profile; after the timed passes, so never beside them); None for
+        plain decoding and peers."""
+        steps = [e for a in answers for e in (a.events or [])]
+        if method.kind != "eagle" or not steps:
+            return None
+        loaded = self.backend.drafter(method.name)
+        seed = next(a.ids for a in answers if a.ids)
+        middle = prompt_tokens + sum(len(a.ids) for a in answers) // (2 * len(answers))
+        profile = pair_profile(self.target, loaded.drafter, loaded.aux_layers, (self.backend.preset.target,
+                               loaded.source), seed, middle, cache_root(), (method.tree,) if method.tree else ())
+        return profile.predict(steps, method.tree)
 
     def variant_name(self, method: Method) -> str | None:
         """EAGLE-3 / EAGLE-3.1 as the drafter's config says (loads the drafter: fails early on a bad one)."""

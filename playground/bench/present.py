@@ -31,7 +31,7 @@ DRIFT_STUDY = REPO_ROOT / "assets" / "bench" / "drift" / "results.json"
 # (result field, column header) of the tab's table; `note` says why a row has no numbers
 TAB_COLUMNS = (("drafter", "drafter"), ("k", "k"), ("prompt_set", "prompt set"), ("template", "template"),
                ("context_tokens", "context tokens"), ("tokens_per_second", "tokens/s"), ("speedup", "speedup vs plain"),
-               ("speedup_range", "speedup range (passes)"),
+               ("speedup_range", "speedup range (passes)"), ("predicted_speedup", "predicted (step costs)"),
                ("mean_acceptance_length", "mean acceptance length"), ("lossless", "lossless"), ("note", "note"))
 TAB_HEADERS = [header for _, header in TAB_COLUMNS]
 STARTING = "starting: the model and the prompt sets load, then every method warms up…"

@@ -17,7 +17,8 @@ from playground.bench.findings import deepest_pairs, eagles_and_peers, findings,
 from playground.bench.rows import BenchResult, BenchRow
 
 TABLE_COLUMNS = ("label", "k", "tree_nodes", "prompt_set", "template", "context_tokens", "prompts", "turns",
-                 "tokens_per_second", "baseline_tokens_per_second", "speedup", "mean_acceptance_length",
+                 "tokens_per_second", "baseline_tokens_per_second", "speedup", "predicted_speedup",
+                 "mean_acceptance_length",
                  "draft_acceptance_rate", "verified_per_step", "draft_ms", "verify_ms",
                  "instrumented_tokens_per_second", "lossless", "note")
 

@@ -30,6 +30,10 @@ class BenchRow:
     baseline_tokens_per_second: float | None = None  # `none` in the same cell, same run
     speedup: float | None = None  # tokens_per_second / baseline_tokens_per_second
     speedup_runs: list[float] = field(default_factory=list)  # per pass, against plain decoding in the same pass
+    # Predicted from this machine's step costs (engine/costs.py) over the row's own steps of its first timed pass,
+    # beside the measured speedup: how far the cost model is off. EAGLE rows of our engine only
+    predicted_speedup: float | None = None
+    predicted_range: list[float] | None = None  # from the costs' 10th-90th percentiles
     mean_acceptance_length: float | None = None
     draft_acceptance_rate: float | None = None
     per_position_acceptance: list[float] | None = None

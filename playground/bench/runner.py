@@ -61,7 +61,9 @@ class Bench:
         rows = aggregate(self.plan, self.executor.samples(), self.config.greedy, self.runner.variant_name,
                          lambda cell, method, answer: self.runner.health(self.config.generation(0, 0), method,
                                                                          cell.template, cell.context_tokens or 0,
-                                                                         answer))
+                                                                         answer),
+                         lambda cell, method, answers: self.runner.predicted(method, cell.context_tokens or 0,
+                                                                             answers))
         self.progress(self.status.total, self.status.total, "finished")
         return rows
 

@@ -168,6 +168,11 @@ def test_a_bench_with_tree_methods_sets_trees_beside_their_chains(tiny_pair: Pat
     assert tree.draft_ms > 0 and tree.verify_ms > 0 and chain.draft_ms > 0
     plain = rows["none", None]
     assert plain.verified_per_step is None and plain.draft_ms is None and plain.verify_ms > 0
+    # each EAGLE row's own steps priced at this machine's measured step costs, beside its measured speedup
+    for row in (chain, tree):
+        low, high = row.predicted_range
+        assert 0 < low <= row.predicted_speedup <= high, row
+    assert plain.predicted_speedup is None and plain.predicted_range is None
     # each answer held against its drafter's fingerprint: the tiny drafters have none, which the rows say
     assert plain.health is None and chain.health["checked"] == tree.health["checked"] == 0
     assert "no fingerprint" in chain.health["not_checked"] and "no fingerprint" in tree.health["not_checked"]
@@ -176,6 +181,7 @@ def test_a_bench_with_tree_methods_sets_trees_beside_their_chains(tiny_pair: Pat
                             f"{tree.mean_acceptance_length:.2f} tokens per step against its chain's "
                             f"{chain.mean_acceptance_length:.2f}") and "per step it verified" in f for f in said), said
     assert any("EAGLE-3.1 had the longer mean acceptance length in" in f and "of 1 matched" in f for f in said)
+    assert any(f.startswith("Predicted from this machine's step costs") and "4 rows" in f for f in said), said
     with pytest.raises(ValueError, match="applies to chains"):
         BenchConfig(sweeps=[sweep], min_draft_prob=0.3).validate()
 
@@ -196,6 +202,15 @@ def test_findings_follow_the_numbers_either_way() -> None:
     assert any("0.80× (shorter) EAGLE-3's at k=4" in f for f in worse)
     assert any("in 1 of 2 matched" in f for f in better) and any("in 0 of 2 matched" in f for f in worse)
     assert "sampled" in findings([_row("EAGLE-3", 1, 1.5)], greedy=False)[0]
+
+
+def test_the_prediction_finding_reads_each_row_against_its_measured_speedup() -> None:
+    rows = [_row("EAGLE-3", 4, 2.0), _row("EAGLE-3.1", 4, 2.5), _row("EAGLE-3.1", 6, 2.0)]
+    for row, predicted in zip(rows, (1.7, 2.75, 2.0)):  # -15 %, +10 %, 0 %
+        row.predicted_speedup, row.predicted_range = predicted, [predicted - 0.1, predicted + 0.1]
+    (said,) = [f for f in findings(rows, greedy=True) if f.startswith("Predicted")]
+    assert "-15% to +10% off the measured ones (median +0%, 3 rows)" in said
+    assert "the furthest: EAGLE-3 k=4 on held-out · default, 1.70× predicted against 2.00× measured" in said, said
 
 
 def test_speed_findings_know_their_noise() -> None:
