@@ -9,9 +9,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from playground.backends import check_run
+from playground.backends.auto_k import auto_k
 from playground.drafting import PLAIN
 from playground.engine import MAX_K, GenerationConfig, RunRecord
-from playground.engine.costs import AutoK, choose_k, pair_profile, shipped_acceptance
+from playground.engine.costs import AutoK
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.text import IncrementalDecoder
 from playground.engine.threads import busy_text
@@ -26,8 +27,7 @@ from playground.flags import (
     tree_shape,
 )
 from playground.health import run_health
-from playground.presets import Preset, repo_relative
-from playground.smollm2 import cache_root
+from playground.presets import Preset
 
 
 def _messages(args: argparse.Namespace) -> list[dict]:
@@ -99,22 +99,16 @@ def _whole_k(text: str) -> int:
 
 
 def choose_auto_k(args: argparse.Namespace, preset: Preset, drafter: str) -> AutoK:
-    """--k auto: the k predicted fastest from the drafter's acceptance by position (its evaluation.json, beside the
-    drafter folders) and this machine's step costs (measured once at the answer's likely context, then kept)."""
-    if preset.backend != "local" or args.drafter_path or drafter == PLAIN or drafter not in preset.drafters:
-        raise UsageError("--k auto chooses for a preset drafter on our engine (a local preset, --drafter NAME)")
-    folder = Path(preset.drafters[drafter]).parent
-    try:
-        per_position = shipped_acceptance(folder, drafter)
-    except ValueError as err:
-        raise UsageError(f"--k auto needs {drafter}'s acceptance by position: {err}; pass --k N") from None
+    """--k auto (backends/auto_k.py) at the answer's likely context: the prompt and half the token budget."""
+    if preset.backend != "local" or args.drafter_path:
+        raise UsageError("--k auto chooses k for a preset drafter on our engine (a local preset, --drafter NAME)")
     backend = make_backend(args, preset)
-    loaded = backend.drafter(drafter)
     prompt = backend.encode(_messages(args), chat_template=args.chat_template, raw=args.raw)
-    profile = pair_profile(backend.target, loaded.drafter, loaded.aux_layers, (preset.target, loaded.source), prompt,
-                           len(prompt) + args.max_new_tokens // 2, cache_root(),
-                           announce=lambda message: print(f"--k auto: {message}", file=sys.stderr))
-    return choose_k(profile, per_position, repo_relative(folder / "evaluation.json"))
+    try:
+        return auto_k(backend, drafter, prompt, len(prompt) + args.max_new_tokens // 2,
+                      announce=lambda message: print(f"--k auto: {message}", file=sys.stderr))
+    except ValueError as err:
+        raise UsageError(f"--k {err}") from None
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

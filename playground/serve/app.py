@@ -306,7 +306,9 @@ def build_app(engine: ServedEngine, limits: Limits = Limits(), api_key: str | No
     def model_card() -> dict:
         return {"id": engine.model_name, "object": "model", "created": started, "owned_by": "playground",
                 "root": engine.backend.preset.target, "max_model_len": target.max_positions,
-                "sampling_defaults": defaults.to_dict()}
+                "sampling_defaults": defaults.to_dict(),
+                "speculative": {"drafter": engine.drafter, "k": engine.k if engine.speculating else None,
+                                "auto_k": engine.auto.to_dict() if engine.auto else None}}
 
     @app.get("/v1/models")
     async def models() -> dict:

@@ -27,6 +27,7 @@ import sys
 
 from playground.drafting import PLAIN
 from playground.flags import (
+    UsageError,
     add_min_draft_prob_flag,
     add_pair_flags,
     add_threads_flag,
@@ -40,11 +41,22 @@ from .defaults import parse_override
 from .engine import Limits, load_engine
 
 
+def server_k(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number or auto, got {text!r}") from None
+
+
 def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from .app import build_app
 
+    if args.k == "auto" and args.tree_nodes is not None:
+        raise UsageError("--k auto chooses a chain's k: with --tree-nodes give --k N (the tree's depth)")
     limits = Limits(max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout, max_running=args.max_running,
                     max_waiting=args.max_waiting, default_max_tokens=args.default_max_tokens)
     # as `vllm serve MODEL` names the model MODEL, an own target is served by the name it was given
@@ -66,6 +78,8 @@ def serve(args: argparse.Namespace) -> None:
             adaptive = f", adaptive {engine.min_draft_prob:g}" if engine.min_draft_prob else ""
             drafting = (f"tree of {engine.tree.nodes} nodes, depth {engine.tree.depth}, top-{engine.tree.topk}"
                         if engine.tree else f"k={engine.k}")
+            if engine.auto is not None:
+                print(f"--k auto: {engine.auto.why}", flush=True)
             print(f"serving {engine.model_name} (drafter {engine.drafter}, {drafting}{adaptive}; sampling defaults: "
                   f"{engine.sampling.describe()}) on http://{host}:{port}", flush=True)
         await task
@@ -91,7 +105,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_threads_flag(p)
     add_pair_flags(p)
     p.add_argument("--drafter", default="eagle3.1", help="none, or a drafter name of the preset")
-    p.add_argument("--k", type=int, default=4, help="speculative tokens per step (fixed for the server, as in vLLM)")
+    p.add_argument("--k", type=server_k, default=4, help="speculative tokens per step (fixed for the server, as in "
+                   "vLLM), or auto: the k predicted fastest on this machine, chosen at start-up (plain decoding where "
+                   "none pays)")
     add_min_draft_prob_flag(p)
     add_tree_flags(p)
     p.add_argument("--host", default="127.0.0.1")

@@ -7,10 +7,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from playground.backends import check_run, open_local_backend
+from playground.backends.auto_k import auto_k
 from playground.backends.local import LocalBackend
 from playground.backends.specstats import ServedCounters, ServedSnapshot
 from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, SpecCounters, StepEvent, TreeShape
+from playground.engine.costs import AutoK
 from playground.presets import Preset
 from playground.smollm2 import local_folder
 
@@ -37,6 +39,7 @@ class ServedEngine:
     min_draft_prob: float = 0.0  # adaptive draft length for every request (engine.GenerationConfig); 0: k every step
     tree: TreeShape | None = None  # a draft tree per step for every request (engine/tree.py); None: chains of k
     sampling: SamplingDefaults = SamplingDefaults(**OPENAI, source="OpenAI's defaults")  # for fields a request omits
+    auto: AutoK | None = None  # what `--k auto` chose and why
     counters: SpecCounters | None = None
     prompt_tokens: int = 0
     generation_tokens: int = 0
@@ -79,16 +82,28 @@ class ServedEngine:
         return ServedCounters({"engine": "0", "model_name": self.model_name}, snapshot)
 
 
-def load_engine(preset: Preset, drafter: str, k: int, model_name: str | None, min_draft_prob: float = 0.0,
+AUTO_CONTEXT = 512  # the context `--k auto` prices steps at: a chat turn and its answer, as a server sees them
+
+
+def load_engine(preset: Preset, drafter: str, k: int | str, model_name: str | None, min_draft_prob: float = 0.0,
                 drafter_path: str | None = None, tree: TreeShape | None = None, generation_config: str = "auto",
                 override: dict[str, float] | None = None) -> ServedEngine:
     """Load (and warm up) the preset's target and drafter (the preset's by name, or a folder or Hub id by
-    `drafter_path`, checked against the target as it loads); refuse what cannot be served, with the reason."""
+    `drafter_path`, checked against the target as it loads); refuse what cannot be served, with the reason. k
+    "auto": the k predicted fastest on this machine (backends/auto_k.py), or plain decoding where none pays."""
     backend = open_local_backend(preset, "serve", f"for vLLM run `python -m playground vllm-command --preset "
                                                  f"{preset.name}`")
+    auto = None
+    if k == "auto":
+        try:
+            seed = backend.encode([{"role": "user", "content": "hello"}])
+            auto = auto_k(backend, drafter_path or drafter, seed, AUTO_CONTEXT)
+        except ValueError as err:
+            raise ValueError(f"--k {err}") from None
+        drafter, k = (drafter, auto.k) if auto.k is not None else (PLAIN, 1)
     check_run(preset, drafter, GenerationConfig(k=k, min_draft_prob=min_draft_prob, tree=tree), drafter_path)
     drafter = drafter_path or drafter
     sampling = sampling_defaults(local_folder(preset.target), preset.sampling_defaults, generation_config, override,
                                  f"{preset.name}'s model card")
     backend.warm_up(backend.encode([{"role": "user", "content": "hello"}]), drafter)
-    return ServedEngine(backend, drafter, k, model_name or preset.name, min_draft_prob, tree, sampling)
+    return ServedEngine(backend, drafter, k, model_name or preset.name, min_draft_prob, tree, sampling, auto)

@@ -393,3 +393,35 @@ def test_an_unsupported_parameter_is_refused_for_its_own_reason() -> None:
                                 ("logprobs", True, "log-probabilities"), ("presence_penalty", 0.5, "penalties")):
         with pytest.raises(ValidationError, match=reason):
             ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "hi"}], name: value})
+
+
+def test_serve_k_auto_serves_the_k_predicted_fastest_or_plain_decoding_and_says_why(
+        pair_models: Path, tiny, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`serve --k auto` chooses at start-up from the drafter's acceptance by position (evaluation.json beside the
+    drafters) and this machine's step costs: an untrained drafter's is served as plain decoding, a drafter that
+    accepts nearly every draft gets a k; /v1/models says what was chosen and why. A drafter folder has no
+    acceptance to choose from and is refused in one line."""
+    from fastapi.testclient import TestClient
+
+    from playground.presets import get_preset
+    from playground.serve.app import build_app
+    from playground.serve.engine import load_engine
+
+    monkeypatch.setenv("PLAYGROUND_CACHE_DIR", str(tmp_path / "cache"))
+    evaluation = pair_models / "evaluation.json"
+    preset = get_preset("smollm2-135m")
+    try:
+        for rate, served in ((0.01, "none"), (0.99, "eagle3.1")):
+            evaluation.write_text(json.dumps({"acceptance": {"eagle3.1": {"8": {
+                "per_position_acceptance": [rate] * 8}}}}))
+            engine = load_engine(preset, "eagle3.1", "auto", None)
+            assert engine.drafter == served and engine.speculating == (served != "none")
+            with TestClient(build_app(engine)) as client:
+                card = client.get("/v1/models").json()["data"][0]["speculative"]
+            assert card["drafter"] == served and card["auto_k"]["why"] == engine.auto.why
+            assert card["k"] == (engine.auto.k if served != "none" else None)
+            assert ("plain decoding" in engine.auto.why) == (served == "none")
+        with pytest.raises(ValueError, match="auto chooses k for a preset drafter"):
+            load_engine(preset, "eagle3.1", "auto", None, drafter_path=str(pair_models / "eagle3.1"))
+    finally:
+        evaluation.unlink(missing_ok=True)
