@@ -17,7 +17,7 @@ from transformers import GenerationConfig as HFGenerationConfig
 from playground.backends.local import LocalBackend
 from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, StepEvent, TreeShape, emitted_ids
-from playground.engine.costs import pair_profile
+from playground.engine.costs import context_bucket, pair_profile
 from playground.health import Health, run_health
 from playground.presets import DRAFTER_LABELS
 from playground.smollm2 import cache_root
@@ -113,6 +113,7 @@ class Runner:
         self.assistant_source = assistant
         self.should_stop = should_stop  # checked between steps of our engine's runs (a peer's run goes to its end)
         self._assistant = None
+        self._profiled: set[tuple] = set()  # the step costs measured in this run (Runner.predicted)
 
     def health(self, cfg: GenerationConfig, method: Method, template: str, prompt_tokens: int,
                answer: Answer) -> Health | None:
@@ -124,17 +125,21 @@ class Runner:
                           answer.events)
 
     def predicted(self, method: Method, prompt_tokens: int, answers: list[Answer]) -> tuple[float, float, float] | None:
-        """(speedup, low, high) predicted for these answers' own steps from this machine's step costs for the pair,
-        measured once per context (engine.costs.pair_profile; after the timed passes, so never beside them); None for
-        plain decoding and peers."""
+        """(speedup, low, high) predicted for these answers' own steps from this machine's step costs for the pair
+        (engine.costs.pair_profile), measured afresh once per drafter and context in this run — a kept profile may
+        have been measured under another load — after the timed passes, never beside them; None for plain decoding
+        and peers."""
         steps = [e for a in answers for e in (a.events or [])]
         if method.kind != "eagle" or not steps:
             return None
         loaded = self.backend.drafter(method.name)
         seed = next(a.ids for a in answers if a.ids)
         middle = prompt_tokens + sum(len(a.ids) for a in answers) // (2 * len(answers))
+        trees = (method.tree,) if method.tree else ()
+        key = (method.name, context_bucket(middle, self.target.max_positions), trees)
         profile = pair_profile(self.target, loaded.drafter, loaded.aux_layers, (self.backend.preset.target,
-                               loaded.source), seed, middle, cache_root(), (method.tree,) if method.tree else ())
+                               loaded.source), seed, middle, cache_root(), trees, fresh=key not in self._profiled)
+        self._profiled.add(key)  # measured afresh once per run, as plain decoding is timed in the same run
         return profile.predict(steps, method.tree)
 
     def variant_name(self, method: Method) -> str | None:

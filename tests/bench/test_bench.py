@@ -48,8 +48,9 @@ RECORDS = [
 
 
 @pytest.fixture
-def tiny_pair(tiny_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def tiny_pair(tiny_root: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setenv("PLAYGROUND_MODELS_DIR", str(tiny_root))
+    monkeypatch.setenv("PLAYGROUND_CACHE_DIR", str(tmp_path / "cache"))  # the rows' step-cost profiles
     return tiny_root
 
 
