@@ -64,7 +64,9 @@ def running_app(models: Path | None, log_path: Path, timeout_s: float = 180.0, s
     port = free_port()
     env = {
         **{k: v for k, v in os.environ.items() if k != "PLAYGROUND_MODELS_DIR"},
-        **({"PLAYGROUND_MODELS_DIR": str(models)} if models else {}), "GRADIO_SERVER_NAME": "127.0.0.1",
+        # tiny models: their step-cost profiles in the test's folder, not the user's cache
+        **({"PLAYGROUND_MODELS_DIR": str(models), "PLAYGROUND_CACHE_DIR": str(log_path.parent / "cache")}
+           if models else {}), "GRADIO_SERVER_NAME": "127.0.0.1",
         "GRADIO_SERVER_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False", "OMP_NUM_THREADS": "1",
         "PLAYGROUND_THREADS": os.environ.get("PLAYGROUND_THREADS", "1"),
         "GRADIO_TEMP_DIR": str(log_path.parent / "gradio-tmp"),
