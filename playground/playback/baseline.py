@@ -105,6 +105,10 @@ class BaselineSampler:
             # answer's baseline) would time only its dearest steps, and read plain decoding 1.2× against itself
             context = self._prompt_ids + self._run.token_ids
             while self._can_sample() and not _has_groups(self._run.baseline):
+                if not self._steps:  # nothing timed alongside (the run ended first): one step, mid-answer, to size it
+                    self._sample(context[: (len(self._prompt_ids) + len(context) + 1) // 2])
+                    yield
+                    continue
                 missing = self._least_steps(statistics.median(self._steps)) - len(self._steps)
                 for position in _spread(len(self._prompt_ids), len(context) - 1, max(GROUP_STEPS, missing)):
                     if not self._can_sample():

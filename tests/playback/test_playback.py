@@ -309,6 +309,11 @@ def test_a_baseline_alongside_takes_its_share_one_step_at_a_time_at_the_runs_pos
                               baseline=None)
     list(BaselineSampler(ScriptedProbe(), [([1, 2, 3], stopped)], lambda: True, share_alongside=SHARE).finish())
     assert stopped.baseline is None
+    # a run that ended before any step was owed alongside it (a short answer, or Stop at once): sized by one step
+    untimed = SimpleNamespace(events=[scripted_step(0, 0.0)], token_ids=[10, 11, 12], baseline=None)
+    untimed_probe = ScriptedProbe()
+    list(BaselineSampler(untimed_probe, [([1, 2, 3], untimed)], NEVER, share_alongside=SHARE).finish())
+    assert untimed.baseline.groups == MIN_SPEEDUP_GROUPS and 3 < len(untimed_probe.contexts[0]) < 6  # mid-answer
 
 
 def test_a_baseline_after_the_answer_times_nothing_during_it_then_its_share_spread_over_the_answer() -> None:
