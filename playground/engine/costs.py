@@ -249,6 +249,12 @@ class AutoK:
         return {"k": self.k, "predicted_speedup": {str(k): round(v, 3) for k, v in self.predicted.items()},
                 "why": self.why}
 
+    def short(self) -> str:
+        """One clause for a status line."""
+        if self.k is None:
+            return "k auto chose plain decoding: no k is predicted to pay on this machine"
+        return f"k auto chose k={self.k}, predicted {self.predicted[self.k]:.2f}× on this machine"
+
 
 def choose_k(profile: CostProfile, per_position: list[float], source: str, most: int = 8,
              margin: float = 1.05) -> AutoK:

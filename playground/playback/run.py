@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from playground.backends import Backend, StepStream
 from playground.engine import Baseline, RunRecord, RunTally, StepEvent, emitted_ids
+from playground.engine.costs import AutoK
 from playground.engine.threads import busy_text
 from playground.health import Health, run_health
 from playground.health.stats import LOOKS
@@ -60,6 +61,7 @@ class Run:
     held: str | None = None  # what its backend held when it finished, beyond the app's process (Backend.held)
     prompt_ids: list[int] = field(default_factory=list)  # what the target read: its record carries them (replay)
     health: Health | None = None  # the drafter held against its fingerprint, at each look and at the end
+    auto_k: AutoK | None = None  # what k auto chose for this run, and why (settings then hold the choice)
     tally: RunTally = field(init=False)  # the events' totals, kept as they arrive: a render reads, never re-counts
 
     def __post_init__(self) -> None:
@@ -100,7 +102,8 @@ class Run:
         if self.finished and self.measuring:  # "finished" comes with the final numbers
             return "answer done: timing plain decoding for the speedup…"
         if self.finished:
-            notes = [note for note in (busy_text(self.tally.metrics().busy_share), self.held) if note]
+            notes = [note for note in (self.auto_k.short() if self.auto_k else None,
+                                       busy_text(self.tally.metrics().busy_share), self.held) if note]
             return "; ".join([FINISH_REASONS.get(self.finish_reason or "", "finished"), *notes])
         if self.events:
             return f"generating… {self.events[-1].total_tokens} tokens"
@@ -138,6 +141,7 @@ class Run:
                 "speedup_range": view.speedup_range, "speedup_not_measured": view.too_few_steps,
                 "verdict": verdict.to_dict() if verdict else None,
                 "health": self.health.to_dict() if self.health else None,
+                "auto_k": self.auto_k.to_dict() if self.auto_k else None,
                 "seen_tokens_per_second": self.seen_tokens_per_second}
 
 
@@ -170,10 +174,10 @@ class RunDriver:
     """Advances one backend stream a step at a time and keeps its Run up to date."""
 
     def __init__(self, backend: Backend, settings: RunSettings, prompt_ids: list[int],
-                 should_stop: Callable[[], bool]) -> None:
+                 should_stop: Callable[[], bool], auto_k: AutoK | None = None) -> None:
         self.run = Run(settings, len(prompt_ids), missing_fields=dict(backend.missing_fields),
                        precision=precision_label(backend.preset.dtype, backend.exact_speculation, settings.plain),
-                       engine=backend.name, compute=backend.compute, prompt_ids=list(prompt_ids))
+                       engine=backend.name, compute=backend.compute, prompt_ids=list(prompt_ids), auto_k=auto_k)
         self._backend, self._should_stop = backend, should_stop
         self.paces_itself = backend.capabilities.paces_itself
         self._stops_itself = backend.capabilities.checks_stop  # else advance() asks should_stop between steps

@@ -38,6 +38,7 @@ class RunSettings:
     seed: int | None = None  # sampling only: the same seed repeats the same answer
     min_draft_prob: float = 0.0  # adaptive draft length (engine.GenerationConfig); 0 drafts k every step
     tree_nodes: int = 0  # a draft tree of this many nodes per step, k deep (engine/tree.py); 0 drafts a chain of k
+    k_auto: bool = False  # k chosen at the run's start (backends/auto_k.py): the k predicted fastest, or plain decoding
 
     @property
     def plain(self) -> bool:
@@ -53,6 +54,7 @@ class RunSettings:
             name = DRAFTER_LABELS.get(self.drafter, self.drafter)
             name = f"{name} adaptive {self.min_draft_prob:g}" if self.min_draft_prob else name
             name = f"{name} tree {self.tree_nodes}" if self.tree_nodes else name
+            name = f"{name} k auto" if self.k_auto else name
         try:
             backend = get_preset(self.preset).backend
         except KeyError:
@@ -69,6 +71,9 @@ class RunSettings:
             raise RequestError(f"the draft tree's nodes must be from 0 (a chain) to {MAX_NODES}, got {self.tree_nodes}")
         if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
             raise RequestError(f"max new tokens must be between 1 and {MAX_NEW_TOKENS}, got {self.max_new_tokens}")
+        if self.k_auto and not self.plain and (preset.backend != "local" or self.tree_nodes):
+            raise RequestError("k auto chooses a chain's k on our engine: set draft tree nodes to 0 and pick a preset "
+                               "on our engine, or give k")
         if self.chat_template not in CHAT_TEMPLATES:
             raise RequestError(f"unknown chat template {self.chat_template!r}; "
                                f"choose one of {', '.join(CHAT_TEMPLATES)}")

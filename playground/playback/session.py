@@ -8,6 +8,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from playground.backends import Backend, shared_backend
+from playground.backends.auto_k import auto_k
+from playground.drafting import PLAIN
+from playground.engine.costs import AutoK
 from playground.presets import ENGINE_LABELS, get_preset
 from playground.viz import RunView, Verdict, comparison_verdict, engine_verdict
 
@@ -15,10 +18,19 @@ from .run import Run, RunDriver, play
 from .run_settings import RequestError, RunSettings
 
 
-def _prepare(settings: RunSettings, messages: list[dict]) -> tuple[Backend, list[int]]:
+def _prepare(settings: RunSettings, messages: list[dict]) -> tuple[Backend, list[int], RunSettings, AutoK | None]:
+    """The run's backend and prompt ids; with k auto, the settings with the k chosen (or plain decoding) and why."""
     preset = settings.checked_preset()
     backend = shared_backend(preset)
-    return backend, backend.encode(messages, chat_template=settings.template_name)
+    prompt_ids = backend.encode(messages, chat_template=settings.template_name)
+    if not settings.k_auto or settings.plain:
+        return backend, prompt_ids, settings, None
+    try:
+        auto = auto_k(backend, settings.drafter, prompt_ids, len(prompt_ids) + settings.max_new_tokens // 2)
+    except ValueError as err:
+        raise RequestError(f"k {err}") from None
+    chosen = replace(settings, k=auto.k) if auto.k is not None else replace(settings, drafter=PLAIN)
+    return backend, prompt_ids, chosen, auto
 
 
 def _nonempty_prompt(prompt: str | None) -> str:
@@ -127,8 +139,8 @@ def regenerate_turn(conversation: Conversation, settings: RunSettings,
 def _answer(conversation: Conversation, turn: int, prompt: str | None, settings: RunSettings,
             should_stop: Callable[[], bool]) -> Iterator[Run]:
     prompt = _nonempty_prompt(prompt)
-    backend, prompt_ids = _prepare(settings, conversation.messages(settings.system, prompt))
-    driver = RunDriver(backend, settings, prompt_ids, lambda: should_stop() or not conversation.owned_by(turn))
+    backend, prompt_ids, settings, auto = _prepare(settings, conversation.messages(settings.system, prompt))
+    driver = RunDriver(backend, settings, prompt_ids, lambda: should_stop() or not conversation.owned_by(turn), auto)
     driver.open()
     exchange = Exchange(prompt, driver.run)
     if not conversation.append(turn, exchange):
@@ -201,8 +213,8 @@ def compare(prompt: str | None, left: RunSettings, right: RunSettings,
     prompt = _nonempty_prompt(prompt)
     drivers = []
     for settings in (left, right):
-        backend, prompt_ids = _prepare(settings, Conversation().messages(settings.system, prompt))
-        drivers.append(RunDriver(backend, settings, prompt_ids, should_stop))
+        backend, prompt_ids, settings, auto = _prepare(settings, Conversation().messages(settings.system, prompt))
+        drivers.append(RunDriver(backend, settings, prompt_ids, should_stop, auto))
     for driver in drivers:
         driver.open()
     comparison = Comparison(prompt, drivers[0].run, drivers[1].run)

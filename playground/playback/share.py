@@ -17,6 +17,7 @@ ALWAYS = ("preset", "drafter", "k")  # named even at their defaults: the default
 PARSERS: dict[str, Callable[[str], object]] = {  # how a link's text becomes each RunSettings field
     "drafter": str, "k": int, "preset": str, "temperature": float, "top_p": float, "max_new_tokens": int,
     "chat_template": str, "system": str, "seed": int, "min_draft_prob": float, "tree_nodes": int,
+    "k_auto": lambda text: text == "True",
 }
 
 

@@ -188,6 +188,12 @@ def k_control(elem_id: str, label: str = "k: draft tokens per step") -> gr.Numbe
     return CheckedNumber(4, label=f"{label} (1–{MAX_K})", minimum=1, maximum=MAX_K, step=1, elem_id=elem_id)
 
 
+def k_auto_control(elem_id: str, label: str = "k auto") -> gr.Checkbox:
+    return gr.Checkbox(False, label=f"{label}: the k predicted fastest on this machine", elem_id=elem_id,
+                       info="from the drafter's acceptance by position and this machine's measured step costs "
+                            "(measured once, a few seconds); plain decoding where no k pays. Our engine, chains")
+
+
 def follow_drafter(drafter: gr.Radio, *drafting: gr.components.Component) -> None:
     """k and the adaptive stop mean nothing for plain decoding: disabled while it is chosen."""
     drafter.change(lambda name: [gr.update(interactive=name != PLAIN) for _ in drafting], drafter, list(drafting),
@@ -215,12 +221,13 @@ class DraftingControls:
     k: gr.Number
     min_draft_prob: gr.Slider
     tree_nodes: gr.Number
+    k_auto: gr.Checkbox
 
 
 def drafting_controls(preset: Preset, drafter: str, elem_prefix: str = "", side: str = "") -> DraftingControls:
-    """One run's drafter, k, adaptive stop and tree size (Chat's, or a Compare side's, labelled with `side` and
+    """One run's drafter, k, adaptive stop, tree size and k auto (Chat's, or a Compare side's, labelled with `side` and
     drafter and k sharing a row), with k and the others disabled while plain decoding is chosen. Elem ids:
-    <elem_prefix>drafter, -k, -min-draft-prob, -tree-nodes."""
+    <elem_prefix>drafter, -k, -min-draft-prob, -tree-nodes, -k-auto."""
     named = (lambda label: f"{side.capitalize()} {label}") if side else (lambda label: label)
     with gr.Row() if side else contextlib.nullcontext():
         choice = drafter_control(preset, drafter, elem_id=f"{elem_prefix}drafter", label=named("drafter").capitalize())
@@ -232,6 +239,8 @@ def drafting_controls(preset: Preset, drafter: str, elem_prefix: str = "", side:
             label=f"{side.capitalize()}: end the chain after a draft below" if side
             else "Adaptive: end the chain after a draft below"),
         tree_nodes=tree_nodes_control(elem_id=f"{elem_prefix}tree-nodes",
-                                      label=f"{side.capitalize()}: draft tree nodes" if side else "Draft tree nodes"))
-    follow_drafter(choice, k, drafting.min_draft_prob, drafting.tree_nodes)
+                                      label=f"{side.capitalize()}: draft tree nodes" if side else "Draft tree nodes"),
+        k_auto=k_auto_control(elem_id=f"{elem_prefix}k-auto", label=f"{side.capitalize()}: k auto" if side
+                              else "k auto"))
+    follow_drafter(choice, k, drafting.min_draft_prob, drafting.tree_nodes, drafting.k_auto)
     return drafting

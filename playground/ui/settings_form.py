@@ -21,7 +21,7 @@ from playground.playback import RequestError, RunSettings
 
 from .controls import DraftingControls, GenerationControls
 
-DRAFTING = ("drafter", "k", "min_draft_prob", "tree_nodes")  # set per run (per side in Compare); the rest is shared
+DRAFTING = ("drafter", "k", "min_draft_prob", "tree_nodes", "k_auto")  # per run (per side in Compare); the rest shared
 
 
 @dataclass
@@ -99,14 +99,14 @@ def _shared_fields() -> list[str]:
 
 def run_settings(drafter: str, k: float, preset: str, temperature: float, top_p: float, max_new_tokens: float,
                  chat_template: str, system: str | None, seed: str | float | None = None,
-                 min_draft_prob: float = 0.0, tree_nodes: float | None = 0) -> RunSettings:
+                 min_draft_prob: float = 0.0, tree_nodes: float | None = 0, k_auto: bool | None = False) -> RunSettings:
     """Settings from component values (sliders deliver floats, the seed box text; a fraction is refused, never
     rounded); RunSettings.checked_preset() validates the rest."""
     return RunSettings(drafter=drafter, k=_whole(k, "k"), preset=preset, temperature=float(temperature),
                        top_p=float(top_p), max_new_tokens=_whole(max_new_tokens, "max new tokens"),
                        chat_template=chat_template, system=system or "",
                        seed=_seed(seed), min_draft_prob=float(min_draft_prob),
-                       tree_nodes=_whole(tree_nodes or 0, "the draft tree's nodes"))
+                       tree_nodes=_whole(tree_nodes or 0, "the draft tree's nodes"), k_auto=bool(k_auto))
 
 
 def _seed(value: str | float | None) -> int | None:

@@ -406,3 +406,30 @@ def test_plain_probe_times_a_plain_step_on_the_runs_own_text(tiny) -> None:
     probe._cache.rollback(probe._fed)
     again = target.forward([longer[-1]], probe._cache, last_only=True).logits[-1]
     torch.testing.assert_close(again, fresh, rtol=1e-4, atol=1e-4)
+
+
+def test_k_auto_runs_the_k_predicted_fastest_or_plain_decoding_and_says_so(pair_models: Path, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chat turn with k auto: the k chosen at its start from the drafter's acceptance by position (evaluation.json
+    beside the drafters) and this machine's step costs, or plain decoding where none pays — the answer as plain
+    decoding's either way, the status and the record saying what was chosen; a tree, or a drafter without an
+    acceptance by position, refused in one line."""
+    for name in ("target", "eagle3", "eagle3.1"):
+        (tmp_path / "models" / name).parent.mkdir(exist_ok=True)
+        (tmp_path / "models" / name).symlink_to(pair_models / name)
+    monkeypatch.setenv("PLAYGROUND_MODELS_DIR", str(tmp_path / "models"))
+    monkeypatch.setenv("PLAYGROUND_CACHE_DIR", str(tmp_path / "cache"))
+    plain = answer(Conversation(), drafter="none")[-1].token_ids
+    with pytest.raises(RequestError, match="k auto needs eagle3.1's acceptance by position"):
+        answer(Conversation(), k_auto=True)
+    evaluation = tmp_path / "models" / "evaluation.json"
+    for rate, drafter in ((0.01, "none"), (0.99, "eagle3.1")):
+        evaluation.write_text(json.dumps({"acceptance": {"eagle3.1": {"8": {"per_position_acceptance": [rate] * 8}}}}))
+        run = answer(Conversation(), k_auto=True)[-1]
+        assert run.settings.drafter == drafter and run.token_ids == plain
+        assert (run.auto_k.k is None) == (drafter == "none") and run.settings.k_auto
+        chosen = "plain decoding" if drafter == "none" else f"k={run.settings.k}"
+        assert f"k auto chose {chosen}" in run.status, run.status
+        assert run.record("turn 1", with_steps=False)["auto_k"]["k"] == run.auto_k.k
+    with pytest.raises(RequestError, match="k auto chooses a chain's k"):
+        answer(Conversation(), k_auto=True, tree_nodes=8)

@@ -15,6 +15,7 @@ from playground.ui.controls import (
     GenerationControls,
     drafter_control,
     generation_controls,
+    k_auto_control,
     k_control,
     min_draft_prob_control,
     tree_nodes_control,
@@ -32,7 +33,7 @@ def _drafting(side: str) -> DraftingControls:
     preset = get_preset("smollm2-135m")
     return DraftingControls(drafter=drafter_control(preset, "eagle3.1", elem_id=f"{side}drafter"),
                             k=k_control(elem_id=f"{side}k"), min_draft_prob=min_draft_prob_control(f"{side}min"),
-                            tree_nodes=tree_nodes_control(f"{side}tree"))
+                            tree_nodes=tree_nodes_control(f"{side}tree"), k_auto=k_auto_control(f"{side}auto"))
 
 
 def test_a_handler_gets_each_sides_settings_from_the_values_in_declared_order() -> None:
@@ -55,13 +56,15 @@ def test_a_handler_gets_each_sides_settings_from_the_values_in_declared_order() 
     values = {"left_drafter": "eagle3", "right_drafter": "eagle3.1", "left_k": 2.0, "right_k": 5.0,
               "preset": "smollm2-135m", "temperature": 0.5, "top_p": 0.9, "max_new_tokens": 32.0,
               "chat_template": "default", "system": "be brief", "seed": "7", "left_min_draft_prob": 0.25,
-              "right_min_draft_prob": 0.0, "left_tree_nodes": 0, "right_tree_nodes": 16.0}
+              "right_min_draft_prob": 0.0, "left_tree_nodes": 0, "right_tree_nodes": 16.0, "left_k_auto": False,
+              "right_k_auto": True}
     assert list(wrapped("hi", *(values[n] for n in form.names()), "tokens", "vllm")) == ["done"]
     assert seen["prompt"] == "hi" and seen["view"] == "tokens" and seen["engine"] == "vllm"
     assert seen["left"] == RunSettings(drafter="eagle3", k=2, preset="smollm2-135m", temperature=0.5, top_p=0.9,
                                        max_new_tokens=32, system="be brief", seed=7, min_draft_prob=0.25)
     assert (seen["right"].drafter, seen["right"].k, seen["right"].tree_nodes, seen["right"].seed) == ("eagle3.1", 5,
                                                                                                       16, 7)
+    assert seen["right"].k_auto and not seen["left"].k_auto
     with pytest.raises(RequestError, match="k must be a whole number, got 2.5"):
         next(wrapped("hi", *(values[n] if n != "left_k" else 2.5 for n in form.names()), "tokens"))
 
