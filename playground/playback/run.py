@@ -62,6 +62,7 @@ class Run:
     prompt_ids: list[int] = field(default_factory=list)  # what the target read: its record carries them (replay)
     health: Health | None = None  # the drafter held against its fingerprint, at each look and at the end
     auto_k: AutoK | None = None  # what k auto chose for this run, and why (settings then hold the choice)
+    replay: dict | None = None  # "what would each drafter buy on this answer?", once asked: its line, rows and costs
     tally: RunTally = field(init=False)  # the events' totals, kept as they arrive: a render reads, never re-counts
 
     def __post_init__(self) -> None:
@@ -141,7 +142,7 @@ class Run:
                 "speedup_range": view.speedup_range, "speedup_not_measured": view.too_few_steps,
                 "verdict": verdict.to_dict() if verdict else None,
                 "health": self.health.to_dict() if self.health else None,
-                "auto_k": self.auto_k.to_dict() if self.auto_k else None,
+                "auto_k": self.auto_k.to_dict() if self.auto_k else None, "replay": self.replay,
                 "seen_tokens_per_second": self.seen_tokens_per_second}
 
 

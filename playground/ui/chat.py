@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
+from dataclasses import asdict
 
 import gradio as gr
 import plotly.graph_objects as go
@@ -169,6 +170,8 @@ def replay_last(conversation: Conversation) -> Iterator[tuple[str, list[list], g
     if problem:
         raise RequestError(f"cannot replay the last answer: {problem}")
     rows, line, profiles = replay_run(shared_backend(get_preset(run.settings.preset)), run)
+    run.replay = {"line": line, "configs": [asdict(r) for r in rows],  # the answer's export carries it
+                  "profiles": {name: profile.to_dict() for name, profile in profiles.items()}}
     table = [[DRAFTER_LABELS.get(r.drafter, r.drafter), r.k, r.tree_nodes or "chain",
               f"{r.acceptance_length:.2f}" if r.acceptance_length else "—",
               f"{r.verified_per_step:.1f}" if r.verified_per_step else "—",

@@ -134,6 +134,10 @@ def test_the_last_answer_replays_under_every_drafter_and_k(client: Client) -> No
     assert float(ran[3]) == pytest.approx(run["metrics"]["mean_acceptance_length"], abs=0.005)
     assert "The answer ran with EAGLE-3.1, k = 4: predicted" in note and "measured" in note
     assert all(r[5].endswith("×") for r in rows)
+    exported = json.loads(Path(client.predict(system="", api_name="/export_chat")[0]).read_text())["runs"][-1]
+    replayed = exported["replay"]  # the export carries the panel's answer
+    assert replayed["line"] == note and len(replayed["configs"]) == len(rows)
+    assert set(replayed["profiles"]) == {"eagle3", "eagle3.1"} and replayed["configs"][0]["predicted_speedup"] > 0
     chat(client, temperature=0.8, seed="3")
     with pytest.raises(Exception, match="only greedy answers replay exactly"):
         client.predict(api_name="/replay")
