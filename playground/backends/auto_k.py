@@ -20,15 +20,15 @@ def auto_k(backend: LocalBackend, drafter: str, context_ids: list[int], tokens: 
            announce: Callable[[str], None] | None = None) -> AutoK:
     """The choice for `drafter` of the backend's preset at a context of `tokens` (its step costs measured over
     `context_ids` repeated to that length); ValueError where it cannot choose (a drafter given as a folder, or one
-    without an acceptance by position), worded to follow the flag's name ("--k " + message)."""
+    without an acceptance by position), worded to follow k's name ("--k " + message, "k " + message)."""
     preset = backend.preset
     if drafter == PLAIN or drafter not in preset.drafters:
-        raise ValueError("auto chooses k for a preset drafter on our engine (a local preset, --drafter NAME)")
+        raise ValueError("auto chooses k for a preset drafter on our engine, named by the preset")
     folder = Path(preset.drafters[drafter]).parent
     try:
         per_position = shipped_acceptance(folder, drafter)
     except ValueError as err:
-        raise ValueError(f"auto needs {drafter}'s acceptance by position: {err}; pass --k N") from None
+        raise ValueError(f"auto needs {drafter}'s acceptance by position: {err}; give k a number") from None
     loaded = backend.drafter(drafter)
     profile = pair_profile(backend.target, loaded.drafter, loaded.aux_layers, (preset.target, loaded.source),
                            context_ids, tokens, cache_root(), announce=announce)
