@@ -237,9 +237,11 @@ def _prediction_findings(rows: list[BenchRow]) -> list[str]:
     both = [r for r in rows if r.predicted_speedup is not None and r.speedup is not None]
     if not both:
         return []
-    error = {id(r): r.predicted_speedup / r.speedup - 1 for r in both}
-    errors = sorted(error.values())
-    worst = max(both, key=lambda r: abs(error[id(r)]))
+    def error(r: BenchRow) -> float:
+        return r.predicted_speedup / r.speedup - 1
+
+    errors = sorted(map(error, both))
+    worst = max(both, key=lambda r: abs(error(r)))
     return [f"Predicted from this machine's step costs (each row's own steps priced at the measured cost of a plain "
             f"step, of drafting and of verifying that many rows), the speedups were {errors[0]:+.0%} to "
             f"{errors[-1]:+.0%} off the measured ones (median {statistics.median(errors):+.0%}, {len(both)} rows); "

@@ -17,7 +17,7 @@ from transformers import GenerationConfig as HFGenerationConfig
 from playground.backends.local import LocalBackend
 from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, StepEvent, TreeShape, emitted_ids
-from playground.engine.costs import context_bucket, pair_profile
+from playground.engine.costs import CostProfile, context_bucket, pair_profile
 from playground.health import Health, run_health
 from playground.presets import DRAFTER_LABELS
 from playground.smollm2 import cache_root
@@ -113,7 +113,7 @@ class Runner:
         self.assistant_source = assistant
         self.should_stop = should_stop  # checked between steps of our engine's runs (a peer's run goes to its end)
         self._assistant = None
-        self._profiled: set[tuple] = set()  # the step costs measured in this run (Runner.predicted)
+        self._profiles: dict[tuple, CostProfile] = {}  # the step costs measured in this run (Runner.predicted)
 
     def health(self, cfg: GenerationConfig, method: Method, template: str, prompt_tokens: int,
                answer: Answer) -> Health | None:
@@ -137,10 +137,11 @@ class Runner:
         middle = prompt_tokens + sum(len(a.ids) for a in answers) // (2 * len(answers))
         trees = (method.tree,) if method.tree else ()
         key = (method.name, context_bucket(middle, self.target.max_positions), trees)
-        profile = pair_profile(self.target, loaded.drafter, loaded.aux_layers, (self.backend.preset.target,
-                               loaded.source), seed, middle, cache_root(), trees, fresh=key not in self._profiled)
-        self._profiled.add(key)  # measured afresh once per run, as plain decoding is timed in the same run
-        return profile.predict(steps, method.tree)
+        if key not in self._profiles:  # measured afresh once per run, as plain decoding is timed in the same run
+            self._profiles[key] = pair_profile(self.target, loaded.drafter, loaded.aux_layers,
+                                               (self.backend.preset.target, loaded.source), seed, middle,
+                                               cache_root(), trees, fresh=True)
+        return self._profiles[key].predict(steps, method.tree)
 
     def variant_name(self, method: Method) -> str | None:
         """EAGLE-3 / EAGLE-3.1 as the drafter's config says (loads the drafter: fails early on a bad one)."""

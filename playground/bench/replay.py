@@ -74,6 +74,12 @@ def replay_answer(backend: LocalBackend, prompt_ids: list[int], answer_ids: list
     return rows, profiles
 
 
+def replay_json(rows: list[Replayed], profiles: dict[str, CostProfile]) -> dict:
+    """A replay as `replay --json` prints it and an export carries it: each configuration's row, and the step costs
+    the predictions read, by drafter."""
+    return {"configs": [asdict(r) for r in rows], "profiles": {name: p.to_dict() for name, p in profiles.items()}}
+
+
 def run(args: argparse.Namespace) -> dict:
     record = RunRecord.from_dict(json.loads(Path(args.record).read_text()))
     if record.prompt_ids is None:
@@ -100,8 +106,7 @@ def run(args: argparse.Namespace) -> dict:
         raise UsageError(str(err)) from None
     result = {"record": args.record, "preset": preset.name, "answer_tokens": len(record.token_ids),
               "ran": {"drafter": record.drafter, "k": record.config.k, "metrics": record.metrics.to_dict()},
-              "configs": [asdict(r) for r in rows],
-              "profiles": {name: p.to_dict() for name, p in profiles.items()}}
+              **replay_json(rows, profiles)}
     if args.json:
         print(json.dumps(result))
     else:

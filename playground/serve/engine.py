@@ -93,11 +93,11 @@ def load_engine(preset: Preset, drafter: str, k: int | str, model_name: str | No
     "auto": the k predicted fastest on this machine (backends/auto_k.py), or plain decoding where none pays."""
     backend = open_local_backend(preset, "serve", f"for vLLM run `python -m playground vllm-command --preset "
                                                  f"{preset.name}`")
+    hello = backend.encode([{"role": "user", "content": "hello"}])  # the warm-up's prompt, and k auto's context
     auto = None
     if k == "auto":
         try:
-            seed = backend.encode([{"role": "user", "content": "hello"}])
-            auto = auto_k(backend, drafter_path or drafter, seed, AUTO_CONTEXT)
+            auto = auto_k(backend, drafter_path or drafter, hello, AUTO_CONTEXT)
         except ValueError as err:
             raise ValueError(f"--k {err}") from None
         drafter, k = (drafter, auto.k) if auto.k is not None else (PLAIN, 1)
@@ -105,5 +105,5 @@ def load_engine(preset: Preset, drafter: str, k: int | str, model_name: str | No
     drafter = drafter_path or drafter
     sampling = sampling_defaults(local_folder(preset.target), preset.sampling_defaults, generation_config, override,
                                  f"{preset.name}'s model card")
-    backend.warm_up(backend.encode([{"role": "user", "content": "hello"}]), drafter)
+    backend.warm_up(hello, drafter)
     return ServedEngine(backend, drafter, k, model_name or preset.name, min_draft_prob, tree, sampling, auto)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
 
 import gradio as gr
 import plotly.graph_objects as go
 
 from playground.backends import shared_backend
 from playground.bench.engines import instrumentation_note
-from playground.bench.replay import replay_problem, replay_run
+from playground.bench.replay import replay_json, replay_problem, replay_run
 from playground.examples import CHAT_EXAMPLES, EXAMPLES_LABEL
 from playground.playback import ChartPace, Conversation, Run, chat_turn, regenerate_turn
 from playground.playback.baseline import ALONGSIDE, SHARE_IN_CHAT
@@ -170,8 +169,7 @@ def replay_last(conversation: Conversation) -> Iterator[tuple[str, list[list], g
     if problem:
         raise RequestError(f"cannot replay the last answer: {problem}")
     rows, line, profiles = replay_run(shared_backend(get_preset(run.settings.preset)), run)
-    run.replay = {"line": line, "configs": [asdict(r) for r in rows],  # the answer's export carries it
-                  "profiles": {name: profile.to_dict() for name, profile in profiles.items()}}
+    run.replay = {"line": line, **replay_json(rows, profiles)}  # the answer's export carries it
     table = [[DRAFTER_LABELS.get(r.drafter, r.drafter), r.k, r.tree_nodes or "chain",
               f"{r.acceptance_length:.2f}" if r.acceptance_length else "—",
               f"{r.verified_per_step:.1f}" if r.verified_per_step else "—",
