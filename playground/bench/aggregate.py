@@ -9,6 +9,7 @@
   per drafting step (chains: drafts + 1; trees: nodes + 1) say what a method pays per step for its acceptance.
 * `lossless` (greedy only): every answer of every pass equals plain decoding's, token for token.
 * `health`: each answer of the first timed pass held against its drafter's fingerprint (playground/health), summed.
+* `auto_k` (k auto rows): what it chose for the first timed pass's answers (each prompt's k, or plain decoding).
 * `predicted_speedup`: the first timed pass's own steps priced at this machine's measured step costs (engine/costs),
   beside the measured speedup: the cost model checked against measurement on every row.
 """
@@ -55,7 +56,7 @@ def _row(cell: Cell, method: Method, passes: list[Pass] | None, instrumented: Pa
          predict_of: PredictOf | None) -> BenchRow:
     row = BenchRow(
         drafter=method.name, label=method.label, kind=method.kind, variant=variant, k=method.k,
-        tree_nodes=method.tree_nodes,
+        tree_nodes=method.tree_nodes, k_auto=method.auto,
         prompt_set=cell.prompt_set.name, template=cell.template, studies=cell.studies[method],
         prompts=len(cell.records), prompts_skipped=cell.skipped, context_tokens=cell.context_tokens,
         note=cell.unavailable.get(method))
@@ -68,16 +69,19 @@ def _row(cell: Cell, method: Method, passes: list[Pass] | None, instrumented: Pa
     row.tokens_per_second = _median_speed(passes)
     row.speedup = row.tokens_per_second / row.baseline_tokens_per_second
     row.speedup_runs = [_speed(p) / _speed(b) for p, b in zip(passes, baseline)]
+    if method.auto:
+        row.auto_k = _auto_choices([a for conversation in passes[0] for a in conversation])
+    k = method.k or max((c["k"] or 1 for c in row.auto_k or []), default=1)  # k auto: the deepest k it chose
     steps = [e for p in passes for conversation in p for a in conversation for e in (a.events or [])[1:]]  # no prefill
     drafting = [e for e in steps if e.drafted or e.tree_tokens]
     if drafting:
-        row.verified_per_step = summarize(drafting, method.k).verified_per_step  # nodes (or drafts) + 1, counted once
+        row.verified_per_step = summarize(drafting, k).verified_per_step  # nodes (or drafts) + 1, counted once
         draft = [e.draft_ms for e in drafting if e.draft_ms is not None]
         row.draft_ms = statistics.median(draft) if draft else None
     verify = [e.verify_ms for e in steps if e.verify_ms is not None]
     row.verify_ms = statistics.median(verify) if verify else None
     if method.kind == "eagle":
-        metrics = summarize([e for p in passes for conversation in p for a in conversation for e in a.events], method.k)
+        metrics = summarize([e for p in passes for conversation in p for a in conversation for e in a.events], k)
         row.mean_acceptance_length = metrics.mean_acceptance_length
         row.draft_acceptance_rate = metrics.draft_acceptance_rate
         row.per_position_acceptance = metrics.per_position_acceptance
@@ -88,7 +92,7 @@ def _row(cell: Cell, method: Method, passes: list[Pass] | None, instrumented: Pa
         speedup, low, high = predicted
         row.predicted_speedup, row.predicted_range = speedup, [low, high]
     if instrumented:
-        drift = summarize([e for conversation in instrumented for a in conversation for e in a.events], method.k)
+        drift = summarize([e for conversation in instrumented for a in conversation for e in a.events], k)
         row.attention_by_depth = drift.attention_by_depth or None
         row.hidden_rms_by_depth = drift.hidden_rms_by_depth
         row.instrumented_tokens_per_second = _speed(instrumented)
@@ -100,6 +104,15 @@ def _row(cell: Cell, method: Method, passes: list[Pass] | None, instrumented: Pa
             if [a.ids for a in conversation] != reference[i]})
         row.lossless = not row.mismatched_prompts
     return row
+
+
+def _auto_choices(answers: list[Answer]) -> list[dict]:
+    """Each distinct choice k auto made over these answers, in first-made order, with the answers it ran."""
+    choices: dict[int | None, dict] = {}
+    for a in answers:
+        if a.auto is not None:
+            choices.setdefault(a.auto.k, {**a.auto.to_dict(), "answers": 0})["answers"] += 1
+    return list(choices.values())
 
 
 def _speed(pass_: Pass) -> float:

@@ -41,10 +41,20 @@ def _check_drafters(config: BenchConfig, preset: Preset) -> None:
                          f"{', '.join(PEERS)}, or a drafter folder / Hub id")
 
 
+def _ks(text: str | None) -> tuple[tuple[int, ...] | None, bool | None]:
+    """`--k`'s fixed ks and whether it names auto ("2,4,auto"); (None, None) where it is not given."""
+    if text is None:
+        return None, None
+    parts = _names(text) or ()
+    fixed = ",".join(p for p in parts if p != "auto")
+    return (parse_ks(fixed) or ()) if fixed else (), "auto" in parts
+
+
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    ks, k_auto = _ks(args.k)
     config = with_overrides(
         get_profile(args.profile), prompt_sets=_names(args.prompts), drafters=_names(args.drafters),
-        ks=parse_ks(args.k), tree_nodes=parse_int_list(args.tree_nodes, "--tree-nodes"),
+        ks=ks, k_auto=k_auto, tree_nodes=parse_int_list(args.tree_nodes, "--tree-nodes"),
         templates=_names(args.templates), max_new_tokens=args.max_new_tokens, temperature=args.temperature,
         top_p=args.top_p, min_draft_prob=args.min_draft_prob, repeats=args.repeats, limit=args.limit, turns=args.turns,
         seed=args.seed, assistant=args.assistant)
@@ -88,7 +98,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", help="named target+drafter pair (default: PLAYGROUND_DEFAULT_PRESET or smollm2-135m)")
     p.add_argument("--target", help="a Hugging Face model folder or Hub id instead of the preset's target")
     p.add_argument("--drafters", help=f"comma list: none, preset drafter names, drafter folders, {', '.join(PEERS)}")
-    p.add_argument("--k", help=f"comma list of speculative tokens per step (1..{MAX_K})")
+    p.add_argument("--k", help=f"comma list of speculative tokens per step (1..{MAX_K}); auto in it adds each preset "
+                               "EAGLE drafter at k auto (each prompt's k chosen as generate --k auto chooses it, from "
+                               "step costs measured in the run), set beside the fastest fixed k")
     p.add_argument("--tree-nodes", help="comma list: beside each EAGLE drafter's chain at each k, a draft tree of N "
                                         "nodes, k deep (docs/trees.md)")
     p.add_argument("--prompts", help="comma list of prompt sets: built-in names "

@@ -23,6 +23,7 @@ class Sweep:
     templates: tuple[str, ...] = ("default",)
     study: str = "sweep"  # speed | k | context | template | sweep
     tree_nodes: tuple[int, ...] = ()  # beside each EAGLE drafter's chain at k, a draft tree of N nodes, k deep
+    k_auto: bool = False  # beside the fixed ks, each preset EAGLE drafter at `k auto` (backends/auto_k.py)
 
 
 @dataclass
@@ -44,7 +45,8 @@ class BenchConfig:
             raise ValueError(f"repeats must be at least 1, got {self.repeats}")
         if self.turns not in ("all", "first"):
             raise ValueError(f"turns must be 'all' or 'first', got {self.turns!r}")
-        cfg = GenerationConfig(max_new_tokens=self.max_new_tokens, k=max(k for s in self.sweeps for k in s.ks),
+        deepest = max((k for s in self.sweeps for k in s.ks), default=1)
+        cfg = GenerationConfig(max_new_tokens=self.max_new_tokens, k=deepest,
                                temperature=self.temperature, top_p=self.top_p, min_draft_prob=self.min_draft_prob)
         for nodes in sorted({n for s in self.sweeps for n in s.tree_nodes}):
             problem = tree_problem(cfg, TreeShape.k_deep(cfg.k, nodes))
@@ -63,7 +65,7 @@ class BenchConfig:
                                 min_draft_prob=self.min_draft_prob)
 
 
-SWEEP_FIELDS = ("prompt_sets", "drafters", "ks", "templates", "tree_nodes")
+SWEEP_FIELDS = ("prompt_sets", "drafters", "ks", "templates", "tree_nodes", "k_auto")
 
 
 def with_overrides(config: BenchConfig, **changes) -> BenchConfig:

@@ -29,7 +29,7 @@ def pairs(rows: list[BenchRow]) -> list[tuple[BenchRow, BenchRow]]:
     finding, against their chain: `_tree_findings`)."""
     groups: dict[tuple, dict[str, list[BenchRow]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
-        if r.kind == "eagle" and r.mean_acceptance_length is not None and r.tree_nodes is None:
+        if r.kind == "eagle" and r.mean_acceptance_length is not None and r.tree_nodes is None and not r.k_auto:
             groups[(r.prompt_set, r.template, r.k)][r.variant].append(r)
     return [(g["EAGLE-3"][0], g["EAGLE-3.1"][0]) for g in groups.values()
             if len(g["EAGLE-3"]) == 1 and len(g["EAGLE-3.1"]) == 1]
@@ -249,9 +249,32 @@ def _prediction_findings(rows: list[BenchRow]) -> list[str]:
             f"against {worst.speedup:.2f}× measured."]
 
 
+def _auto_findings(rows: list[BenchRow]) -> list[str]:
+    """Each k auto row against the fastest fixed k of the same drafter (chains) on the same prompt set and template:
+    what it chose, and its speed as a share of that k's, pass by pass (the passes ran back to back)."""
+    out = []
+    for auto in (r for r in rows if r.k_auto and r.tokens_per_second is not None):
+        fixed = [r for r in rows if r.drafter == auto.drafter and condition(r) == condition(auto) and r.k is not None
+                 and r.tree_nodes is None and r.tokens_per_second is not None]
+        chose = "; ".join(f"{'plain decoding' if c['k'] is None else 'k=' + str(c['k'])} on {c['answers']} "
+                          f"answer{'s' * (c['answers'] != 1)}" for c in auto.auto_k or [])
+        finding = f"On {condition(auto)}, {method_name(auto)} chose {chose}: {auto.speedup:.2f}× plain decoding"
+        if fixed:
+            best = max(fixed, key=lambda r: r.tokens_per_second)
+            shares = sorted(a / b for a, b in zip(auto.tokens_per_second_runs, best.tokens_per_second_runs))
+            finding += (f", {auto.tokens_per_second / best.tokens_per_second:.0%} of the fastest fixed k's speed "
+                        f"(k={best.k}, {best.speedup:.2f}×)")
+            if len(shares) > 1:
+                finding += f"; per pass {shares[0]:.0%} to {shares[-1]:.0%}"
+            finding += ", within noise" if _overlap(auto, best) else ""
+        out.append(finding + ".")
+    return out
+
+
 def findings(rows: list[BenchRow], greedy: bool) -> list[str]:
     """Plain-language statements of the measured numbers."""
     out = _lossless_findings(rows, greedy) + _speed_findings(rows) + _prediction_findings(rows) + _tree_findings(rows)
+    out += _auto_findings(rows)
     out += _k_findings(pairs(study_rows(rows, "k")))
     out += _context_findings(pairs(study_rows(rows, "context")))
     out += _template_findings(pairs(study_rows(rows, "template")))

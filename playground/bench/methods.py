@@ -14,10 +14,11 @@ import torch
 from transformers import AutoModelForCausalLM
 from transformers import GenerationConfig as HFGenerationConfig
 
+from playground.backends.auto_k import auto_k, auto_k_problem
 from playground.backends.local import LocalBackend
 from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, StepEvent, TreeShape, emitted_ids
-from playground.engine.costs import CostProfile, context_bucket, pair_profile
+from playground.engine.costs import AutoK, CostProfile, context_bucket, pair_profile
 from playground.health import Health, run_health
 from playground.presets import DRAFTER_LABELS
 from playground.smollm2 import cache_root
@@ -59,6 +60,7 @@ class Method:
     name: str  # PLAIN, a preset drafter name or folder, or a key of PEERS
     k: int | None = None
     tree_nodes: int | None = None
+    auto: bool = False  # k auto: each answer's k chosen at its start (backends/auto_k.py); k is then None
 
     @property
     def kind(self) -> str:
@@ -68,7 +70,7 @@ class Method:
     def label(self) -> str:
         """The drafter's display name (with its tree, for a tree method), without k."""
         name = DRAFTER_LABELS.get(self.name, Path(self.name).name)
-        return f"{name} tree {self.tree_nodes}" if self.tree_nodes else name
+        return f"{name} tree {self.tree_nodes}" if self.tree_nodes else f"{name} k auto" if self.auto else name
 
     @property
     def tree(self) -> TreeShape | None:
@@ -79,9 +81,10 @@ class Method:
         return self.label if self.k is None else f"{self.label} k={self.k}"
 
 
-def methods_for(drafters: tuple[str, ...], ks: tuple[int, ...], tree_nodes: tuple[int, ...] = ()) -> list[Method]:
+def methods_for(drafters: tuple[str, ...], ks: tuple[int, ...], tree_nodes: tuple[int, ...] = (),
+                k_auto: bool = False) -> list[Method]:
     """`none` first, then each drafter/peer at each k (plain-decoding peers have no k), each EAGLE drafter's trees of
-    `tree_nodes` nodes beside its chain at that k."""
+    `tree_nodes` nodes beside its chain at that k, and (`k_auto`) each EAGLE drafter at k auto after its ks."""
     out = [Method(PLAIN)]
     for name in drafters:
         if name == PLAIN:
@@ -93,6 +96,8 @@ def methods_for(drafters: tuple[str, ...], ks: tuple[int, ...], tree_nodes: tupl
             out.append(Method(name, k))
             if Method(name).kind == "eagle":
                 out += [Method(name, k, nodes) for nodes in tree_nodes]
+        if k_auto and Method(name).kind == "eagle":
+            out.append(Method(name, auto=True))
     return out
 
 
@@ -101,6 +106,7 @@ class Answer:
     ids: list[int]
     seconds: float
     events: list[StepEvent] | None  # our loops only; peers report no steps
+    auto: AutoK | None = None  # a k auto method's choice for this answer
 
 
 class Runner:
@@ -118,30 +124,43 @@ class Runner:
     def health(self, cfg: GenerationConfig, method: Method, template: str, prompt_tokens: int,
                answer: Answer) -> Health | None:
         """The drafter's health on one answer (health.run_health); None for plain decoding and peers."""
-        if method.kind != "eagle" or not answer.events:
+        k = answer.auto.k if answer.auto else method.k
+        if method.kind != "eagle" or not answer.events or k is None:
             return None
-        run_cfg = replace(cfg, k=method.k, tree=method.tree)
+        run_cfg = replace(cfg, k=k, tree=method.tree)
         return run_health(self.backend.preset, self.backend, method.name, run_cfg, template, False, prompt_tokens,
                           answer.events)
 
     def predicted(self, method: Method, prompt_tokens: int, answers: list[Answer]) -> tuple[float, float, float] | None:
         """(speedup, low, high) predicted for these answers' own steps from this machine's step costs for the pair
-        (engine.costs.pair_profile), measured afresh once per drafter and context in this run — a kept profile may
-        have been measured under another load — after the timed passes, never beside them; None for plain decoding
-        and peers."""
-        steps = [e for a in answers for e in (a.events or [])]
-        if method.kind != "eagle" or not steps:
+        (Runner._profile: measured in this run, after the timed passes or before a k auto answer, never beside a
+        timed answer); None for plain decoding and peers."""
+        if method.kind != "eagle" or not any(a.events for a in answers):
             return None
-        loaded = self.backend.drafter(method.name)
+        plain = [a.auto is not None and a.auto.k is None for a in answers]  # k auto's plain answers: priced as plain
+        steps = [e for a, p in zip(answers, plain) if not p for e in a.events or []]
+        plain_tokens = sum(max(len(a.ids) - 1, 0) for a, p in zip(answers, plain) if p)  # the first: the prefill's
         seed = next(a.ids for a in answers if a.ids)
         middle = prompt_tokens + sum(len(a.ids) for a in answers) // (2 * len(answers))
         trees = (method.tree,) if method.tree else ()
-        key = (method.name, context_bucket(middle, self.target.max_positions), trees)
-        if key not in self._profiles:  # measured afresh once per run, as plain decoding is timed in the same run
+        return self._profile(method.name, seed, middle, trees).predict(steps, method.tree, plain_tokens)
+
+    def auto_choice(self, name: str, prompt_ids: list[int], max_new_tokens: int) -> AutoK:
+        """k auto's choice for one prompt, at the context `generate --k auto` prices (the prompt and half the token
+        budget), from the step costs measured in this run."""
+        tokens = len(prompt_ids) + max_new_tokens // 2
+        return auto_k(self.backend, name, prompt_ids, tokens, profile=self._profile(name, prompt_ids, tokens))
+
+    def _profile(self, name: str, seed: list[int], tokens: int, trees: tuple[TreeShape, ...] = ()) -> CostProfile:
+        """The pair's step costs at the context bucket of `tokens`, measured afresh once per run (a kept profile may
+        have been measured under another load), as plain decoding is timed in the same run."""
+        key = (name, context_bucket(tokens, self.target.max_positions), trees)
+        if key not in self._profiles:
+            loaded = self.backend.drafter(name)
             self._profiles[key] = pair_profile(self.target, loaded.drafter, loaded.aux_layers,
-                                               (self.backend.preset.target, loaded.source), seed, middle,
+                                               (self.backend.preset.target, loaded.source), seed, tokens,
                                                cache_root(), trees, fresh=True)
-        return self._profiles[key].predict(steps, method.tree)
+        return self._profiles[key]
 
     def variant_name(self, method: Method) -> str | None:
         """EAGLE-3 / EAGLE-3.1 as the drafter's config says (loads the drafter: fails early on a bad one)."""
@@ -153,16 +172,22 @@ class Runner:
         """Why a method cannot run here (its row then carries the reason instead of numbers)."""
         if method.name == "hf-assisted" and self.assistant_source is None:
             return NO_ASSISTANT
+        if method.auto and (problem := auto_k_problem(self.backend.preset, method.name)):
+            return f"k {problem}"
         return None
 
     def generate(self, method: Method, prompt_ids: list[int], cfg: GenerationConfig) -> Answer:
         if method.kind == "peer":
             return self._hf_generate(method, prompt_ids, cfg)
-        cfg = replace(cfg, k=method.k or 1, tree=method.tree)
+        name, k, choice = method.name, method.k or 1, None
+        if method.auto:  # chosen before the clock starts, as `generate --k auto` chooses before it generates
+            choice = self.auto_choice(method.name, prompt_ids, cfg.max_new_tokens)
+            name, k = (name, choice.k) if choice.k is not None else (PLAIN, 1)
+        cfg = replace(cfg, k=k, tree=method.tree)
         start = self.target.clock()
-        events = list(self.backend.stream(prompt_ids, method.name, cfg, self.should_stop))
+        events = list(self.backend.stream(prompt_ids, name, cfg, self.should_stop))
         seconds = self.target.clock() - start
-        return Answer(emitted_ids(events), seconds, events)
+        return Answer(emitted_ids(events), seconds, events, choice)
 
     def _assistant_model(self):
         if self._assistant is None:

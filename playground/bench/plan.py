@@ -122,7 +122,7 @@ def make_plan(config: BenchConfig, encode: Encode, max_positions: int,
                     context = int(statistics.median(lengths[r.question_id] for r in fit)) if fit else None
                     cells[(set_name, template)] = Cell(sets[set_name], template, fit, len(records) - len(fit), context)
                 cell = cells[(set_name, template)]
-                for method in methods_for(sweep.drafters, sweep.ks, sweep.tree_nodes):
+                for method in methods_for(sweep.drafters, sweep.ks, sweep.tree_nodes, sweep.k_auto):
                     studies = cell.studies.setdefault(method, [])
                     if sweep.study not in studies:
                         studies.append(sweep.study)

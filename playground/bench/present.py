@@ -29,7 +29,7 @@ from playground.viz.figures import message_figure
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DRIFT_STUDY = REPO_ROOT / "assets" / "bench" / "drift" / "results.json"
 # (result field, column header) of the tab's table; `note` says why a row has no numbers
-TAB_COLUMNS = (("drafter", "drafter"), ("k", "k"), ("prompt_set", "prompt set"), ("template", "template"),
+TAB_COLUMNS = (("drafter", "drafter"), ("k_text", "k"), ("prompt_set", "prompt set"), ("template", "template"),
                ("context_tokens", "context tokens"), ("tokens_per_second", "tokens/s"), ("speedup", "speedup vs plain"),
                ("speedup_range", "speedup range (passes)"), ("predicted_speedup", "predicted (step costs)"),
                ("mean_acceptance_length", "mean acceptance length"), ("lossless", "lossless"), ("note", "note"))
@@ -88,7 +88,7 @@ def methods_markdown(rows: list[BenchRow]) -> str:
 
 def tab_figures(rows: list[BenchRow]) -> list[go.Figure]:
     """Speed of every method; mean acceptance length vs k; per-position acceptance at the deepest k."""
-    eagle = [r for r in rows if r.kind == "eagle" and r.mean_acceptance_length is not None]
+    eagle = [r for r in rows if r.kind == "eagle" and r.mean_acceptance_length is not None and not r.k_auto]
     by_k = study_rows(eagle, "k") or eagle
     speed = figures.speed_figure(rows)
     if len({r.k for r in by_k}) > 1:

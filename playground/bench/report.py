@@ -16,7 +16,7 @@ from playground.bench.figures import condition, method_name
 from playground.bench.findings import deepest_pairs, eagles_and_peers, findings, pairs, study_rows
 from playground.bench.rows import BenchResult, BenchRow
 
-TABLE_COLUMNS = ("label", "k", "tree_nodes", "prompt_set", "template", "context_tokens", "prompts", "turns",
+TABLE_COLUMNS = ("label", "k_text", "tree_nodes", "prompt_set", "template", "context_tokens", "prompts", "turns",
                  "tokens_per_second", "baseline_tokens_per_second", "speedup", "predicted_speedup",
                  "mean_acceptance_length",
                  "draft_acceptance_rate", "verified_per_step", "draft_ms", "verify_ms",
@@ -28,7 +28,7 @@ TABLE_COLUMNS = ("label", "k", "tree_nodes", "prompt_set", "template", "context_
 
 def _figures(rows: list[BenchRow]) -> list[tuple[str, list[go.Figure]]]:
     sections: list[tuple[str, list[go.Figure]]] = [("Speed", [figures.speed_figure(rows)])]
-    eagle = [r for r in rows if r.kind == "eagle" and r.mean_acceptance_length is not None]
+    eagle = [r for r in rows if r.kind == "eagle" and r.mean_acceptance_length is not None and not r.k_auto]
     if not eagle:
         return sections
     by_k = study_rows(eagle, "k")
@@ -63,7 +63,7 @@ def _cell(value) -> str:
 
 
 def _table(rows: list[BenchRow]) -> str:
-    head = "".join(f"<th>{c}</th>" for c in TABLE_COLUMNS)
+    head = "".join(f"<th>{'k' if c == 'k_text' else c}</th>" for c in TABLE_COLUMNS)
     body = "".join("<tr>" + "".join(f"<td>{_cell(getattr(r, c))}</td>" for c in TABLE_COLUMNS) + "</tr>"
                    for r in rows)
     return f"<div class='wide'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"

@@ -23,6 +23,8 @@ class BenchRow:
     prompts_skipped: int  # too long for the target's context with max_new_tokens
     context_tokens: int | None  # median first-turn prompt length (templated)
     tree_nodes: int | None = None  # a draft tree of this many nodes, k deep; None: a chain of k (or no drafter)
+    k_auto: bool = False  # k auto: each answer's k chosen at its start (k is then None; auto_k says what it chose)
+    auto_k: list[dict] | None = None  # k auto's choices over the first timed pass: k (None: plain), answers, why
     turns: int = 0  # generated answers per pass
     generated_tokens: int | None = None  # per pass
     tokens_per_second: float | None = None  # median over repeats
@@ -47,6 +49,14 @@ class BenchRow:
     mismatched_prompts: list[str] = field(default_factory=list)
     health: dict | None = None  # the drafter held against its fingerprint: checked, flagged, flags, differences
     note: str | None = None  # why a method has no numbers here
+
+    @property
+    def k_text(self) -> str | None:
+        """k as a table shows it: the number, or what k auto chose ("auto: 5", "auto: plain, 4")."""
+        if not self.k_auto:
+            return None if self.k is None else str(self.k)
+        chosen = ", ".join("plain" if c["k"] is None else str(c["k"]) for c in self.auto_k or [])
+        return f"auto: {chosen}" if chosen else "auto"
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -80,16 +80,19 @@ class CostProfile:
             return self.tree[tree_key(tree)]  # measured with the profile: its trees are part of its cache key
         return self.chain[min(len(event.drafted), max(self.chain))]
 
-    def predict(self, events: list[StepEvent], tree: TreeShape | None = None) -> tuple[float, float, float]:
-        """(speedup, low, high) of the replayed steps `events` over plain decoding of the same tokens, the prefill
-        left out of both (as the live speedup leaves it out)."""
+    def predict(self, events: list[StepEvent], tree: TreeShape | None = None,
+                plain_tokens: int = 0) -> tuple[float, float, float]:
+        """(speedup, low, high) of the replayed steps `events`, and `plain_tokens` more decoded plainly (k auto's
+        answers where it chose plain decoding), over plain decoding of the same tokens, the prefill left out of both
+        (as the live speedup leaves it out)."""
         steps = [e for e in events if e.step > 0]
-        tokens = sum(len(e.emitted) for e in steps)
+        tokens = sum(len(e.emitted) for e in steps) + plain_tokens
         if not tokens:
             return 1.0, 1.0, 1.0
         spent = [(self.drafting_cost(e, tree), self.verify_cost(len(e.tree_tokens) + 1 if e.tree_tokens is not None
                                                                   else len(e.drafted) + 1)) for e in steps]
-        total = [sum(getattr(d, part) + getattr(v, part) for d, v in spent) for part in ("ms", "low", "high")]
+        total = [sum(getattr(d, part) + getattr(v, part) for d, v in spent) + plain_tokens * getattr(self.plain, part)
+                 for part in ("ms", "low", "high")]
         return (tokens * self.plain.ms / total[0], tokens * self.plain.low / total[2],
                 tokens * self.plain.high / total[1])
 

@@ -187,6 +187,45 @@ def test_a_bench_with_tree_methods_sets_trees_beside_their_chains(tiny_pair: Pat
         BenchConfig(sweeps=[sweep], min_draft_prob=0.3).validate()
 
 
+def test_k_auto_rows_say_what_they_chose_and_stand_beside_the_fastest_fixed_k(tiny_pair: Path, tmp_path: Path) -> None:
+    """`--k 1,3,auto`: each preset drafter gets a k auto row beside its fixed ks — each prompt's k chosen from the
+    drafter's acceptance by position (evaluation.json beside the drafters) and step costs measured in the run —
+    lossless, saying what it chose; an untrained drafter's auto runs plain decoding. A finding sets each against the
+    fastest fixed k. Without an acceptance by position the row says why it has no numbers."""
+    evaluation = tiny_pair / "evaluation.json"  # beside the drafter folders, as `train evaluate` writes it
+    prompts = str(_jsonl(tmp_path / "set.jsonl"))
+    args = ["bench", "--profile", "smoke", "--drafters", "eagle3,eagle3.1", "--k", "1,3,auto", "--prompts", prompts,
+            "--max-new-tokens", "12", "--repeats", "2"]
+    try:
+        evaluation.write_text(json.dumps({"acceptance": {
+            "eagle3": {"8": {"per_position_acceptance": [0.01] * 8}},
+            "eagle3.1": {"8": {"per_position_acceptance": [0.99] * 8}}}}))
+        assert main([*args, "--out", str(tmp_path / "auto")]) == 0
+        data = json.loads((tmp_path / "auto" / "results.json").read_text())
+        rows = {(r["drafter"], r["k"], r["k_auto"]): r for r in data["rows"]}
+        assert data["config"]["sweeps"][0]["k_auto"] is True
+        untrained, confident = rows["eagle3", None, True], rows["eagle3.1", None, True]
+        assert untrained["label"] == "EAGLE-3 k auto" and untrained["lossless"] is True
+        assert [c["k"] for c in untrained["auto_k"]] == [None] and untrained["auto_k"][0]["answers"] == 3
+        assert untrained["mean_acceptance_length"] is None  # plain decoding drafted nothing to accept
+        (chose,) = confident["auto_k"]
+        assert chose["k"] in range(1, 9) and chose["answers"] == 3 and f"k={chose['k']} is predicted" in chose["why"]
+        assert confident["lossless"] is True and confident["mean_acceptance_length"] > 1
+        assert set(chose["predicted_speedup"]) == {str(k) for k in range(1, 9)}
+        table = html.unescape((tmp_path / "auto" / "report.html").read_text())
+        assert f"<td>auto: {chose['k']}</td>" in table and "<td>auto: plain</td>" in table
+        said = [f for f in data["findings"] if "k auto chose" in f]
+        assert len(said) == 2 and any(f"EAGLE-3.1 k auto chose k={chose['k']} on 3 answers" in f
+                                      and "of the fastest fixed k's speed" in f for f in said), said
+        evaluation.unlink()
+        assert main([*args, "--out", str(tmp_path / "none")]) == 0
+        rows = json.loads((tmp_path / "none" / "results.json").read_text())["rows"]
+        (auto,) = [r for r in rows if r["k_auto"] and r["drafter"] == "eagle3.1"]
+        assert auto["tokens_per_second"] is None and "k auto needs eagle3.1's acceptance by position" in auto["note"]
+    finally:
+        evaluation.unlink(missing_ok=True)
+
+
 def _row(variant: str, k: int, al: float, prompt_set: str = "held-out", template: str = "default") -> BenchRow:
     return BenchRow(drafter=variant.lower(), label=variant, kind="eagle", variant=variant, k=k, prompt_set=prompt_set,
                     template=template, studies=["k"], prompts=2, prompts_skipped=0, context_tokens=100,
