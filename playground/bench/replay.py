@@ -14,8 +14,8 @@ from pathlib import Path
 from playground.backends.local import LocalBackend
 from playground.drafting import PLAIN
 from playground.engine import RunRecord, TreeShape, summarize
-from playground.engine.costs import CostProfile, pair_profile
-from playground.engine.replay import Forced, expected_first_acceptance, replay, teacher_force
+from playground.engine.costs import CostProfile, expected_tokens, pair_profile
+from playground.engine.replay import expected_first_acceptance, replay, teacher_force
 from playground.flags import UsageError, make_backend, parse_int_list, resolve_preset
 from playground.presets import DRAFTER_LABELS
 from playground.smollm2 import cache_root
@@ -31,19 +31,20 @@ class Replayed:
     k: int
     tree_nodes: int  # 0: chains
     acceptance_length: float | None  # tokens per drafting step
-    drafting_steps: int
-    accepted_tokens: int
+    drafting_steps: int | None  # None where `expected`
+    accepted_tokens: int | None
     verified_per_step: float | None  # rows each verification forward held (a tree's nodes + 1)
     predicted_speedup: float | None
     predicted_range: tuple[float, float] | None
+    expected: bool = False  # a sampled answer's expectation at k = 1, not a replay (expected_replay)
 
 
-def profile_for(backend: LocalBackend, drafter: str, forced: Forced, trees: tuple[TreeShape, ...],
-                fresh: bool = False) -> CostProfile:
+def profile_for(backend: LocalBackend, drafter: str, prompt_ids: list[int], answer_ids: list[int],
+                trees: tuple[TreeShape, ...] = (), fresh: bool = False) -> CostProfile:
     """This machine's step costs for the target and `drafter` at the answer's middle (engine.costs.pair_profile)."""
     loaded = backend.drafter(drafter)
     return pair_profile(backend.target, loaded.drafter, loaded.aux_layers, (backend.preset.target, loaded.source),
-                        forced.ids, forced.prompt_len + len(forced.answer) // 2, cache_root(), trees, fresh)
+                        prompt_ids + answer_ids, len(prompt_ids) + len(answer_ids) // 2, cache_root(), trees, fresh)
 
 
 def replay_answer(backend: LocalBackend, prompt_ids: list[int], answer_ids: list[int], drafters: list[str],
@@ -61,7 +62,7 @@ def replay_answer(backend: LocalBackend, prompt_ids: list[int], answer_ids: list
         configs = [(k, None) for k in ks] + [(k, TreeShape.k_deep(k, n)) for n in tree_nodes
                                               for k in (tree_ks or ks)]
         trees = tuple(dict.fromkeys(tree for _, tree in configs if tree is not None))
-        profile = profile_for(backend, name, forced, trees, fresh) if predict else None
+        profile = profile_for(backend, name, prompt_ids, answer_ids, trees, fresh) if predict else None
         if profile is not None:
             profiles[name] = profile
         for k, tree in configs:
@@ -177,26 +178,61 @@ def replay_problem(run) -> str | None:
     """Why the app cannot replay this run (a playback Run), or None."""
     if not run.finished or not run.token_ids:
         return "the answer is not finished"
-    if run.settings.temperature != 0:
-        return "the answer was sampled: only greedy answers replay exactly (set the temperature to 0)"
     if run.engine != "local" or not run.prompt_ids:
         return "replay runs our engine: this answer came from another engine"
     return None
 
 
-def replay_run(backend: LocalBackend, run) -> tuple[list[Replayed], str, dict[str, CostProfile]]:
-    """The app's table for a finished greedy run: both drafters at APP_KS and trees of APP_TREE_NODES at k = 4,
-    predicted on this machine; a line setting the configuration that ran against its measured speedup; and the cost
-    profiles the predictions read, by drafter."""
+def expected_replay(backend: LocalBackend, run) -> tuple[list[Replayed], dict[str, CostProfile]]:
+    """A sampled run does not replay (its steps depend on the draws): each drafter's expected acceptance length at
+    k = 1 over its answer instead — 1 + the mean of Σ min(p, q) per position (engine.replay.expected_first_acceptance)
+    — and the speedup that expectation predicts on this machine's step costs."""
+    s, rows, profiles = run.settings, [], {}
+    for name in backend.preset.drafters:
+        loaded = backend.drafter(name)
+        per_position = expected_first_acceptance(backend.target, loaded.aux_layers, loaded.drafter, run.prompt_ids,
+                                                 run.token_ids, s.temperature, s.top_p)
+        first = sum(per_position) / len(per_position)
+        profile = profiles[name] = profile_for(backend, name, run.prompt_ids, run.token_ids)
+        step = [profile.chain[1], profile.verify_cost(2)]
+        tokens = expected_tokens([first], 1)
+        rows.append(Replayed(name, 1, 0, tokens, None, None, 2.0, tokens * profile.plain.ms / sum(c.ms for c in step),
+                             (tokens * profile.plain.low / sum(c.high for c in step),
+                              tokens * profile.plain.high / sum(c.low for c in step)), expected=True))
+    return rows, profiles
+
+
+def _ran_line(side: str, run, rows: list[Replayed]) -> str:
+    """What one run measured beside what the replay predicts for its configuration."""
     s = run.settings
-    rows, profiles = replay_answer(backend, run.prompt_ids, run.token_ids, list(backend.preset.drafters), APP_KS,
-                            APP_TREE_NODES, s.max_new_tokens, tree_ks=APP_TREE_KS)
-    ran = next((r for r in rows if (r.drafter, r.k, r.tree_nodes) == (s.drafter, s.k, s.tree_nodes)), None)
+    if run.engine != "local":
+        return f"{side} ran on {run.engine}: the predictions price our engine's steps, not its."
+    if s.plain:
+        return f"{side} ran plain decoding: the baseline every prediction divides by."
     measured = run.view().speedup
+    measured_text = f"measured {measured:.2f}×." if measured else "measured: not yet (no plain baseline)."
+    ran = next((r for r in rows if (r.drafter, r.k, r.tree_nodes) == (s.drafter, s.k, s.tree_nodes)), None)
     if ran is None:
-        line = f"The answer ran with {s.drafter_label}: not among the replayed configurations."
+        return f"{side} ran with {s.drafter_label}: not among the replayed configurations; {measured_text}"
+    return (f"{side} ran with {s.drafter_label}, k = {s.k}: predicted {ran.predicted_speedup:.2f}× "
+            f"({ran.predicted_range[0]:.2f}–{ran.predicted_range[1]:.2f}), {measured_text}")
+
+
+def replay_run(backend: LocalBackend, run, sides: dict | None = None
+               ) -> tuple[list[Replayed], str, dict[str, CostProfile]]:
+    """The app's table for a finished run's answer: a greedy one replayed under both drafters at APP_KS and trees of
+    APP_TREE_NODES at k = 4, a sampled one's expectation at k = 1 (expected_replay), predicted on this machine; a
+    line setting each run of `sides` (name -> Run; default: this one, "The answer") against its prediction; and the
+    cost profiles the predictions read, by drafter."""
+    s = run.settings
+    if s.temperature != 0:
+        rows, profiles = expected_replay(backend, run)
+        head = (f"Sampled at temperature {s.temperature:g}: not replayed (its steps depend on the draws); each "
+                "drafter's expected acceptance length at k = 1 over this answer (1 + Σ min(p, q) per position) and "
+                "the speedup it predicts. ")
     else:
-        line = (f"The answer ran with {s.drafter_label}, k = {s.k}: predicted {ran.predicted_speedup:.2f}× "
-                f"({ran.predicted_range[0]:.2f}–{ran.predicted_range[1]:.2f}), measured "
-                + (f"{measured:.2f}×." if measured else "not yet (no plain baseline)."))
-    return rows, line, profiles
+        rows, profiles = replay_answer(backend, run.prompt_ids, run.token_ids, list(backend.preset.drafters), APP_KS,
+                                       APP_TREE_NODES, s.max_new_tokens, tree_ks=APP_TREE_KS)
+        head = ""
+    lines = [_ran_line(side, r, rows) for side, r in (sides or {"The answer": run}).items()]
+    return rows, head + " ".join(lines), profiles

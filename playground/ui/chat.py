@@ -8,15 +8,13 @@ from collections.abc import Callable, Iterator
 import gradio as gr
 import plotly.graph_objects as go
 
-from playground.backends import shared_backend
 from playground.bench.engines import instrumentation_note
-from playground.bench.replay import replay_json, replay_problem, replay_run
 from playground.examples import CHAT_EXAMPLES, EXAMPLES_LABEL
 from playground.playback import ChartPace, Conversation, Run, chat_turn, regenerate_turn
 from playground.playback.baseline import ALONGSIDE, SHARE_IN_CHAT
 from playground.playback.run_settings import RequestError, RunSettings
 from playground.playback.share import link_problem, settings_from_query, share_query
-from playground.presets import DRAFTER_LABELS, Preset, get_preset
+from playground.presets import Preset
 from playground.viz import (
     TITLES,
     RunView,
@@ -30,7 +28,6 @@ from playground.viz import (
     plain_verdict,
     speedup_figure,
     stats_html,
-    step_costs_figure,
     tree_html,
 )
 
@@ -48,6 +45,7 @@ from .exports import export_files
 from .line import ENGINE, in_line, stop_tab, stoppable, wire_stop
 from .own_pair import PairPanel, pair_panel
 from .refusals import report_user_errors, status_after_failure
+from .replay_panel import replay_panel, replay_view
 from .settings_form import SettingsForm
 
 TAB = "chat"
@@ -156,27 +154,11 @@ def export(system: str, conversation: Conversation) -> list[str]:
     return export_files(runs, conversation.messages(system or ""), TAB)
 
 
-REPLAY_COLUMNS = ["drafter", "k", "tree nodes", "acceptance length", "verified rows / step", "predicted speedup",
-                  "range"]
-
-
 def replay_last(conversation: Conversation) -> Iterator[tuple[str, list[list], go.Figure]]:
-    """The last answer replayed (bench.replay.replay_run), as the panel's line, table and step-cost chart."""
+    """The last answer replayed (ui.replay_panel), as the panel's line, table and step-cost chart."""
     if not conversation.exchanges:
         raise RequestError("nothing to replay yet: send a prompt first")
-    run = conversation.exchanges[-1].run
-    problem = replay_problem(run)
-    if problem:
-        raise RequestError(f"cannot replay the last answer: {problem}")
-    rows, line, profiles = replay_run(shared_backend(get_preset(run.settings.preset)), run)
-    run.replay = {"line": line, **replay_json(rows, profiles)}  # the answer's export carries it
-    table = [[DRAFTER_LABELS.get(r.drafter, r.drafter), r.k, r.tree_nodes or "chain",
-              f"{r.acceptance_length:.2f}" if r.acceptance_length else "—",
-              f"{r.verified_per_step:.1f}" if r.verified_per_step else "—",
-              f"{r.predicted_speedup:.2f}×" if r.predicted_speedup else "—",
-              f"{r.predicted_range[0]:.2f}–{r.predicted_range[1]:.2f}" if r.predicted_range else "—"] for r in rows]
-    costs = step_costs_figure({DRAFTER_LABELS.get(name, name): profile for name, profile in profiles.items()})
-    yield escape_html(line), table, costs
+    yield replay_view({"The answer": conversation.exchanges[-1].run})
 
 
 def link_markdown(conversation: Conversation) -> str:
@@ -257,15 +239,8 @@ def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPa
             status = gr.Markdown(elem_id="chat-status", elem_classes="status-line")  # under Send: where the eye is
             example_prompts(prompt)
             stats = gr.HTML(elem_id="chat-stats")
-            with gr.Accordion("What would each drafter buy on this answer?", open=False, elem_id="replay-panel"):
-                gr.Markdown("The last answer replayed under each drafter, k and tree: the acceptance a live greedy "
-                            "run of each would have on this text (exact), and its speedup predicted from this "
-                            "machine's measured step costs (measured once, then kept).", elem_classes="preset-info")
-                replay_button = gr.Button("Replay the last answer", elem_id="replay", size="sm")
-                replay_note = gr.Markdown(elem_id="replay-note", elem_classes="status-line")
-                replay_table = gr.Dataframe(headers=REPLAY_COLUMNS, elem_id="replay-table", interactive=False,
-                                            show_label=False)
-                replay_costs = gr.Plot(elem_id="replay-costs", show_label=False)
+            replay_button, replay_note, replay_table, replay_costs = replay_panel(
+                "What would each drafter buy on this answer?", "The last answer")
             with gr.Accordion("A tree run: any step's tree", open=False, elem_id="tree-step-panel"):
                 step_box = CheckedNumber(None, label="Step", minimum=1, step=1, elem_id="tree-step",
                                          info="the cards show the latest step's tree; each token's step is in its "

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import replace
 
 import gradio as gr
+import plotly.graph_objects as go
 
 from playground.backends.availability import unavailable
 from playground.playback import ChartPace, Comparison, Conversation, RequestError, Run, RunSettings, compare
@@ -39,6 +41,7 @@ from .controls import (
 from .exports import export_files
 from .line import ENGINE, in_line, stoppable, wire_stop
 from .refusals import report_user_errors, status_after_failure
+from .replay_panel import replay_panel, replay_view
 from .settings_form import SettingsForm
 
 TAB = "compare"
@@ -112,6 +115,14 @@ def _verdict_markdown(comparison: Comparison, views: list[RunView]) -> str:
     return escape_html(comparison.verdict((views[0], views[1])).sentence)
 
 
+def replay_comparison(comparison: Comparison | None) -> Iterator[tuple[str, list[list], go.Figure]]:
+    """The comparison's answer replayed (ui.replay_panel; greedy sides on one target wrote the same text), each
+    side's configuration set against its prediction."""
+    if comparison is None:
+        raise RequestError("nothing to replay yet: run a comparison first")
+    yield replay_view({"Left": comparison.left, "Right": comparison.right})
+
+
 def export(comparison: Comparison | None) -> list[str]:
     if comparison is None:
         raise gr.Error("nothing to export yet: run a comparison first", title="Nothing to export",
@@ -169,6 +180,8 @@ def build_compare_tab(preset: Preset) -> gr.Dropdown:
         position_plot = gr.Plot(_hint("position"), elem_id="compare-position-plot", show_label=False)
         drift_plot = gr.Plot(_hint("drift"), elem_id="compare-drift-plot", show_label=False)
         speedup_plot = gr.Plot(_hint("speedup"), elem_id="compare-speedup", show_label=False)
+    replay_button, replay_note, replay_table, replay_costs = replay_panel(
+        "What would each drafter buy on this prompt?", "This comparison's answer", "compare-")
     with gr.Accordion("Export this comparison", open=False):
         export_button = gr.Button("Export JSON + CSV", elem_id="compare-export", size="sm")
         export_out = gr.File(label="Run files", file_count="multiple", elem_id="compare-export-files")
@@ -186,6 +199,9 @@ def build_compare_tab(preset: Preset) -> gr.Dropdown:
     follow_answer_view(answer_view, view, show_comparison, [comparison], shown)
     wire_stop(stop_button, TAB, status, [compare_event], api_name="stop_compare")
     export_button.click(export, comparison, export_out, api_name="export_compare")
+    replay_button.click(report_user_errors(replay_comparison, TAB), comparison,
+                        [replay_note, replay_table, replay_costs], api_name="replay_compare", concurrency_id=ENGINE,
+                        show_progress_on=replay_table)
     sides = [left.drafter, left.k, right.drafter, right.k]
     gr.on([c.change for c in sides], lambda ld, lk, rd, rk: depth_legend((ld, lk), (rd, rk)), sides, legend,
           queue=False, api_visibility="private")

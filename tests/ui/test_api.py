@@ -138,9 +138,26 @@ def test_the_last_answer_replays_under_every_drafter_and_k(client: Client) -> No
     replayed = exported["replay"]  # the export carries the panel's answer
     assert replayed["line"] == note and len(replayed["configs"]) == len(rows)
     assert set(replayed["profiles"]) == {"eagle3", "eagle3.1"} and replayed["configs"][0]["predicted_speedup"] > 0
-    chat(client, temperature=0.8, seed="3")
-    with pytest.raises(Exception, match="only greedy answers replay exactly"):
-        client.predict(api_name="/replay")
+    chat(client, temperature=0.8, seed="3")  # sampled: each drafter's expectation at k = 1 instead
+    note, table, _ = client.predict(api_name="/replay")
+    assert note.startswith("Sampled at temperature 0.8: not replayed") and "The answer ran with EAGLE-3.1" in note
+    assert [(r[0], r[1]) for r in table["data"]] == [("EAGLE-3", 1), ("EAGLE-3.1", 1)]
+    assert all(r[3].endswith(" expected") and 1 <= float(r[3].split()[0]) <= 2 for r in table["data"])
+
+
+def test_a_comparison_replays_under_every_drafter_and_k_and_sets_each_side_against_its_prediction(
+        client: Client) -> None:
+    """/replay_compare: the comparison's answer (greedy sides wrote the same text) under both drafters at every k
+    and two trees; the line sets each side's measured speedup beside its prediction; both sides' exports carry it."""
+    with pytest.raises(Exception, match="nothing to replay yet: run a comparison first"):
+        client.predict(api_name="/replay_compare")
+    client.predict(PROMPT, **{**COMPARE_DEFAULTS, "right_drafter": "none"}, api_name="/compare")
+    note, table, _ = client.predict(api_name="/replay_compare")
+    assert len(table["data"]) == 2 * (7 + 2)
+    assert "Left ran with EAGLE-3, k = 4: predicted" in note and "measured" in note
+    assert "Right ran plain decoding: the baseline every prediction divides by" in note
+    exported = json.loads(Path(client.predict(api_name="/export_compare")[0]).read_text())
+    assert [run["replay"]["line"] for run in exported["runs"]] == [note, note]
 
 
 def test_sessions_do_not_share_history(app_url: str) -> None:
