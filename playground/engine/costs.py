@@ -247,10 +247,11 @@ class AutoK:
     k: int | None  # None: plain decoding
     predicted: dict[int, float]  # k -> predicted speedup over plain decoding
     why: str
+    acceptance: tuple[float, ...] = ()  # the acceptance by position the prediction read
 
     def to_dict(self) -> dict:
         return {"k": self.k, "predicted_speedup": {str(k): round(v, 3) for k, v in self.predicted.items()},
-                "why": self.why}
+                "why": self.why, "acceptance_by_position": [round(a, 3) for a in self.acceptance]}
 
     def short(self) -> str:
         """One clause for a status line."""
@@ -270,7 +271,9 @@ def choose_k(profile: CostProfile, per_position: list[float], source: str, most:
         return AutoK(None, {}, f"no acceptance by position in {source}: plain decoding")
     best = max(predicted, key=predicted.__getitem__)
     table = ", ".join(f"k={k} {v:.2f}x" for k, v in predicted.items())
+    rates = tuple(per_position)
     if predicted[best] < margin:
         return AutoK(None, predicted, f"no k is predicted to beat plain decoding by {margin - 1:.0%} on this machine "
-                                      f"({table}; acceptance from {source}): plain decoding")
-    return AutoK(best, predicted, f"k={best} is predicted fastest on this machine ({table}; acceptance from {source})")
+                                      f"({table}; acceptance from {source}): plain decoding", rates)
+    return AutoK(best, predicted, f"k={best} is predicted fastest on this machine ({table}; acceptance from {source})",
+                 rates)

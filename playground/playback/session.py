@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from playground.backends import Backend, shared_backend
@@ -18,15 +18,21 @@ from .run import Run, RunDriver, play
 from .run_settings import RequestError, RunSettings
 
 
-def _prepare(settings: RunSettings, messages: list[dict]) -> tuple[Backend, list[int], RunSettings, AutoK | None]:
-    """The run's backend and prompt ids; with k auto, the settings with the k chosen (or plain decoding) and why."""
+def _prepare(settings: RunSettings, messages: list[dict], earlier: Sequence[Run] = ()
+             ) -> tuple[Backend, list[int], RunSettings, AutoK | None]:
+    """The run's backend and prompt ids; with k auto, the settings with the k chosen (or plain decoding) and why,
+    its acceptance updated with the `earlier` runs' finished greedy answers on this pair and our engine."""
     preset = settings.checked_preset()
     backend = shared_backend(preset)
     prompt_ids = backend.encode(messages, chat_template=settings.template_name)
     if not settings.k_auto or settings.plain:
         return backend, prompt_ids, settings, None
     try:
-        auto = auto_k(backend, settings.drafter, prompt_ids, len(prompt_ids) + settings.max_new_tokens // 2)
+        session = [(run.prompt_ids, run.token_ids) for run in earlier
+                   if run.finished and not run.error and run.engine == "local" and run.prompt_ids
+                   and run.settings.temperature == 0 and run.settings.preset == settings.preset]
+        auto = auto_k(backend, settings.drafter, prompt_ids, len(prompt_ids) + settings.max_new_tokens // 2,
+                      session=session)
     except ValueError as err:
         raise RequestError(f"k {err}") from None
     chosen = replace(settings, k=auto.k) if auto.k is not None else replace(settings, drafter=PLAIN)
@@ -139,7 +145,8 @@ def regenerate_turn(conversation: Conversation, settings: RunSettings,
 def _answer(conversation: Conversation, turn: int, prompt: str | None, settings: RunSettings,
             should_stop: Callable[[], bool]) -> Iterator[Run]:
     prompt = _nonempty_prompt(prompt)
-    backend, prompt_ids, settings, auto = _prepare(settings, conversation.messages(settings.system, prompt))
+    backend, prompt_ids, settings, auto = _prepare(settings, conversation.messages(settings.system, prompt),
+                                                   [ex.run for ex in conversation.exchanges])
     driver = RunDriver(backend, settings, prompt_ids, lambda: should_stop() or not conversation.owned_by(turn), auto)
     driver.open()
     exchange = Exchange(prompt, driver.run)

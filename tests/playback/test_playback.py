@@ -408,6 +408,34 @@ def test_plain_probe_times_a_plain_step_on_the_runs_own_text(tiny) -> None:
     torch.testing.assert_close(again, fresh, rtol=1e-4, atol=1e-4)
 
 
+def test_k_auto_learns_from_the_sessions_earlier_answers_replayed(pair_models: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """k auto in a chat with earlier greedy answers: the shipped acceptance by position updated with those answers
+    replayed under the drafter — which counts exactly what a live run at that k accepted (replay is exact) — and the
+    record saying so; a sampled answer is left out."""
+    from playground.backends.auto_k import PRIOR_STEPS, updated_acceptance
+
+    for name in ("target", "eagle3", "eagle3.1"):
+        (tmp_path / "models" / name).parent.mkdir(exist_ok=True)
+        (tmp_path / "models" / name).symlink_to(pair_models / name)
+    monkeypatch.setenv("PLAYGROUND_MODELS_DIR", str(tmp_path / "models"))
+    monkeypatch.setenv("PLAYGROUND_CACHE_DIR", str(tmp_path / "cache"))
+    shipped = [0.5] * 8
+    (tmp_path / "models" / "evaluation.json").write_text(json.dumps(
+        {"acceptance": {"eagle3.1": {"8": {"per_position_acceptance": shipped}}}}))
+    conversation = Conversation()
+    first = answer(conversation, k=8)[-1]  # live EAGLE-3.1 at k = 8: what its replay must count
+    drafted = [e for e in first.events if e.drafted]
+    live = (len(drafted), [sum(e.accepted >= i for e in drafted) for i in range(1, 9)])
+    answer(conversation, "And in one word?", temperature=0.8, seed=1)  # sampled: not replayed
+    run = answer(conversation, "Say it again.", k_auto=True)[-1]
+    assert list(run.auto_k.acceptance) == pytest.approx(updated_acceptance(shipped, [live]))
+    assert f"updated with this session's last 1 answer replayed ({live[0]} drafting steps)" in run.auto_k.why
+    assert run.record("turn 3", with_steps=False)["auto_k"]["acceptance_by_position"] == [
+        round(a, 3) for a in run.auto_k.acceptance]
+    assert updated_acceptance([0.5], [(PRIOR_STEPS, [PRIOR_STEPS])]) == [0.75]  # as many steps as the prior: halfway
+
+
 def test_k_auto_runs_the_k_predicted_fastest_or_plain_decoding_and_says_so(pair_models: Path, tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """A chat turn with k auto: the k chosen at its start from the drafter's acceptance by position (evaluation.json
