@@ -31,7 +31,7 @@ from playground.health import Health, health_summary
 Pass = list[list[Answer]]  # one conversation per record of a cell
 
 
-HealthOf = Callable[[Cell, Method, Answer], Health | None]  # the drafter's health on one answer of a cell
+HealthOf = Callable[[Cell, Method, Answer, list[Health]], Health | None]  # on one answer, after these of the row
 PredictOf = Callable[[Cell, Method, list[Answer]], tuple[float, float, float] | None]  # (speedup, low, high)
 
 
@@ -86,8 +86,11 @@ def _row(cell: Cell, method: Method, passes: list[Pass] | None, instrumented: Pa
         row.draft_acceptance_rate = metrics.draft_acceptance_rate
         row.per_position_acceptance = metrics.per_position_acceptance
     if health_of is not None and method.kind == "eagle":  # the first timed pass: runs as a user would have them
-        row.health = health_summary([h for conversation in passes[0] for a in conversation
-                                     if (h := health_of(cell, method, a)) is not None])
+        healths: list[Health] = []  # each answer's, held with the row's earlier ones (health.check.pooled)
+        for a in (a for conversation in passes[0] for a in conversation):
+            if (h := health_of(cell, method, a, healths)) is not None:
+                healths.append(h)
+        row.health = health_summary(healths)
     if predict_of is not None and (predicted := predict_of(cell, method, [a for c in passes[0] for a in c])):
         speedup, low, high = predicted
         row.predicted_speedup, row.predicted_range = speedup, [low, high]

@@ -122,14 +122,15 @@ class Runner:
         self._profiles: dict[tuple, CostProfile] = {}  # the step costs measured in this run (Runner.predicted)
 
     def health(self, cfg: GenerationConfig, method: Method, template: str, prompt_tokens: int,
-               answer: Answer) -> Health | None:
-        """The drafter's health on one answer (health.run_health); None for plain decoding and peers."""
+               answer: Answer, earlier: list[Health] = ()) -> Health | None:
+        """The drafter's health on one answer (health.run_health), after the row's `earlier` answers; None for plain
+        decoding and peers."""
         k = answer.auto.k if answer.auto else method.k
         if method.kind != "eagle" or not answer.events or k is None:
             return None
         run_cfg = replace(cfg, k=k, tree=method.tree)
         return run_health(self.backend.preset, self.backend, method.name, run_cfg, template, False, prompt_tokens,
-                          answer.events)
+                          answer.events, earlier)
 
     def predicted(self, method: Method, prompt_tokens: int, answers: list[Answer]) -> tuple[float, float, float] | None:
         """(speedup, low, high) predicted for these answers' own steps from this machine's step costs for the pair

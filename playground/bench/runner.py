@@ -59,9 +59,9 @@ class Bench:
     def run(self) -> list[BenchRow]:
         self.log(self.estimate())
         rows = aggregate(self.plan, self.executor.samples(), self.config.greedy, self.runner.variant_name,
-                         lambda cell, method, answer: self.runner.health(self.config.generation(0, 0), method,
-                                                                         cell.template, cell.context_tokens or 0,
-                                                                         answer),
+                         lambda cell, method, answer, earlier: self.runner.health(
+                             self.config.generation(0, 0), method, cell.template, cell.context_tokens or 0, answer,
+                             earlier),
                          lambda cell, method, answers: self.runner.predicted(method, cell.context_tokens or 0,
                                                                              answers))
         self.progress(self.status.total, self.status.total, "finished")

@@ -4,6 +4,9 @@
 "in range", "flagged" (the run's depth-1 acceptance left the range of the fingerprint's answers at one of the looks
 of health/stats.py, or at its last step; low, or high: high acceptance is a symptom too, of an answer caught in a
 repeating loop), "too few steps" (before the first look) or "not checked" (no fingerprint, plain decoding, trees).
+A finished run in range on its own is also held, with the session's earlier answers under the same known
+difference (`earlier`), as one sample of answers: a sag too small to leave one answer's range (a perturbed target
+accepting 0.2 where prose answers accept 0.3-0.8) leaves the range of several answers' pooled rate.
 Whatever the verdict it lists what differs from the fingerprint's conditions (`differences`); a flag names them as
 its likely causes, most likely first, or "unknown" where nothing known differs. A pure function of the steps: every
 entry point (generate, the app and its exports, the server) gets the same answer from the same run.
@@ -11,16 +14,18 @@ entry point (generate, the app and its exports, the server) gets the same answer
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
 from itertools import accumulate
 
 from playground.engine import StepEvent
 
 from .fingerprint import Fingerprint
-from .stats import ALPHA_PER_LOOK, LOOKS
+from .stats import ALPHA_PER_LOOK, LOOKS, BetaBinomial
 
 SAMPLED_TEMPERATURE_SLACK = 0.3  # a sampled run this far from the fingerprint's temperature is "far"
 COVERAGE_SLACK = 0.05  # below the fingerprint's lowest coverage by more than this: a coverage gap
+POOLED = 8  # answers held together at most (the latest), this one included
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,9 @@ class Health:
     causes: list[str] = field(default_factory=list)  # when flagged: the likely causes, most likely first
     differences: list[str] = field(default_factory=list)  # what differs from the fingerprint, flagged or not
     why_not: str | None = None  # why it was not checked
+    pooled_answers: int = 0  # flagged over this many answers under the same difference (this one and earlier ones)
+    pooled_rate: float | None = None  # their pooled depth-1 acceptance, and where answers that fit pool
+    pooled_expected: tuple[float, float] | None = None
     usual_by_position: list[tuple[float, float, float]] | None = None  # the fingerprint at this k, for the charts
     usual_drift: dict[str, list[tuple[float, float, float]]] | None = None  # its drift by depth ("draft", "rms")
 
@@ -64,6 +72,11 @@ class Health:
             return f"drafter health: {self.drafting_steps} drafting steps so far, checked from {LOOKS[0]}"
         numbers = (f"acceptance at depth 1 is {self.depth_one_rate:.2f}, expected {self.expected[0]:.2f}–"
                    f"{self.expected[1]:.2f} after {self.drafting_steps} steps")
+        if self.flagged and self.pooled_answers:
+            return (f"drafter out of range ({self.direction}) over this session's {self.pooled_answers} answers "
+                    f"under the same difference: acceptance at depth 1 is {self.pooled_rate:.2f} across them, "
+                    f"expected {self.pooled_expected[0]:.2f}–{self.pooled_expected[1]:.2f} (this answer alone: "
+                    f"{self.depth_one_rate:.2f} after {self.drafting_steps} steps, in range): {self.causes[0]}")
         if self.flagged:
             return f"drafter out of range ({self.direction}): {numbers}: {self.causes[0]}"
         note = f" (note: {'; '.join(self.differences)})" if self.differences else ""
@@ -107,8 +120,9 @@ def differences(fingerprint: Fingerprint, facts: RunFacts) -> list[str]:
 
 
 def check_health(fingerprint: Fingerprint | None, facts: RunFacts, events: list[StepEvent],
-                 drafting: bool = True) -> Health:
-    """The run's health so far (see the module's docstring)."""
+                 drafting: bool = True, earlier: Sequence[Health] = ()) -> Health:
+    """The run's health so far (see the module's docstring); `earlier`: the session's earlier answers' health with
+    the same drafter, k and way of decoding (those checked under the same differences are pooled with this one)."""
     if not drafting:
         return Health("not checked", why_not="plain decoding has no drafter")
     if fingerprint is None:
@@ -133,7 +147,28 @@ def check_health(fingerprint: Fingerprint | None, facts: RunFacts, events: list[
                           "low" if low < high else "high", look,
                           known or ["unknown: nothing known about this run differs from the fingerprint's"], known,
                           **shown)
-    return Health("in range", steps, accepted[-1] / steps, model.rate_range(steps), differences=known, **shown)
+    health = Health("in range", steps, accepted[-1] / steps, model.rate_range(steps), differences=known, **shown)
+    return pooled(health, model, earlier) if events[-1].finished else health
+
+
+def pooled(health: Health, model: BetaBinomial, earlier: Sequence[Health]) -> Health:
+    """A finished in-range run held with the earlier answers under the same leading difference (the last POOLED,
+    this one included): flagged where their pooled depth-1 acceptance leaves the range of that many answers' (one
+    more look at ALPHA_PER_LOOK a side). Only under a known difference: without one a session of alike prompts (five
+    proofs) pools far from the fingerprint's mix of prompts with nothing to blame."""
+    same = [h for h in earlier if h.differences[:1] == health.differences[:1] and h.depth_one_rate is not None
+            and h.status in ("in range", "flagged")][-(POOLED - 1):]  # the leading (most likely) cause in common
+    if not health.differences or not same:
+        return health
+    answers = [*same, health]
+    steps = [h.drafting_steps for h in answers]
+    accepted = sum(round(h.depth_one_rate * h.drafting_steps) for h in answers)
+    low, high = model.sum_tails(steps, accepted)
+    if min(low, high) >= ALPHA_PER_LOOK:
+        return health
+    return replace(health, status="flagged", direction="low" if low < high else "high",
+                   flagged_at=health.drafting_steps, causes=health.differences, pooled_answers=len(answers),
+                   pooled_rate=accepted / sum(steps), pooled_expected=model.sum_rate_range(steps))
 
 
 def health_summary(healths: list[Health]) -> dict:

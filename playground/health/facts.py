@@ -4,6 +4,7 @@ target's weights digest, the chat template's text, the context, the temperature,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from playground.drafting import PLAIN
@@ -100,13 +101,13 @@ def fingerprint_for(preset: Preset, drafter: str) -> Fingerprint | None:
 
 
 def run_health(preset: Preset, backend, drafter: str, cfg: GenerationConfig, chat_template: str | None, raw: bool,
-               prompt_tokens: int, events: list[StepEvent]) -> Health:
-    """The health of a run of `drafter` on `preset`'s `backend` whose steps so far are `events`
-    (check.check_health)."""
+               prompt_tokens: int, events: list[StepEvent], earlier: Sequence[Health] = ()) -> Health:
+    """The health of a run of `drafter` on `preset`'s `backend` whose steps so far are `events`, with the session's
+    `earlier` answers of this drafter, k and way of decoding (check.check_health)."""
     try:
         fingerprint = fingerprint_for(preset, drafter)
     except ValueError as err:  # a damaged fingerprint: said, and the run goes on
         return Health("not checked", why_not=str(err))
     answer = [t for e in events for t in e.emitted]
     facts = run_facts(preset, backend, drafter, cfg, chat_template, raw, prompt_tokens, answer)
-    return check_health(fingerprint, facts, events, drafting=drafter != PLAIN)
+    return check_health(fingerprint, facts, events, drafting=drafter != PLAIN, earlier=earlier)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 LOOKS = tuple(16 * 2**i for i in range(12))  # drafting steps at which a run is judged
 ALPHA_PER_LOOK = 0.0005  # each side, each look
 RANGE_QUANTILES = (ALPHA_PER_LOOK, 1 - ALPHA_PER_LOOK)  # the range shown: outside it at a look is a flag
@@ -59,15 +61,37 @@ class BetaBinomial:
         pmf = self.pmf(n)
         return min(1.0, sum(pmf[: x + 1])), min(1.0, sum(pmf[x:]))
 
+    def sum_pmf(self, steps: list[int]) -> list[float]:
+        """P(X_1 + … + X_m = x) for independent answers of these steps (each its own rate from the spread)."""
+        total = np.ones(1)
+        for n in steps:
+            total = np.convolve(total, self.pmf(n))
+        return total.tolist()
+
+    def sum_tails(self, steps: list[int], x: int) -> tuple[float, float]:
+        """(P(X ≤ x), P(X ≥ x)) for the accepted drafts summed over answers of these steps."""
+        pmf = self.sum_pmf(steps)
+        return min(1.0, sum(pmf[: x + 1])), min(1.0, sum(pmf[x:]))
+
+    def sum_rate_range(self, steps: list[int]) -> tuple[float, float]:
+        """The central RANGE_QUANTILES of the pooled rate ΣX / Σn over answers of these steps."""
+        return _central(self.sum_pmf(steps))
+
     def rate_range(self, n: int) -> tuple[float, float]:
         """The central RANGE_QUANTILES of X / n: where a run of n steps that fits lands."""
-        low_q, high_q = RANGE_QUANTILES
-        cumulative, low, high = 0.0, None, n
-        for x, p in enumerate(self.pmf(n)):
-            cumulative += p
-            if low is None and cumulative >= low_q:
-                low = x
-            if cumulative >= high_q:
-                high = x
-                break
-        return (low or 0) / n, high / n
+        return _central(self.pmf(n))
+
+
+def _central(pmf: list[float]) -> tuple[float, float]:
+    """The central RANGE_QUANTILES of x / n for a distribution over x = 0..n."""
+    n = len(pmf) - 1
+    low_q, high_q = RANGE_QUANTILES
+    cumulative, low, high = 0.0, None, n
+    for x, p in enumerate(pmf):
+        cumulative += p
+        if low is None and cumulative >= low_q:
+            low = x
+        if cumulative >= high_q:
+            high = x
+            break
+    return (low or 0) / n, high / n

@@ -10,7 +10,7 @@ not rewritten; its plain baseline is timed after the run, and a comparison plays
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 from playground.backends import Backend, StepStream
@@ -175,11 +175,12 @@ class RunDriver:
     """Advances one backend stream a step at a time and keeps its Run up to date."""
 
     def __init__(self, backend: Backend, settings: RunSettings, prompt_ids: list[int],
-                 should_stop: Callable[[], bool], auto_k: AutoK | None = None) -> None:
+                 should_stop: Callable[[], bool], auto_k: AutoK | None = None, earlier: Sequence[Health] = ()) -> None:
         self.run = Run(settings, len(prompt_ids), missing_fields=dict(backend.missing_fields),
                        precision=precision_label(backend.preset.dtype, backend.exact_speculation, settings.plain),
                        engine=backend.name, compute=backend.compute, prompt_ids=list(prompt_ids), auto_k=auto_k)
         self._backend, self._should_stop = backend, should_stop
+        self._earlier = earlier  # the session's earlier answers' health with this drafter, k and way of decoding
         self.paces_itself = backend.capabilities.paces_itself
         self._stops_itself = backend.capabilities.checks_stop  # else advance() asks should_stop between steps
         self._provenance = ProvenanceBuilder(backend.decode)
@@ -260,7 +261,7 @@ class RunDriver:
         if event.finished or (event.drafted and self.run.tally.counters.drafts in (1, *LOOKS)):  # 1: charts' band
             s, backend = self.run.settings, self._backend
             self.run.health = run_health(backend.preset, backend, s.drafter, s.generation_config(), s.chat_template,
-                                         False, self.run.prompt_tokens, self.run.events)
+                                         False, self.run.prompt_tokens, self.run.events, self._earlier)
         if event.finished:
             self.run.held = self._backend.held()
         return not event.finished

@@ -11,6 +11,7 @@ from playground.backends import Backend, shared_backend
 from playground.backends.auto_k import auto_k
 from playground.drafting import PLAIN
 from playground.engine.costs import AutoK
+from playground.health import Health
 from playground.presets import ENGINE_LABELS, get_preset
 from playground.viz import RunView, Verdict, comparison_verdict, engine_verdict
 
@@ -37,6 +38,16 @@ def _prepare(settings: RunSettings, messages: list[dict], earlier: Sequence[Run]
         raise RequestError(f"k {err}") from None
     chosen = replace(settings, k=auto.k) if auto.k is not None else replace(settings, drafter=PLAIN)
     return backend, prompt_ids, chosen, auto
+
+
+def _earlier_health(conversation: Conversation, settings: RunSettings) -> list[Health]:
+    """The health of the conversation's earlier answers that ran as this one will: the same pair, drafter, k and
+    way of decoding (greedy or sampled), chains (check.pooled holds them together under a shared difference)."""
+    return [ex.run.health for ex in conversation.exchanges
+            if ex.run.health is not None and not ex.run.settings.tree_nodes and not settings.tree_nodes
+            and (ex.run.settings.preset, ex.run.settings.drafter, ex.run.settings.k)
+            == (settings.preset, settings.drafter, settings.k)
+            and (ex.run.settings.temperature == 0) == (settings.temperature == 0)]
 
 
 def _nonempty_prompt(prompt: str | None) -> str:
@@ -147,7 +158,8 @@ def _answer(conversation: Conversation, turn: int, prompt: str | None, settings:
     prompt = _nonempty_prompt(prompt)
     backend, prompt_ids, settings, auto = _prepare(settings, conversation.messages(settings.system, prompt),
                                                    [ex.run for ex in conversation.exchanges])
-    driver = RunDriver(backend, settings, prompt_ids, lambda: should_stop() or not conversation.owned_by(turn), auto)
+    driver = RunDriver(backend, settings, prompt_ids, lambda: should_stop() or not conversation.owned_by(turn), auto,
+                       _earlier_health(conversation, settings))
     driver.open()
     exchange = Exchange(prompt, driver.run)
     if not conversation.append(turn, exchange):

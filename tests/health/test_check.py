@@ -166,3 +166,40 @@ def test_a_finished_run_is_looked_at_on_its_last_step_too(usual) -> None:
     running = check_health(fp, facts(), steps(accepted))
     finished = check_health(fp, facts(), [*steps(accepted)[:-1], replace(steps(accepted)[-1], finished=True)])
     assert running.status == "in range" and finished.flagged and finished.flagged_at == 62
+
+
+def finished(events: list[StepEvent]) -> list[StepEvent]:
+    return [*events[:-1], replace(events[-1], finished=True)]
+
+
+def test_a_session_that_sags_under_one_difference_is_flagged_pooled_and_alike_answers_are_not(usual) -> None:
+    """Answers each in range alone, but all below the fingerprint's spread (0.50 against 0.55–0.85) on a target
+    whose weights differ: held together (check.pooled) the session leaves the range of that many answers, and the
+    flag names the weights. The same answers with nothing known to differ are never pooled; 200 sessions of five
+    answers drawn from the fingerprint's own spread under the same difference: at most 2 % of answers flagged."""
+    fp, rates = usual
+    rng = random.Random(4)
+    other = facts(target_digest="bbbb")
+    answers = [finished(steps([accepted_in_one_step(rng, 0.50) for _ in range(80)])) for _ in range(5)]
+    assert not any(check_health(fp, other, events).flagged for events in answers)  # each alone: in range
+    sessions = {"weights": [], "none": []}
+    for events in answers:
+        for name, run_facts in (("weights", other), ("none", facts())):
+            sessions[name].append(check_health(fp, run_facts, events, earlier=sessions[name]))
+    assert not any(h.flagged for h in sessions["none"])
+    flagged = [h for h in sessions["weights"] if h.flagged]
+    assert flagged and flagged[-1] is sessions["weights"][-1], [h.text() for h in sessions["weights"]]
+    last = flagged[-1]
+    assert last.pooled_answers >= 2 and last.direction == "low" and last.pooled_rate < last.pooled_expected[0]
+    assert "over this session's" in last.text() and "the target's weights differ" in last.text()
+    usual_flags = 0
+    for _ in range(200):
+        earlier = []
+        for _ in range(5):
+            rate = rng.choice(rates)
+            health = check_health(fp, other, finished(steps([accepted_in_one_step(rng, rate) for _ in range(60)])),
+                                  earlier=earlier)
+            earlier.append(health)
+            usual_flags += health.flagged
+    print(f"{usual_flags} of 1000 answers flagged")
+    assert usual_flags <= 20, usual_flags
