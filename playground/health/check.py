@@ -73,8 +73,9 @@ class Health:
         numbers = (f"acceptance at depth 1 is {self.depth_one_rate:.2f}, expected {self.expected[0]:.2f}–"
                    f"{self.expected[1]:.2f} after {self.drafting_steps} steps")
         if self.flagged and self.pooled_answers:
-            return (f"drafter out of range ({self.direction}) over this session's {self.pooled_answers} answers "
-                    f"under the same difference: acceptance at depth 1 is {self.pooled_rate:.2f} across them, "
+            return (f"drafter out of range ({self.direction}) over {self.pooled_answers} answers under the same "
+                    f"difference (this one and those before it): acceptance at depth 1 is {self.pooled_rate:.2f} "
+                    f"across them, "
                     f"expected {self.pooled_expected[0]:.2f}–{self.pooled_expected[1]:.2f} (this answer alone: "
                     f"{self.depth_one_rate:.2f} after {self.drafting_steps} steps, in range): {self.causes[0]}")
         if self.flagged:

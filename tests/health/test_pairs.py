@@ -108,3 +108,23 @@ def test_an_unfamiliar_template_is_named_and_flagged_only_out_of_range() -> None
     assert health["status"] in ("in range", "flagged")  # the template alone is a note, not a flag
     if health["status"] == "flagged":
         assert "chat template" in health["causes"][0]
+
+
+def test_a_sag_too_small_for_one_answer_is_flagged_over_a_bench_rows_answers(tmp_path: Path) -> None:
+    """kimi-tiny's target with a quarter of each matrix's spread as noise: each answer stays in range alone (0.65-0.74
+    measured, against answers of 0.72-0.93), but a bench row's answers held together leave the range of that many
+    answers, the flag naming the weights (health.check.pooled)."""
+    noisy = noisy_copy(KIMI / "target", tmp_path / "noisy", 0.25)
+    prompts = tmp_path / "unseen.jsonl"
+    prompts.write_text("".join(json.dumps({"question_id": f"u{i}", "category": "code", "turns": [unseen_prompt(i)]})
+                               + "\n" for i in range(5)))
+    out = tmp_path / "bench"
+    drafter = str(KIMI / "eagle3.1")  # the shipped drafter, by path: another target keeps no preset drafters
+    assert main(["bench", "--preset", "kimi-tiny", "--target", str(noisy), "--drafters", drafter, "--k", "4",
+                 "--prompts", str(prompts), "--max-new-tokens", "128", "--repeats", "1", "--out", str(out)]) == 0
+    (row,) = [r for r in json.loads((out / "results.json").read_text())["rows"] if r["drafter"] == drafter]
+    health = row["health"]
+    print(f"{health['flagged']} of {health['checked']} flagged: {health['flags']}")
+    assert health["checked"] >= 3 and health["flagged"] >= 1, health
+    assert any("answers under the same difference" in flag and "the target's weights differ" in flag
+               for flag in health["flags"]), health["flags"]
