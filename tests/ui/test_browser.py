@@ -109,6 +109,13 @@ def test_compare_shows_both_sides_and_the_table(page) -> None:
     expect(table).to_contain_text("mean acceptance length")
     assert plot_marks(page, "compare-position-plot") > 0
     expect(page.locator("#compare-speedup")).to_contain_text("tok/s")
+    # what each drafter would buy on this prompt: the comparison's answer replayed, each side against its prediction
+    page.get_by_text("What would each drafter buy on this prompt?").click()
+    page.locator("#compare-replay").click()
+    note = page.locator("#compare-replay-note")
+    expect(note).to_contain_text("Left ran with EAGLE-3, k = 4: predicted", timeout=TIMEOUT_MS)
+    expect(note).to_contain_text("Right ran with EAGLE-3.1, k = 4: predicted")
+    expect(page.locator("#compare-replay-table")).to_contain_text("tree nodes")
 
 
 def test_the_seed_box_means_random_when_empty_and_repeats_when_set(page) -> None:
@@ -293,6 +300,19 @@ def test_refused_input_is_kept_explained_and_escaped(page) -> None:
     expect(page.locator("#chat-status")).to_contain_text(
         "Refused: the seed must be a whole number, got '<img src=x id=injected>'", timeout=TIMEOUT_MS)
     assert page.locator("#injected").count() == 0
+
+
+def test_the_k_auto_box_is_read_and_its_refusal_stays_on_the_status_line(page) -> None:
+    """Ticking k auto reaches the run: the tests' tiny drafters ship no acceptance by position (evaluation.json), so
+    the turn is refused in one line that says so, and the box stays ticked for the next try."""
+    from playwright.sync_api import expect
+
+    page.locator("#k-auto input[type=checkbox]").check()
+    page.locator("#prompt textarea").fill(PROMPT)
+    page.locator("#send").click()
+    expect(page.locator("#chat-status")).to_contain_text(
+        "Refused: k auto needs eagle3.1's acceptance by position", timeout=TIMEOUT_MS)
+    assert page.locator("#k-auto input[type=checkbox]").is_checked()
 
 
 @pytest.mark.parametrize("button", ["clear", "stop"])
