@@ -1,8 +1,8 @@
 """`k auto`: the k predicted fastest for a preset drafter on this machine — its acceptance by position (the
 evaluation.json shipped beside the drafters, updated with the session's own earlier answers replayed, where there
-are any) priced at this machine's step costs for the pair (engine/costs.py, measured once per machine, pair and
-context, then kept) — or plain decoding where no k pays. One home for the choice `generate`, `serve`, the bench and
-the app make."""
+are any) priced at this machine's step costs for the pair (engine/costs.py, measured once per machine, pair,
+context and load, then kept) — or plain decoding where no k pays. One home for the choice `generate`, `serve`, the
+bench and the app make."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ import math
 import os
 import platform
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ import torch
 from .config import GenerationConfig
 from .decode import ChainDrafter
 from .loop import Pending
+from .threads import other_runnable_tasks
 from .trace import StepEvent
 from .tree import draft_tree
 from .tree_shape import TreeShape
@@ -59,6 +61,7 @@ class CostProfile:
     verify: dict[int, Cost]  # rows -> one target forward over them
     chain: dict[int, Cost]  # k -> drafting a chain of k
     tree: dict[str, Cost] = field(default_factory=dict)  # TreeShape as "depth/topk/nodes" -> drafting it
+    busy_share: float | None = None  # share of the timed calls that began beside another runnable task
 
     def verify_cost(self, rows: int) -> Cost:
         """Measured, or linear between the nearest measured row counts (beyond the last: its slope)."""
@@ -107,7 +110,8 @@ class CostProfile:
         costs = lambda d: {key: Cost(**value) for key, value in d.items()}  # noqa: E731
         return cls(data["machine"], data["target"], data["drafter"], data["context"], Cost(**data["plain"]),
                    {int(k): v for k, v in costs(data["verify"]).items()},
-                   {int(k): v for k, v in costs(data["chain"]).items()}, costs(data.get("tree", {})))
+                   {int(k): v for k, v in costs(data["chain"]).items()}, costs(data.get("tree", {})),
+                   data.get("busy_share"))
 
 
 def tree_key(tree: TreeShape) -> str:
@@ -155,15 +159,19 @@ def measure(target, drafter, aux_layers: list[int], context_ids: list[int], name
     samples: dict[tuple, list[float]] = {key: [] for key in items}
     for run in items.values():  # warm-up: first calls pay for allocation and kernel choice
         run()
+    beside = []  # other runnable tasks as each timed call began
     for _ in range(rounds):
         for key, run in items.items():
+            beside.append(other_runnable_tasks())
             start = target.clock()
             run()
             samples[key].append((target.clock() - start) * 1000)
     cost = {key: Cost.of(values) for key, values in samples.items()}
+    known = [n for n in beside if n is not None]
     return CostProfile(this_machine(str(target.device)), names[0], names[1], context, cost[("plain", 0)],
                        {r: cost[("verify", r)] for r in VERIFY_ROWS}, {k: cost[("chain", k)] for k in CHAIN_KS},
-                       {tree_key(t): cost[("tree", tree_key(t))] for t in trees})
+                       {tree_key(t): cost[("tree", tree_key(t))] for t in trees},
+                       sum(n > 0 for n in known) / len(known) if known else None)
 
 
 def this_machine(device: str) -> dict:
@@ -178,11 +186,24 @@ def this_machine(device: str) -> dict:
     return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "device": device, "gpu": gpu}
 
 
+def machine_busy(read: Callable[[], int | None] = other_runnable_tasks, samples: int = 10,
+                 interval_s: float = 0.02) -> bool | None:
+    """Whether another task takes a core now: runnable beside this process in at least half of `samples` reads
+    `interval_s` apart; None on a GPU's host or where the system does not say."""
+    reads = []
+    for i in range(samples):
+        if i:
+            time.sleep(interval_s)
+        reads.append(read())
+    known = [n for n in reads if n is not None]
+    return sum(n > 0 for n in known) >= len(known) / 2 if known else None
+
+
 def profile_path(root: Path, names: tuple[str, str], trees: tuple[TreeShape, ...], context: int,
-                 device: str = "cpu") -> Path:
-    """Where a profile of this machine, pair, context and trees is kept."""
+                 device: str = "cpu", busy: bool | None = None) -> Path:
+    """Where a profile of this machine, pair, context, trees and load (idle, or beside another task) is kept."""
     machine = this_machine(device)
-    key = json.dumps([machine, *names, context, [tree_key(t) for t in trees]])
+    key = json.dumps([machine, *names, context, [tree_key(t) for t in trees]] + (["busy"] if busy else []))
     return root / "cost-profiles" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
@@ -194,16 +215,20 @@ def context_bucket(tokens: int, max_positions: int) -> int:
 
 def pair_profile(target, drafter, aux_layers: list[int], names: tuple[str, str], seed_ids: list[int], tokens: int,
                  root: Path, trees: tuple[TreeShape, ...] = (), fresh: bool = False,
-                 announce: Callable[[str], None] | None = None) -> CostProfile:
+                 announce: Callable[[str], None] | None = None,
+                 busy: Callable[[], bool | None] = machine_busy) -> CostProfile:
     """This machine's step costs for the pair `names` at the context bucket of `tokens`, measured over `seed_ids`
-    repeated to that length and kept under `root` (`fresh`: measured again); `announce` says so before measuring."""
+    repeated to that length and kept under `root` (`fresh`: measured again); `announce` says so before measuring.
+    Kept apart for an idle machine and one with another task runnable beside us (`busy()`, read now): costs measured
+    idle mislead under load (a longer k than the load pays for) and the reverse, so each load gets its own."""
     context = context_bucket(tokens, target.max_positions)
     ids = (seed_ids * (context // len(seed_ids) + 1))[: context + 1]
-    path = profile_path(root, names, trees, context, str(target.device))
+    on_cpu = str(target.device) == "cpu"
+    path = profile_path(root, names, trees, context, str(target.device), busy() if on_cpu else None)
     if fresh and path.exists():
         path.unlink()
     if announce is not None and not path.exists():
-        announce("measuring this machine's step costs (once per machine, pair and context)…")
+        announce("measuring this machine's step costs (once per machine, pair, context and load)…")
     return cached_profile(path, lambda: measure(target, drafter, aux_layers, ids, names, trees))
 
 
