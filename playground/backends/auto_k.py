@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from playground.drafting import PLAIN
+from playground.engine import SpecCounters
 from playground.engine.costs import AutoK, CostProfile, choose_k, pair_profile, shipped_acceptance
 from playground.engine.replay import replay, teacher_force
 from playground.presets import Preset, repo_relative
@@ -19,14 +20,23 @@ from playground.smollm2 import cache_root
 from .local import LocalBackend
 
 
+def _shipped(preset: Preset, drafter: str) -> tuple[list[float], Path]:
+    """The drafter's shipped acceptance by position and its file; ValueError worded to follow k's name."""
+    if drafter == PLAIN or drafter not in preset.drafters:
+        raise ValueError("auto chooses k for a preset drafter on our engine, named by the preset")
+    folder = Path(preset.drafters[drafter]).parent
+    try:
+        return shipped_acceptance(folder, drafter), folder / "evaluation.json"
+    except ValueError as err:
+        raise ValueError(f"auto needs {drafter}'s acceptance by position: {err}; give k a number") from None
+
+
 def auto_k_problem(preset: Preset, drafter: str) -> str | None:
     """Why auto cannot choose k for `drafter` of `preset` (worded to follow k's name), or None."""
-    if drafter == PLAIN or drafter not in preset.drafters:
-        return "auto chooses k for a preset drafter on our engine, named by the preset"
     try:
-        shipped_acceptance(Path(preset.drafters[drafter]).parent, drafter)
+        _shipped(preset, drafter)
     except ValueError as err:
-        return f"auto needs {drafter}'s acceptance by position: {err}; give k a number"
+        return str(err)
     return None
 
 
@@ -44,8 +54,8 @@ def replayed_counts(backend: LocalBackend, drafter: str, k: int, answer: Answer)
     if key not in _replayed:
         loaded = backend.drafter(drafter)
         forced = teacher_force(backend.target, loaded.aux_layers, list(prompt_ids), list(answer_ids))
-        drafted = [e for e in replay(forced, backend.target, loaded.drafter, k) if e.drafted]
-        _replayed[key] = (len(drafted), [sum(e.accepted >= i for e in drafted) for i in range(1, k + 1)])
+        counts = SpecCounters.from_events(replay(forced, backend.target, loaded.drafter, k), k)
+        _replayed[key] = (counts.drafts, counts.accepted_per_pos)
         while len(_replayed) > 256:
             _replayed.popitem(last=False)
     _replayed.move_to_end(key)
@@ -69,12 +79,8 @@ def auto_k(backend: LocalBackend, drafter: str, context_ids: list[int], tokens: 
     where it cannot choose (a drafter given as a folder, or one without an acceptance by position), worded to follow
     k's name ("--k " + message, "k " + message)."""
     preset = backend.preset
-    problem = auto_k_problem(preset, drafter)
-    if problem:
-        raise ValueError(problem)
-    folder = Path(preset.drafters[drafter]).parent
-    per_position = shipped_acceptance(folder, drafter)
-    source = repo_relative(folder / "evaluation.json")
+    per_position, evaluation = _shipped(preset, drafter)
+    source = repo_relative(evaluation)
     answers = [a for a in session if len(a[1]) > 1][-SESSION_ANSWERS:]
     if answers:
         counts = [replayed_counts(backend, drafter, len(per_position), a) for a in answers]

@@ -24,12 +24,18 @@ def _ratio_words(ratio: float) -> str:
     return f"{ratio:.2f}× ({'longer' if ratio > 1 else 'shorter'})"
 
 
+def fixed_k_eagle_rows(rows: list[BenchRow]) -> list[BenchRow]:
+    """EAGLE rows with an acceptance length at a fixed k: what the by-k findings and figures read (a k auto row is
+    set against them in a finding of its own)."""
+    return [r for r in rows if r.kind == "eagle" and r.mean_acceptance_length is not None and not r.k_auto]
+
+
 def pairs(rows: list[BenchRow]) -> list[tuple[BenchRow, BenchRow]]:
     """(EAGLE-3 row, EAGLE-3.1 row) of chains measured on the same prompt set, template and k (trees have their own
     finding, against their chain: `_tree_findings`)."""
     groups: dict[tuple, dict[str, list[BenchRow]]] = defaultdict(lambda: defaultdict(list))
-    for r in rows:
-        if r.kind == "eagle" and r.mean_acceptance_length is not None and r.tree_nodes is None and not r.k_auto:
+    for r in fixed_k_eagle_rows(rows):
+        if r.tree_nodes is None:
             groups[(r.prompt_set, r.template, r.k)][r.variant].append(r)
     return [(g["EAGLE-3"][0], g["EAGLE-3.1"][0]) for g in groups.values()
             if len(g["EAGLE-3"]) == 1 and len(g["EAGLE-3.1"]) == 1]

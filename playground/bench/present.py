@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from playground.bench import figures
 from playground.bench.config import ProgressCallback, with_overrides
 from playground.bench.figures import speedup_range_text
-from playground.bench.findings import deepest_pairs, findings, pairs, study_rows
+from playground.bench.findings import deepest_pairs, findings, fixed_k_eagle_rows, pairs, study_rows
 from playground.bench.methods import describe_method
 from playground.bench.profiles import DURATIONS, measured_durations, profile_label, profiles
 from playground.bench.public import check_offered
@@ -88,7 +88,7 @@ def methods_markdown(rows: list[BenchRow]) -> str:
 
 def tab_figures(rows: list[BenchRow]) -> list[go.Figure]:
     """Speed of every method; mean acceptance length vs k; per-position acceptance at the deepest k."""
-    eagle = [r for r in rows if r.kind == "eagle" and r.mean_acceptance_length is not None and not r.k_auto]
+    eagle = fixed_k_eagle_rows(rows)
     by_k = study_rows(eagle, "k") or eagle
     speed = figures.speed_figure(rows)
     if len({r.k for r in by_k}) > 1:

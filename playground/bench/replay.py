@@ -194,11 +194,9 @@ def expected_replay(backend: LocalBackend, run) -> tuple[list[Replayed], dict[st
                                                  run.token_ids, s.temperature, s.top_p)
         first = sum(per_position) / len(per_position)
         profile = profiles[name] = profile_for(backend, name, run.prompt_ids, run.token_ids)
-        step = [profile.chain[1], profile.verify_cost(2)]
         tokens = expected_tokens([first], 1)
-        rows.append(Replayed(name, 1, 0, tokens, None, None, 2.0, tokens * profile.plain.ms / sum(c.ms for c in step),
-                             (tokens * profile.plain.low / sum(c.high for c in step),
-                              tokens * profile.plain.high / sum(c.low for c in step)), expected=True))
+        speedup, low, high = profile.expected_speedup(tokens, 1)
+        rows.append(Replayed(name, 1, 0, tokens, None, None, 2.0, speedup, (low, high), expected=True))
     return rows, profiles
 
 

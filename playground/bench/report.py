@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 
 from playground.bench import figures
 from playground.bench.figures import condition, method_name
-from playground.bench.findings import deepest_pairs, eagles_and_peers, findings, pairs, study_rows
+from playground.bench.findings import deepest_pairs, eagles_and_peers, findings, fixed_k_eagle_rows, pairs, study_rows
 from playground.bench.rows import BenchResult, BenchRow
 
 TABLE_COLUMNS = ("label", "k_text", "tree_nodes", "prompt_set", "template", "context_tokens", "prompts", "turns",
@@ -28,7 +28,7 @@ TABLE_COLUMNS = ("label", "k_text", "tree_nodes", "prompt_set", "template", "con
 
 def _figures(rows: list[BenchRow]) -> list[tuple[str, list[go.Figure]]]:
     sections: list[tuple[str, list[go.Figure]]] = [("Speed", [figures.speed_figure(rows)])]
-    eagle = [r for r in rows if r.kind == "eagle" and r.mean_acceptance_length is not None and not r.k_auto]
+    eagle = fixed_k_eagle_rows(rows)
     if not eagle:
         return sections
     by_k = study_rows(eagle, "k")

@@ -99,6 +99,14 @@ class CostProfile:
         return (tokens * self.plain.ms / total[0], tokens * self.plain.low / total[2],
                 tokens * self.plain.high / total[1])
 
+    def expected_speedup(self, tokens_per_step: float, k: int) -> tuple[float, float, float]:
+        """(speedup, low, high) of chains of k that emit `tokens_per_step` on average, over plain decoding: a step's
+        tokens at the plain step's cost over drafting k and verifying k + 1 rows."""
+        step = (self.chain[k], self.verify_cost(k + 1))
+        return (tokens_per_step * self.plain.ms / sum(c.ms for c in step),
+                tokens_per_step * self.plain.low / sum(c.high for c in step),
+                tokens_per_step * self.plain.high / sum(c.low for c in step))
+
     def to_dict(self) -> dict:
         data = asdict(self)
         data["verify"] = {str(k): v for k, v in data["verify"].items()}
@@ -289,8 +297,7 @@ def choose_k(profile: CostProfile, per_position: list[float], source: str, most:
              margin: float = 1.05) -> AutoK:
     """The k predicted fastest from the drafter's acceptance by position and this machine's step costs; plain
     decoding where none is predicted to beat it by `margin` (a speedup inside the prediction's error is not one)."""
-    predicted = {k: expected_tokens(per_position, k) * profile.plain.ms
-                 / (profile.chain[k].ms + profile.verify_cost(k + 1).ms)
+    predicted = {k: profile.expected_speedup(expected_tokens(per_position, k), k)[0]
                  for k in range(1, min(most, len(per_position), max(profile.chain)) + 1)}
     if not predicted:
         return AutoK(None, {}, f"no acceptance by position in {source}: plain decoding")

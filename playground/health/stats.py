@@ -58,8 +58,7 @@ class BetaBinomial:
 
     def tails(self, n: int, x: int) -> tuple[float, float]:
         """(P(X ≤ x), P(X ≥ x)) for a run of n steps."""
-        pmf = self.pmf(n)
-        return min(1.0, sum(pmf[: x + 1])), min(1.0, sum(pmf[x:]))
+        return _tails(self.pmf(n), x)
 
     def sum_pmf(self, steps: list[int]) -> list[float]:
         """P(X_1 + … + X_m = x) for independent answers of these steps (each its own rate from the spread)."""
@@ -70,8 +69,7 @@ class BetaBinomial:
 
     def sum_tails(self, steps: list[int], x: int) -> tuple[float, float]:
         """(P(X ≤ x), P(X ≥ x)) for the accepted drafts summed over answers of these steps."""
-        pmf = self.sum_pmf(steps)
-        return min(1.0, sum(pmf[: x + 1])), min(1.0, sum(pmf[x:]))
+        return _tails(self.sum_pmf(steps), x)
 
     def sum_rate_range(self, steps: list[int]) -> tuple[float, float]:
         """The central RANGE_QUANTILES of the pooled rate ΣX / Σn over answers of these steps."""
@@ -80,6 +78,11 @@ class BetaBinomial:
     def rate_range(self, n: int) -> tuple[float, float]:
         """The central RANGE_QUANTILES of X / n: where a run of n steps that fits lands."""
         return _central(self.pmf(n))
+
+
+def _tails(pmf: list[float], x: int) -> tuple[float, float]:
+    """(P(X ≤ x), P(X ≥ x)) of a distribution over 0..n."""
+    return min(1.0, sum(pmf[: x + 1])), min(1.0, sum(pmf[x:]))
 
 
 def _central(pmf: list[float]) -> tuple[float, float]:

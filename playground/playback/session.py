@@ -42,9 +42,10 @@ def _prepare(settings: RunSettings, messages: list[dict], earlier: Sequence[Run]
 
 def _earlier_health(conversation: Conversation, settings: RunSettings) -> list[Health]:
     """The health of the conversation's earlier answers that ran as this one will: the same pair, drafter, k and
-    way of decoding (greedy or sampled), chains (check.pooled holds them together under a shared difference)."""
+    way of decoding (greedy or sampled); check.pooled holds them together under a shared difference (trees are
+    not checked, so never pooled)."""
     return [ex.run.health for ex in conversation.exchanges
-            if ex.run.health is not None and not ex.run.settings.tree_nodes and not settings.tree_nodes
+            if ex.run.health is not None
             and (ex.run.settings.preset, ex.run.settings.drafter, ex.run.settings.k)
             == (settings.preset, settings.drafter, settings.k)
             and (ex.run.settings.temperature == 0) == (settings.temperature == 0)]
