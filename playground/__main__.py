@@ -3,7 +3,6 @@ bench-engines, replay, fingerprint, space), or ``eagle-playground ...`` after ``
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from playground import environment, flags, generate, serve, space
@@ -16,7 +15,7 @@ from playground.train import cli as train_cli
 
 def main(argv: list[str] | None = None) -> int:
     prog = "eagle-playground" if sys.argv[0].endswith("eagle-playground") else "python -m playground"
-    parser = argparse.ArgumentParser(prog=prog, description="EAGLE Playground command line")
+    parser = flags.OneLineParser(prog=prog, description="EAGLE Playground command line")
     commands = parser.add_subparsers(dest="command", required=True)
     generate.register(commands)
     serve.register(commands)

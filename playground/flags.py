@@ -5,7 +5,10 @@ which `python -m playground` prints as one line."""
 from __future__ import annotations
 
 import argparse
+import errno
+import socket
 from dataclasses import asdict, replace
+from typing import NoReturn
 
 from playground import environment
 from playground.drafting import k_problem
@@ -15,6 +18,44 @@ from playground.presets import Preset, default_preset_name, engine_presets, get_
 
 class UsageError(Exception):
     """A problem with the user's request, reported as one line on stderr."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser with its refusals in one line (`error: <command>: <what>`, exit 2) instead of the usage
+    block above the error; `--help` still prints the usage. Sub-commands' parsers are made of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message} (--help for usage)\n")
+
+
+def tcp_port(text: str) -> int:
+    """A TCP port for --port: a whole number from 0 (any free port) to 65535."""
+    try:
+        number = int(text)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"a port from 0 to 65535 (0: any free port), got {text!r}")
+    return number
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (host, port), not yet listening, or a UsageError saying in one line why it cannot be
+    (the port taken, the host not this machine's): bound before a model loads, so a busy port is refused at once."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError) as err:
+        raise UsageError(f"cannot listen on {host}:{port}: the host is unknown ({err})") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free, as uvicorn has it
+        sock.bind(address)
+    except OSError as err:
+        sock.close()
+        why = "the port is in use (another server holds it)" if err.errno == errno.EADDRINUSE else err.strerror or err
+        raise UsageError(f"cannot listen on {host}:{port}: {why}") from None
+    return sock
 
 
 def target_preset(name: str | None, target: str | None) -> Preset:

@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import os
 import shlex
+import socket
 import sys
 
 from playground.drafting import PLAIN
@@ -32,7 +33,9 @@ from playground.flags import (
     add_pair_flags,
     add_threads_flag,
     add_tree_flags,
+    listening_socket,
     target_preset,
+    tcp_port,
     tree_shape,
 )
 from playground.presets import DEFAULT, get_preset
@@ -51,18 +54,25 @@ def server_k(text: str) -> int | str:
 
 
 def serve(args: argparse.Namespace) -> None:
-    import uvicorn
-
-    from .app import build_app
-
     if args.k == "auto" and args.tree_nodes is not None:
         raise UsageError("--k auto chooses a chain's k: with --tree-nodes give --k N (the tree's depth)")
     limits = Limits(max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout, max_running=args.max_running,
                     max_waiting=args.max_waiting, default_max_tokens=args.default_max_tokens)
-    # as `vllm serve MODEL` names the model MODEL, an own target is served by the name it was given
-    engine = load_engine(target_preset(args.preset, args.target), args.drafter, args.k,
-                         args.served_model_name or args.target, args.min_draft_prob, args.drafter_path,
-                         tree_shape(args), args.generation_config, parse_override(args.override_generation_config))
+    tree, override = tree_shape(args), parse_override(args.override_generation_config)
+    # the port is taken before the model loads: a busy one is refused at once, in one line, and none is lost meanwhile
+    with listening_socket(args.host, args.port) as sock:
+        # as `vllm serve MODEL` names the model MODEL, an own target is served by the name it was given
+        engine = load_engine(target_preset(args.preset, args.target), args.drafter, args.k,
+                             args.served_model_name or args.target, args.min_draft_prob, args.drafter_path, tree,
+                             args.generation_config, override)
+        _serve_on(sock, engine, limits, args)
+
+
+def _serve_on(sock: socket.socket, engine, limits: Limits, args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from .app import build_app
+
     api_key = args.api_key or os.environ.get("VLLM_API_KEY") or None
     config = uvicorn.Config(build_app(engine, limits, api_key), host=args.host, port=args.port, access_log=args.verbose,
                             log_level="info" if args.verbose else "warning", timeout_keep_alive=5,
@@ -70,11 +80,11 @@ def serve(args: argparse.Namespace) -> None:
     server = uvicorn.Server(config)
 
     async def run() -> None:
-        task = asyncio.create_task(server.serve())
+        task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not task.done():
             await asyncio.sleep(0.05)
         if server.started:
-            host, port = server.servers[0].sockets[0].getsockname()[:2]
+            host, port = sock.getsockname()[:2]
             adaptive = f", adaptive {engine.min_draft_prob:g}" if engine.min_draft_prob else ""
             drafting = (f"tree of {engine.tree.nodes} nodes, depth {engine.tree.depth}, top-{engine.tree.topk}"
                         if engine.tree else f"k={engine.k}")
@@ -82,7 +92,10 @@ def serve(args: argparse.Namespace) -> None:
                 print(f"--k auto: {engine.auto.why}", flush=True)
             print(f"serving {engine.model_name} (drafter {engine.drafter}, {drafting}{adaptive}; sampling defaults: "
                   f"{engine.sampling.describe()}) on http://{host}:{port}", flush=True)
-        await task
+        try:
+            await task
+        except SystemExit:  # uvicorn's own start-up failure, which it has logged in one line
+            raise UsageError(f"the server on {args.host}:{args.port} stopped while starting") from None
 
     asyncio.run(run())
 
@@ -111,7 +124,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_min_draft_prob_flag(p)
     add_tree_flags(p)
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000, help="0 = any free port (the URL is printed)")
+    p.add_argument("--port", type=tcp_port, default=8000, help="0 = any free port (the URL is printed); a port in "
+                   "use is refused before the model loads")
     p.add_argument("--served-model-name", help="the model name clients send (default: the preset's name)")
     p.add_argument("--generation-config", choices=["auto", "vllm"], default="auto",
                    help="auto: requests that leave out temperature or top_p get the model's recommended values (its "
@@ -139,6 +153,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--drafter", default="eagle3.1", help="none, a drafter name of the preset, or a folder / Hub id")
     p.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
     p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=tcp_port, default=8000)
     p.add_argument("--no-check", action="store_true", help="skip reading the two config.json files")
     p.set_defaults(func=vllm_command)
