@@ -11,6 +11,7 @@ or not. An unexpected error is one log line and a 500.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import logging
@@ -100,19 +101,32 @@ class Guard:
                 await _error_response(500, f"internal error: {type(err).__name__}: {err}")(scope, receive, send)
 
 
-class RequireKey:
-    """ASGI middleware: with an API key set (`serve --api-key`, or VLLM_API_KEY as vLLM reads it), every route but
-    /health answers 401 unless the request carries `Authorization: Bearer <key>`."""
+GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")  # the paths vLLM 0.32's --api-key guards
 
-    def __init__(self, app: ASGIApp, api_key: str) -> None:
-        self.app, self.expected = app, f"Bearer {api_key}".encode()
+
+class RequireKey:
+    """ASGI middleware: with API keys set (`serve --api-key KEY [KEY ...]`, else VLLM_API_KEY, as vLLM reads them),
+    a request whose path starts with one of GUARDED_PREFIXES must carry `Authorization: Bearer <one of the keys>`
+    (the scheme in any case) or is answered 401 `{"error": "Unauthorized"}`, as vLLM 0.32 applies its key: every
+    other path (/health, /tokenize, /detokenize, /metrics) and any OPTIONS request stay open."""
+
+    def __init__(self, app: ASGIApp, api_keys: list[str]) -> None:
+        self.app = app
+        self.digests = [hashlib.sha256(key.encode()).digest() for key in api_keys]
+
+    def accepts(self, authorization: bytes) -> bool:
+        scheme, _, token = authorization.decode("latin-1").partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        given = hashlib.sha256(token.encode()).digest()  # digests of equal length: no comparison leaks a length
+        return any([hmac.compare_digest(given, digest) for digest in self.digests])  # every key compared
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope.get("path") != "/health":
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
-                await _error_response(401, "a missing or wrong API key: send 'Authorization: Bearer <key>'")(
-                    scope, receive, send)
+        if scope["type"] in ("http", "websocket") and scope.get("method") != "OPTIONS":
+            path = scope["path"].removeprefix(scope.get("root_path", ""))
+            if path.startswith(GUARDED_PREFIXES) and not self.accepts(dict(scope["headers"]).get(b"authorization",
+                                                                                               b"")):
+                await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
@@ -158,7 +172,8 @@ def _validation_message(err: RequestValidationError) -> tuple[str, str | None]:
     return (f"{param}: {message}" if param else message), param
 
 
-def build_app(engine: ServedEngine, limits: Limits = Limits(), api_key: str | None = None) -> FastAPI:
+def build_app(engine: ServedEngine, limits: Limits = Limits(), api_keys: list[str] | str | None = None) -> FastAPI:
+    """The server's app; `api_keys`: the keys RequireKey accepts (none: open)."""
     app = FastAPI(title="EAGLE Playground server", docs_url=None, redoc_url=None, openapi_url=None)
     admission = Admission(limits.max_running, limits.max_waiting)
     target = engine.backend.target
@@ -325,7 +340,8 @@ def build_app(engine: ServedEngine, limits: Limits = Limits(), api_key: str | No
         return PlainTextResponse(render_prometheus(engine.collector(admission.counts)),
                                  media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    if api_key:
-        app.add_middleware(RequireKey, api_key=api_key)
+    keys = [key for key in ([api_keys] if isinstance(api_keys, str) else api_keys or ()) if key]
+    if keys:
+        app.add_middleware(RequireKey, api_keys=keys)
     app.add_middleware(Guard, limits=limits)
     return app

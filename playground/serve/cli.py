@@ -73,8 +73,9 @@ def _serve_on(sock: socket.socket, engine, limits: Limits, args: argparse.Namesp
 
     from .app import build_app
 
-    api_key = args.api_key or os.environ.get("VLLM_API_KEY") or None
-    config = uvicorn.Config(build_app(engine, limits, api_key), host=args.host, port=args.port, access_log=args.verbose,
+    api_keys = args.api_key or [os.environ.get("VLLM_API_KEY", "")]  # --api-key over VLLM_API_KEY, as in vLLM
+    app = build_app(engine, limits, api_keys)
+    config = uvicorn.Config(app, host=args.host, port=args.port, access_log=args.verbose,
                             log_level="info" if args.verbose else "warning", timeout_keep_alive=5,
                             limit_concurrency=limits.max_running + limits.max_waiting + 16)
     server = uvicorn.Server(config)
@@ -132,8 +133,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "generation_config.json, else the preset's model card); vllm: OpenAI's 1.0 and 1.0")
     p.add_argument("--override-generation-config", metavar="JSON",
                    help="sampling defaults over those, e.g. '{\"temperature\": 0.5}' (temperature, top_p)")
-    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on every route but /health, 401 otherwise "
-                   "(default: VLLM_API_KEY, as vLLM reads it; none: open)")
+    p.add_argument("--api-key", nargs="+", metavar="KEY", help="require 'Authorization: Bearer KEY' (one of the "
+                   "keys) on the paths vLLM guards, /v1/... (401 otherwise); /health, /tokenize, /detokenize and "
+                   "/metrics stay open, as in vLLM (default: VLLM_API_KEY, as vLLM reads it; none: all open)")
     p.add_argument("--verbose", action="store_true", help="log every request")
     limits = Limits()
     p.add_argument("--max-body-bytes", type=int, default=limits.max_body_bytes,

@@ -344,11 +344,13 @@ def test_sampling_defaults_come_from_the_model_then_the_preset_then_openai(tmp_p
             parse_override(bad)
 
 
-def test_a_request_without_sampling_fields_gets_the_servers_defaults_and_a_key_guards_every_route_but_health(
+def test_a_request_without_sampling_fields_gets_the_servers_defaults_and_a_key_guards_the_paths_vllm_guards(
         pair_models: Path, tiny) -> None:
     """In process, through the app itself: with the defaults overridden to greedy, a request that names no
-    temperature equals plain greedy decoding, and /v1/models says which defaults apply and why; with an API key,
-    a missing or wrong key gets 401 on every route but /health, the right one gets through."""
+    temperature equals plain greedy decoding, and /v1/models says which defaults apply and why; with API keys, as
+    vLLM 0.32 applies them: /v1 paths (a route or not) refuse a missing or wrong key with 401 {"error":
+    "Unauthorized"}, /health, /metrics, /tokenize and /detokenize answer without one, either key gets through and the
+    scheme's case does not matter."""
     from fastapi.testclient import TestClient
 
     from playground.engine import emitted_ids, plain_generate
@@ -359,31 +361,46 @@ def test_a_request_without_sampling_fields_gets_the_servers_defaults_and_a_key_g
     engine = load_engine(get_preset("smollm2-135m"), "eagle3.1", 4, None, override={"temperature": 0.0})
     prompt = tiny.training_prompts[0]
     plain = emitted_ids(list(plain_generate(engine.backend.target, prompt, GenerationConfig(max_new_tokens=16))))
-    with TestClient(build_app(engine, api_key="s3cret")) as client:
+    with TestClient(build_app(engine, api_keys=["s3cret", "other"])) as client:
         key = {"Authorization": "Bearer s3cret"}
         assert client.get("/health").status_code == 200
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+        assert client.get("/metrics").status_code == 200
+        assert client.post("/tokenize", json={"prompt": "def add(a, b):"}).json()["count"] > 0
+        assert client.post("/detokenize", json={"tokens": [1, 2]}).status_code == 200
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"},
+                        {"Authorization": "Basic s3cret"}, {"Authorization": "Bearer  s3cret"}):
             refused = client.get("/v1/models", headers=headers)
-            assert refused.status_code == 401 and "API key" in refused.json()["error"]["message"]
+            assert (refused.status_code, refused.json()) == (401, {"error": "Unauthorized"}), headers
             assert client.post("/v1/completions", json={"prompt": prompt}, headers=headers).status_code == 401
+            assert client.post("/v1/chat/completions", json={"messages": MESSAGES}, headers=headers).status_code == 401
+            assert client.get("/v1/no-such-route", headers=headers).status_code == 401
+        assert client.get("/v1/no-such-route", headers=key).status_code == 404
+        for headers in ({"Authorization": "bearer s3cret"}, {"Authorization": "BEARER other"}):
+            assert client.get("/v1/models", headers=headers).status_code == 200
         card = client.get("/v1/models", headers=key).json()["data"][0]
         assert card["sampling_defaults"]["temperature"] == 0.0
         assert "--override-generation-config" in card["sampling_defaults"]["source"]
         answer = client.post("/v1/completions", headers=key,
                              json={"prompt": prompt, "max_tokens": 16, "return_token_ids": True}).json()
         assert answer["choices"][0]["token_ids"] == plain
+    with TestClient(build_app(engine, api_keys=[""])) as client:  # an empty VLLM_API_KEY sets no key, as in vLLM
+        assert client.get("/v1/models").status_code == 200
 
 
 @pytest.mark.slow  # a server in a subprocess
 def test_serve_api_key_flag_and_its_start_line(tiny_root: Path) -> None:
     """`serve --api-key K` (with an override of the sampling defaults, which the start-up line names before its
-    URL): 401 without the key and with a wrong one, 200 with it; /health stays open."""
+    URL): on /v1 paths 401 without the key and with a wrong one, 200 with it; /health, /metrics and /tokenize answer
+    without it, as vLLM's do."""
     with running_server(tiny_root, "--api-key", "K", "--override-generation-config", '{"temperature": 0}') as (
             url, proc):
-        assert httpx.get(f"{url}/v1/models").status_code == 401
+        refused = httpx.get(f"{url}/v1/models")
+        assert (refused.status_code, refused.json()) == (401, {"error": "Unauthorized"})
         assert httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer nope"}).status_code == 401
         assert httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer K"}).status_code == 200
         assert httpx.get(f"{url}/health").status_code == 200
+        assert httpx.get(f"{url}/metrics").status_code == 200
+        assert httpx.post(f"{url}/tokenize", json={"prompt": "hi"}, timeout=30).status_code == 200
 
 
 def test_an_unsupported_parameter_is_refused_for_its_own_reason() -> None:
