@@ -375,6 +375,7 @@ def test_a_request_without_sampling_fields_gets_the_servers_defaults_and_a_key_g
             assert client.post("/v1/chat/completions", json={"messages": MESSAGES}, headers=headers).status_code == 401
             assert client.get("/v1/no-such-route", headers=headers).status_code == 401
         assert client.get("/v1/no-such-route", headers=key).status_code == 404
+        assert client.options("/v1/models").status_code == 405  # passed by the check; no CORS here (docs/serve.md)
         for headers in ({"Authorization": "bearer s3cret"}, {"Authorization": "BEARER other"}):
             assert client.get("/v1/models", headers=headers).status_code == 200
         card = client.get("/v1/models", headers=key).json()["data"][0]
