@@ -97,7 +97,12 @@ speedup over plain decoding, live.
   decoding of the same answer on this machine ([docs/app.md](docs/app.md#chat)).
 - **Compare**: one prompt, two configurations, one verdict that names a faster side only where the measurement can
   tell ([docs/app.md](docs/app.md#compare)).
-- **Benchmark**: the measured profiles that fit this Space's time bound ([docs/benchmarks.md](docs/benchmarks.md)).
+- **Benchmark**: a bench holds the model while every other visitor waits, so a Space runs only the profiles
+  measured on its own kind of machine (the same CPU model, core count and vector units, and the same preset) to
+  finish within its bound (`PLAYGROUND_PUBLIC_BENCH_S`); a profile measured elsewhere, or not at all, counts as over
+  it. On a machine the shipped durations ([assets/bench/durations.json](assets/bench/durations.json)) do not name,
+  the tab offers none and says why for each: run them with `python -m playground bench --profile NAME` on a machine
+  of your own ([docs/benchmarks.md](docs/benchmarks.md)).
 - **Your own pair**: a Hugging Face target with its EAGLE-3 / EAGLE-3.1 drafters, by Hub id, checked for fit and
   memory before anything downloads ([docs/app.md](docs/app.md#your-own-pair)).
 - **API**: every tab through `gradio_client` ([docs/app.md](docs/app.md#api-gradio_client)).

@@ -220,3 +220,33 @@ def test_a_space_has_a_page_of_its_own(folders: dict[str, Path], hardware: str) 
     assert ("vLLM is not installed here" in body) == (hardware != "docker")
     for link in re.findall(r"\]\(([^)#]+)", body):
         assert (folders[hardware] / link).exists(), link
+
+
+def test_the_space_pages_benchmark_line_says_what_the_tab_offers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Space README's Benchmark line against bench/public.py, which the tab reads: on a Space a profile is offered
+    only where it was measured on this kind of machine and this preset within the bound (PLAYGROUND_PUBLIC_BENCH_S);
+    on a machine the shipped durations do not name none is, each with why, and the tab points at the bench command."""
+    from playground.bench.profiles import DURATIONS, measured_durations
+    from playground.bench.public import BOUND_ENV, DEFAULT_BOUND_S, Machine, offered_profiles, public_note
+    from playground.presets import DEFAULT
+    from playground.space import space_readme
+
+    monkeypatch.setenv("SPACE_ID", "someone/a-space")
+    monkeypatch.delenv(BOUND_ENV, raising=False)
+    for hardware in HARDWARE:
+        line = " ".join(next(item for item in space_readme(hardware).split("\n- ")
+                             if item.startswith("**Benchmark**")).split())
+        assert BOUND_ENV in line and "assets/bench/durations.json" in line, line
+        assert "the tab offers none" in line and "python -m playground bench --profile NAME" in line, line
+        assert "the same CPU model, core count and vector units, and the same preset" in line, line
+    elsewhere = Machine("A CPU no duration names", 2, "AVX2")
+    assert offered_profiles(DEFAULT, machine=elsewhere) == []
+    note = public_note(DEFAULT, machine=elsewhere)
+    assert "Offered: none." in note and "python -m playground bench --profile NAME" in note
+    measured = measured_durations(DURATIONS)
+    assert measured, "no measured durations to hold the line against"
+    for name, duration in measured.items():
+        there = Machine(duration.cpu, duration.cores, duration.simd)
+        assert (name in offered_profiles(duration.preset, machine=there)) == (duration.seconds <= DEFAULT_BOUND_S)
+        assert name not in offered_profiles("kimi-tiny", machine=there)  # another preset: not measured on it
+        assert name not in offered_profiles(duration.preset, machine=Machine(there.cpu, there.cores + 1, there.simd))
