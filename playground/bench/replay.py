@@ -81,8 +81,27 @@ def replay_json(rows: list[Replayed], profiles: dict[str, CostProfile]) -> dict:
     return {"configs": [asdict(r) for r in rows], "profiles": {name: p.to_dict() for name, p in profiles.items()}}
 
 
+RECORD_HINT = "replay reads the run record `generate --json` prints"
+
+
+def read_record(path: str) -> RunRecord:
+    """The run record in `path`, or a UsageError saying in one line why the file is not one."""
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"{path}: {'a folder, not a file' if file.is_dir() else 'no such file'}; {RECORD_HINT}")
+    try:
+        data = json.loads(file.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise UsageError(f"{path} is not a run record (not JSON); {RECORD_HINT}") from None
+    try:
+        return RunRecord.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        missing = f"no {err.args[0]!r} field" if isinstance(err, KeyError) and err.args else "fields of another shape"
+        raise UsageError(f"{path} is not a run record (JSON, but {missing}); {RECORD_HINT}") from None
+
+
 def run(args: argparse.Namespace) -> dict:
-    record = RunRecord.from_dict(json.loads(Path(args.record).read_text()))
+    record = read_record(args.record)
     if record.prompt_ids is None:
         raise UsageError(f"{args.record} has no prompt_ids: replay needs a record written by this version's "
                          "`generate --json` (or the app's export)")

@@ -72,6 +72,22 @@ def test_a_sampled_answer_gets_the_expected_first_draft_acceptance_and_an_old_re
     assert code != 0 and "has no prompt_ids" in err
 
 
+def test_a_file_that_is_not_a_run_record_is_refused_in_one_line_naming_it(capsys, tmp_path: Path) -> None:
+    """README.md, JSON of another shape, a missing file, a folder: one `error:` line each, saying what the file is,
+    before any model loads."""
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "other.json").write_text('{"rows": []}')
+    cases = {str(readme): "is not a run record (not JSON)", str(tmp_path / "list.json"): "is not a run record (JSON",
+             str(tmp_path / "other.json"): "is not a run record (JSON, but no 'config' field)",
+             str(tmp_path / "nope.json"): "no such file", str(tmp_path): "a folder, not a file"}
+    for path, words in cases.items():
+        code, out, err = run(capsys, "replay", path)
+        lines = err.strip().splitlines()
+        assert code == 2 and out == "" and len(lines) == 1, err
+        assert lines[0].startswith(f"error: {path}") and words in lines[0] and "generate --json" in lines[0], lines
+
+
 def test_the_prediction_is_plain_time_over_drafting_and_verification() -> None:
     """Plain steps of 10 ms; verifying r rows 10 + r ms; a chain of k 2k ms. Two steps drafting 4 (3 then 4
     accepted) emit 9 tokens in (8 + 15) * 2 = 46 ms, where plain decoding takes 90 ms."""
