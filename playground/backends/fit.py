@@ -15,6 +15,8 @@ from pathlib import Path
 
 from playground.engine.checkpoint import MLA_ARCHITECTURES, CheckpointError, aux_layer_ids
 
+from .availability import folder_problem, looks_like_folder
+
 MLA_LATENT_WIDTHS = (320, 512, 576)  # kv_lora_rank + qk_rope_head_dim that vLLM's MLA kernels take
 
 
@@ -48,11 +50,6 @@ def hub_problem(source: str, err: Exception, doing: str) -> str:
 
 
 HUB_PROBE_S = 3.0  # how long a Hub id waits to learn whether the Hub can be reached at all
-
-
-def looks_like_folder(source: str) -> bool:
-    """A path, not a Hub id ("owner/name" or "name"): it starts with /, . or ~, or has more than one /."""
-    return source.startswith(("/", ".", "~")) or source.count("/") > 1 or "\\" in source
 
 
 def hub_unreachable(endpoint: str | None = None, timeout_s: float = HUB_PROBE_S) -> str | None:
@@ -94,8 +91,8 @@ def read_config(source: str, revision: str = "") -> dict:
         path = folder / "config.json"
         if not path.is_file():
             raise CheckpointError(f"no config.json in {folder}")
-    elif looks_like_folder(source):
-        raise CheckpointError(f"no such folder: {source}")
+    elif problem := folder_problem(source):
+        raise CheckpointError(problem)
     else:
         if unreachable := hub_unreachable():
             raise CheckpointError(f"cannot read config.json of {source!r}: {unreachable}; name a local folder, or "

@@ -164,9 +164,10 @@ def test_a_hub_repository_without_safetensors_is_refused(monkeypatch: pytest.Mon
 
 def test_a_missing_folder_says_so_and_an_unreachable_hub_answers_within_seconds(
         tiny_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A path that does not exist is "no such folder", not a repo-id validation message; a Hub id on a machine
-    that cannot reach the Hub is refused within the probe's seconds, saying so (the probe here is a closed port on
-    this machine's loopback: no traffic leaves it)."""
+    """A path that does not exist is "no such folder", not a repo-id validation message; a file given for a folder
+    says it is a file (as the target or a drafter); a Hub id on a machine that cannot reach the Hub is refused within
+    the probe's seconds, saying so (the probe here is a closed port on this machine's loopback: no traffic leaves
+    it)."""
     import socket
 
     from playground.backends import fit
@@ -175,6 +176,12 @@ def test_a_missing_folder_says_so_and_an_unreachable_hub_answers_within_seconds(
         with pytest.raises(PairRefused, match="no such folder") as refused:
             check_pair(missing, {"eagle3": str(tiny_root / "eagle3")})
         assert "Repo id" not in str(refused.value) and "\n" not in str(refused.value)
+    a_file = str(tiny_root / "target" / "config.json")
+    with pytest.raises(PairRefused, match=f"^target: {a_file} is a file, not a folder"):
+        check_pair(a_file, {"eagle3": str(tiny_root / "eagle3")})
+    with pytest.raises(PairRefused, match="is a file, not a folder") as refused:
+        check_pair(str(tiny_root / "target"), {"eagle3": a_file})
+    assert "no such folder" not in str(refused.value)
     with socket.socket() as spare:
         spare.bind(("127.0.0.1", 0))
         closed = spare.getsockname()[1]  # nothing listens once the socket closes

@@ -182,6 +182,10 @@ def test_errors_are_one_line_on_stderr(tiny: TinyModels, broken_drafter: Path, t
 
     assert "must be between 1 and 16, got 0" in _one_line_error(run_in_process(capsys, "--prompt", PROMPT, "--k", "0"))
     assert "prompt is empty" in _one_line_error(run_in_process(capsys, "--prompt", "   "))
+    for target, words in (("/no/such/folder", "error: target: no such folder: /no/such/folder"),
+                          (str(root / "target" / "config.json"), "is a file, not a folder")):
+        line = _one_line_error(run_in_process(capsys, "--target", target, "--prompt", PROMPT))
+        assert words in line and "Repo id" not in line, line
     missing = tmp_path / "no-such-drafter"
     assert str(missing) in _one_line_error(run_in_process(capsys, *by_path, "--drafter-path", str(missing)))
     line = _one_line_error(run_in_process(capsys, *by_path, "--drafter-path", str(broken_drafter)))
