@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -86,6 +87,9 @@ def bench(args: argparse.Namespace) -> None:
     print(f"{len(result.rows)} rows in {result.seconds / 60:.1f} min → {paths['csv'].parent}")
     for path in paths.values():
         print(f"  {path}")
+    print("Findings:")  # as results.json and report.html carry them
+    for finding in json.loads(paths["json"].read_text())["findings"]:
+        print(f"- {finding}")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

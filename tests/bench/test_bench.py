@@ -59,9 +59,11 @@ def _jsonl(path: Path) -> Path:
     return path
 
 
-def test_smoke_profile_writes_three_outputs(tiny_pair: Path, tmp_path: Path) -> None:
+def test_smoke_profile_writes_three_outputs_and_prints_its_findings(tiny_pair: Path, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "smoke"
     assert main(["bench", "--profile", "smoke", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
 
     with open(out / "results.csv", newline="") as f:
         csv_rows = list(csv.DictReader(f))
@@ -93,6 +95,8 @@ def test_smoke_profile_writes_three_outputs(tiny_pair: Path, tmp_path: Path) -> 
     report = (out / "report.html").read_text()
     assert report.count("plotly.js v") == 1  # plotly.js inlined exactly once
     assert data["findings"][0].startswith("Lossless") and data["findings"][0] in report
+    said = printed.split("Findings:\n", 1)[1].splitlines()  # the findings close what the command prints
+    assert said == [f"- {finding}" for finding in data["findings"]] and len(said) > 1
     config_block = html.unescape(report.split("<h2>Machine and configuration</h2><pre>")[1].split("</pre>")[0])
     assert json.loads(config_block)["config"] == data["config"]
     assert '"ks": [1, 3]' in config_block  # a list of plain values on one line
