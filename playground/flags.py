@@ -87,8 +87,8 @@ def resolve_preset(args: argparse.Namespace) -> Preset:
 
 def _resolved(args: argparse.Namespace) -> Preset:
     preset = target_preset(args.preset, args.target)
-    changes = {key: value for key in ("backend", "device", "dtype")
-               if (value := getattr(args, key)) is not None and value != getattr(preset, key)}
+    changes = {key: value for key in ("backend", "device", "dtype", "weights")
+               if (value := getattr(args, key, None)) is not None and value != getattr(preset, key)}
     if not changes:
         return preset
     twin = engine_presets(preset).get(changes.get("backend", ""))

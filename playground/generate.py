@@ -75,6 +75,9 @@ def generate(args: argparse.Namespace) -> dict:
     result = {"preset": preset.name, "target": preset.target, "dtype": preset.dtype,
               "forward": target.forward_path if target is not None else preset.backend,
               "kernels": target.fast.kernels if target is not None and target.fast is not None else None,
+              "weights": target.weights if target is not None else None,
+              "weights_mb": (round(target.fast.resident_bytes() / 1e6, 1)
+                             if target is not None and target.fast is not None else None),
               "threads": target.threads.describe() if target is not None and target.threads is not None else None,
               "tree": asdict(tree) if tree else None, "auto_k": auto.to_dict() if auto else None,
               "health": health.to_dict(), **record.to_dict()}
@@ -134,6 +137,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=["local", "vllm", "remote"], help="default: the preset's")
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: the preset's")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: the preset's")
+    p.add_argument("--weights", choices=["float32", "int4", "auto"],
+                   help="our engine on the CPU: int4 layers in GGUF Q4_1's groups, or auto (int4 where measured "
+                   "faster and row-exact); default: the preset's")
     p.add_argument("--no-instrument", action="store_true", help="skip attention / hidden-RMS capture")
     p.add_argument("--json", action="store_true", help="print one JSON object (schema in docs/cli.md)")
     add_threads_flag(p)

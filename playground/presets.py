@@ -39,6 +39,7 @@ DRAFTER_LABELS = {
 BACKENDS = ("local", "vllm", "remote")
 DEVICES = ("cpu", "cuda")
 DTYPES = ("float32", "bfloat16", "float16")
+WEIGHTS = ("float32", "int4", "auto")  # what our engine's CPU fast path multiplies (engine/llama.py)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Preset:
     backend: str = "local"  # "local" | "vllm" | "remote"
     device: str = "cpu"  # "cpu" | "cuda"
     dtype: str = "float32"
+    weights: str = "float32"  # our engine on the CPU: "int4" layers (GGUF Q4_1 groups), or "auto": int4 where faster
     description: str = ""
     tensor_parallel_size: int = 1  # GPUs per engine (vLLM)
     gated: bool = False  # the target needs HF_TOKEN of an account that accepted its licence
@@ -353,6 +355,8 @@ def validate_preset(preset: Preset) -> list[str]:
         problems.append(f"device {preset.device!r} is not one of {DEVICES}")
     if preset.dtype not in DTYPES:
         problems.append(f"dtype {preset.dtype!r} is not one of {DTYPES}")
+    if preset.weights not in WEIGHTS:
+        problems.append(f"weights {preset.weights!r} is not one of {WEIGHTS}")
     if preset.tensor_parallel_size < 1:
         problems.append("tensor_parallel_size must be at least 1")
     if preset.backend == "local" and preset.tensor_parallel_size != 1:

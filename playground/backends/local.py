@@ -26,6 +26,7 @@ from playground.presets import Preset
 from playground.smollm2 import local_folder
 
 from . import Capabilities
+from .request import RequestError
 
 
 @dataclass
@@ -57,7 +58,8 @@ class LocalBackend:
     def target(self) -> Target:
         with self._lock:
             if self._target is None:
-                self._target = Target.load(local_folder(self.preset.target), device=self.device, dtype=self.dtype)
+                self._target = Target.load(local_folder(self.preset.target), device=self.device, dtype=self.dtype,
+                                           weights=self.preset.weights)
             return self._target
 
     def drafter(self, name: str) -> LoadedDrafter:
@@ -81,7 +83,8 @@ class LocalBackend:
         """Whether greedy speculative output equals plain decoding's in this precision: in float32 (up to float32
         near-ties, which the lossless tests bound), and in bfloat16 where the fast forward verifies row-exactly."""
         target = self.target
-        return target.dtype == torch.float32 or (target.fast is not None and target.fast.row_exact)
+        return (target.weights == "float32" and target.dtype == torch.float32) or (
+            target.fast is not None and target.fast.row_exact)
 
     @property
     def compute(self) -> str:
@@ -118,6 +121,10 @@ class LocalBackend:
                   should_stop: Callable[[], bool] | None = None) -> Iterator[StepEvent]:
         if drafter == PLAIN:
             return plain_generate(self.target, prompt_ids, cfg, should_stop)
+        if self.target.quantised and not self.exact_speculation:
+            raise RequestError("int4 weights: this CPU's int4 products round a row differently among several, so "
+                               "speculation on them would not be token-identical to plain decoding; run plain "
+                               "decoding, or weights float32")
         loaded = self.drafter(drafter)
         if cfg.tree is not None:
             return tree_generate(self.target, loaded.drafter, loaded.aux_layers, prompt_ids, cfg, cfg.tree,

@@ -19,6 +19,16 @@ load, `rows_independent`): each verified query then attends alone over exactly t
 so every verified row is computed bit for bit as plain decoding computes it, and greedy speculative output equals
 plain bfloat16 decoding's. Where they are not, the run says its tokens may differ from plain decoding's.
 
+With `weights="int4"` (or `"auto"`, where measured faster and row-exact here) every layer's products read four-bit
+weights in groups of 32 along the input, each group a scale and a minimum: the form of the default target's Q4_1 GGUF
+file, so its codes come back exactly from the dequantised float32 weights (`int4_groups`). PyTorch's own
+`_weight_int4pack_mm_for_cpu` multiplies them; it is fast only for bfloat16 inputs, so each product's input is
+rounded to bfloat16 and its scales and minima are held in bfloat16 (the residual stream, norms and attention stay
+float32). The tied embedding and vocabulary head (Q8_0 in the file) go to bfloat16 where this CPU multiplies bf16 in
+hardware: four bits there change one top token in ten. That is a different target from float32's: answers may
+differ, and greedy speculation is token-identical to plain decoding of *this* target where its products are
+row-independent (probed at load, as for bfloat16), never otherwise.
+
 Only plain Llama layers take this path (`fast_forward_problem` says why a model does not); everything else runs
 through transformers.
 """
@@ -43,6 +53,9 @@ PACK_SHARE = 0.25  # float32 packs may take at most this share of the memory ava
 COLUMNS_GAIN = 1.2  # a one-row product keeps the transposed weight only when it runs at least this much faster
 ONEDNN_GAIN = 1.1  # float32 products of several rows keep oneDNN's pack only when it is at least this much faster
 VERIFY_ROWS = 5  # the row count several-row layouts are timed at: a verification of k = 4 drafts
+QUANT_GROUP = 32  # int4 weights: a scale and a minimum per 32 weights along the input (GGUF's Q4_1 blocks)
+INT4_GAIN = 1.1  # weights="auto" takes int4 only where a one-row pass over every layer is at least this much faster
+WEIGHTS = ("auto", "float32", "int4")  # what a Llama target's fast path multiplies: chosen by measurement, or forced
 MEMINFO = Path("/proc/meminfo")
 
 
@@ -97,6 +110,7 @@ class Projection:
         self.mkl: tuple[int, torch.Tensor] | None = None  # (rows, packed weight): read once per call, so swaps are safe
         self.onednn: torch.Tensor | None = None
         self.columns: torch.Tensor | None = None  # W^T, contiguous: one-row products, where faster here
+        self.int4: tuple[torch.Tensor, torch.Tensor] | None = None  # (packed codes, bf16 scales and zeros)
         self.owners = list(owners)  # (module, first row): modules whose weight is a view of rows of this one
 
     def __call__(self, x: torch.Tensor, rows_at_once: int | None = None) -> torch.Tensor:
@@ -104,9 +118,17 @@ class Projection:
         verification of a tree larger than the row counts `rows_independent` probed)."""
         if rows_at_once is not None and x.shape[0] > rows_at_once:
             return torch.cat([self(part) for part in x.split(rows_at_once)])
+        if self.int4 is not None:
+            packed, scales_zeros = self.int4
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), packed, QUANT_GROUP,
+                                                            scales_zeros).to(x.dtype)
+            return y if self.bias is None else y + self.bias
         if self.columns is not None and x.shape[0] == 1:
             y = x @ self.columns
             return y if self.bias is None else y + self.bias
+        if self.onednn is not None and self.onednn.dtype != x.dtype:  # a bf16 head in a float32 stream (int4)
+            return torch.ops.mkldnn._linear_pointwise(x.to(self.onednn.dtype), self.onednn, None, "none", [],
+                                                      "").to(x.dtype)
         if self.onednn is not None:
             return torch.ops.mkldnn._linear_pointwise(x, self.onednn, self.bias, "none", [], "")
         mkl = self.mkl
@@ -137,6 +159,48 @@ class Projection:
 
     def pack_onednn(self) -> None:
         self.onednn = onednn_pack(self.weight)
+
+    def quantise_int4(self, groups: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """Take products through int4 groups of the weight from now on (`int4_groups`, or `groups` made from it),
+        giving the float32 weight and every other layout back: the weight (and the modules' views of it) becomes a
+        meta tensor, its shape alone."""
+        self.int4 = groups or int4_groups(self.weight)
+        self.mkl = self.onednn = self.columns = None
+        self.weight = self.weight.to("meta")
+        for module, first in self.owners:
+            module.weight = nn.Parameter(self.weight[first : first + module.weight.shape[0]], requires_grad=False)
+
+    def tensors(self) -> list[torch.Tensor]:
+        """What this projection holds: its weight (a meta tensor once given back), bias, packs, copies, int4 codes."""
+        held = [self.weight, self.bias, self.columns, self.onednn, self.mkl[1] if self.mkl else None,
+                *(self.int4 or ())]
+        return [t for t in held if t is not None]
+
+
+def _address(tensor: torch.Tensor) -> int:
+    """Where a tensor's data lives (views of one weight share it); oneDNN's opaque packs have no pointer to read."""
+    return tensor.data_ptr() if tensor.layout == torch.strided else id(tensor)
+
+
+def int4_eligible(weight: torch.Tensor) -> bool:
+    """Shapes PyTorch's int4 CPU kernel takes: outputs a multiple of 16, inputs a multiple of the group."""
+    return weight.dim() == 2 and weight.shape[0] % 16 == 0 and weight.shape[1] % QUANT_GROUP == 0
+
+
+def int4_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(packed codes, scales and zeros [in / 32, out, 2] in bf16) of `weight` [out, in], quantised as GGUF's Q4_1
+    quantises: per group of 32 inputs, minimum m and scale d = (max - m) / 15, code = round((w - m) / d). Weights
+    dequantised from a Q4_1 file give back their own codes (d and m are the file's, to float32 rounding). The kernel
+    computes (code - 8) * scale + zero, so zero = m + 8 * scale, with the scale rounded to bf16 first."""
+    out, inputs = weight.shape
+    groups = weight.detach().float().reshape(out, inputs // QUANT_GROUP, QUANT_GROUP)
+    low, high = groups.amin(-1), groups.amax(-1)
+    scale = (high - low) / 15
+    codes = ((groups - low[..., None]) / torch.where(scale > 0, scale, 1.0)[..., None]).round().clamp(0, 15)
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).reshape(out, inputs), 1)
+    scale = scale.to(torch.bfloat16).float()
+    scales_zeros = torch.stack([scale, low + 8 * scale], dim=-1).transpose(0, 1).contiguous().to(torch.bfloat16)
+    return packed, scales_zeros
 
 
 def _room_for_copies(weights: list[torch.Tensor]) -> bool:
@@ -311,11 +375,17 @@ class _Layer:
 class FastLlama:
     """`forward(ids, cache, aux_layers, last_only)`: logits and aux states of new tokens, the cache extended."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, weights: str = "float32") -> None:
+        """`weights`: "float32" (the model's own dtype), "int4" (layers in int4 groups; ValueError where this target
+        or CPU cannot) or "auto" (int4 where measured `INT4_GAIN` times faster here and row-exact, else the model's
+        own; `weights_why` says why not)."""
         problem = fast_forward_problem(model)
         if problem:
             raise ValueError(f"no fast forward: {problem}")
+        if weights not in WEIGHTS:
+            raise ValueError(f"weights {weights!r} is not one of {', '.join(WEIGHTS)}")
         cfg = model.config
+        self.model = model
         self.embed = model.get_input_embeddings().weight
         self.layers = [_Layer(layer) for layer in model.model.layers]
         self.norm = model.model.norm.weight
@@ -329,7 +399,9 @@ class FastLlama:
         self._pack_lock = threading.Lock()
         self._packed_rows: int | None = None
         self._no_room_for = 0  # pack bytes that did not fit: not tried again for a size as large
-        dtype = self.embed.dtype
+        dtype = self.dtype = self.embed.dtype  # of the residual stream, the KV cache and the logits
+        self.weights = str(dtype).removeprefix("torch.")  # what the layers' products read: "int4" once quantised
+        self.weights_why: str | None = None  # why weights="auto" kept the model's own weights
         if dtype == torch.bfloat16 and self.embed.device.type == "cpu" and native_bfloat16():
             for projection in self.projections():
                 projection.pack_onednn()
@@ -337,17 +409,102 @@ class FastLlama:
             # rounds SmolLM2's down and vocabulary products of one row differently from the same rows among several.
             shapes = {tuple(p.weight.shape): p for p in self.projections()}
             self.row_exact = all(rows_independent(p, MAX_EXACT_ROWS) for p in shapes.values())
+        int4_problem = self._int4_problem()
+        if weights == "int4" and int4_problem:
+            raise ValueError(f"int4 weights: {int4_problem}")
         groups = {**self.layer_groups(), "lm_head": [self.lm_head]}
+        if weights == "int4":
+            groups = {"lm_head": [self.lm_head]}  # the layers' float32 layouts would be given back at once
         self.transposed = [role for role, group in groups.items() if prefer_columns(group)]
         self.onednn_roles = ([role for role, group in groups.items() if prefer_onednn(group)]
                              if dtype == torch.float32 and self.embed.device.type == "cpu" else [])
+        if weights == "auto" and int4_problem:
+            self.weights_why = f"int4 weights: {int4_problem}"
+        elif weights != "float32":
+            self._take_int4(forced=weights == "int4")
+
+    def _int4_problem(self) -> str | None:
+        """Why int4 layers cannot run here, or None."""
+        if self.dtype != torch.float32 or self.embed.device.type != "cpu":
+            return "they need a float32 target on the CPU"
+        if not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"):
+            return "this PyTorch has no int4 CPU kernel"
+        odd = sorted({tuple(p.weight.shape) for layer in self.layers for p in layer.projections()
+                      if not int4_eligible(p.weight)})
+        if odd:
+            return (f"products of shape {odd[0][0]} x {odd[0][1]} are not multiples of 16 outputs by "
+                    f"{QUANT_GROUP} inputs")
+        return None
+
+    def _take_int4(self, forced: bool) -> None:
+        """Quantise every layer's products to int4 groups: always when `forced`, else where a one-row pass over all
+        layers runs `INT4_GAIN` times faster than the float32 layouts chosen above and the result is row-exact."""
+        layer_projections = [p for layer in self.layers for p in layer.projections()]
+        quantised = [int4_groups(p.weight) for p in layer_projections]
+        if not forced:
+            x = torch.randn(1, max(p.weight.shape[1] for p in layer_projections), dtype=self.dtype)
+            mm = torch.ops.aten._weight_int4pack_mm_for_cpu
+
+            def int4_pass() -> None:
+                for p, (packed, scales_zeros) in zip(layer_projections, quantised):
+                    mm(x[:, : p.weight.shape[1]].to(torch.bfloat16), packed, QUANT_GROUP, scales_zeros)
+            float32_pass = lambda: [p(x[:, : p.weight.shape[1]]) for p in layer_projections]  # noqa: E731
+            if not _measured_faster(float32_pass, int4_pass, INT4_GAIN, reps=3):
+                self.weights_why = f"int4 weights: not {INT4_GAIN:g}x faster than float32 here (measured at load)"
+                return
+        head = self._int4_head()
+        shapes = {tuple(p.weight.shape): p for p in layer_projections}
+        probes = [Projection(torch.empty(shape, device="meta"), None) for shape in shapes]
+        for probe, real in zip(probes, shapes.values()):
+            probe.int4 = quantised[layer_projections.index(real)]
+        row_exact = all(rows_independent(p, MAX_EXACT_ROWS) for p in [*probes, head])
+        if not forced and not row_exact:
+            self.weights_why = "int4 weights: their products round a row differently among several on this CPU"
+            return
+        for projection, groups in zip(layer_projections, quantised):
+            projection.quantise_int4(groups)
+        self._use_head(head)
+        self.weights, self.row_exact, self.transposed, self.onednn_roles = "int4", row_exact, [], []
+        self.weights_why = None
+
+    def _int4_head(self) -> Projection:
+        """The vocabulary head beside int4 layers: bf16 weights in oneDNN's pack where this CPU multiplies bf16 in
+        hardware and the pack keeps rows apart, else the float32 head as it is."""
+        if not native_bfloat16():
+            return self.lm_head
+        head = Projection(self.lm_head.weight.detach().to(torch.bfloat16), None)
+        head.pack_onednn()
+        return head if rows_independent(head, MAX_EXACT_ROWS) else self.lm_head
+
+    def _use_head(self, head: Projection) -> None:
+        """Make `head` the vocabulary head; a tied embedding then reads the same bf16 table, and the float32 one
+        is given back (the Hugging Face modules hold the bf16 table, which a drafter sharing them casts)."""
+        if head is self.lm_head:
+            return
+        tied = self.lm_head.weight.data_ptr() == self.embed.data_ptr()
+        self.lm_head = head
+        table = nn.Parameter(head.weight, requires_grad=False)
+        if tied:
+            self.model.get_input_embeddings().weight = table
+            self.embed = table
+        self.model.get_output_embeddings().weight = table
+
+    def resident_bytes(self) -> int:
+        """Bytes of weights the fast path holds, each tensor once: embedding, norms, products and their layouts."""
+        norms = [t for layer in self.layers for t in (layer.input_norm, layer.post_norm)]
+        held = [self.embed, self.norm, *norms, *(t for p in self.projections() for t in p.tensors())]
+        unique = {(_address(t), t.numel() * t.element_size()) for t in held if t.device.type != "meta"}
+        return sum(size for _, size in unique)
 
     @property
     def kernels(self) -> str:
         """Which products run: "onednn-packed" (bfloat16: every product), "onednn-packed qkv, ..." (float32: the
         roles whose several-row products oneDNN packs), "mkl-packed" (float32 otherwise, once packed) or "plain",
         then "+ transposed one-row qkv, gate_up, lm_head": the roles whose one-row products go through W^T."""
-        if self.embed.dtype != torch.float32 and self.lm_head.onednn is not None:
+        if self.weights == "int4":
+            head = "bf16 onednn-packed" if self.lm_head.onednn is not None else "float32"
+            return f"int4 groups of {QUANT_GROUP} (bf16 inputs) + {head} head"
+        if self.dtype != torch.float32 and self.lm_head.onednn is not None:
             products = "onednn-packed"
         elif self.onednn_roles:
             products = "onednn-packed " + ", ".join(self.onednn_roles)
@@ -362,11 +519,13 @@ class FastLlama:
     def expect_rows(self, rows: int) -> None:
         """Pack the float32 weights for `rows`-row products (a verification's k + 1), within `PACK_SHARE` of the
         available memory; a new row count replaces the pack before it."""
-        if (self.embed.dtype != torch.float32 or self.embed.device.type != "cpu"
+        if (self.dtype != torch.float32 or self.embed.device.type != "cpu"
                 or not torch.backends.mkl.is_available() or rows < 2):
             return
-        with self._pack_lock:
-            projections, used = [p for p in self.projections() if p.onednn is None], 0  # oneDNN's serve any rows
+        with self._pack_lock:  # oneDNN's packs serve any rows; int4 products have their own kernel
+            projections = [p for p in self.projections() if p.onednn is None and p.int4 is None
+                           and p.weight.dtype == torch.float32]
+            used = 0
             if rows == self._packed_rows or not projections:
                 return
             available = available_memory()
@@ -388,7 +547,7 @@ class FastLlama:
         return [p for layer in self.layers for p in layer.projections()] + [self.lm_head]
 
     def new_cache(self, max_positions: int) -> KVCache:
-        return KVCache(len(self.layers), self.n_kv, self.head_dim, max_positions, self.embed.dtype, self.embed.device)
+        return KVCache(len(self.layers), self.n_kv, self.head_dim, max_positions, self.dtype, self.embed.device)
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, cache: KVCache, aux_layers: list[int], last_only: bool,
@@ -400,7 +559,7 @@ class FastLlama:
         t, start = ids.shape[0], cache.length
         end = start + t
         cache.reserve(end)
-        x = F.embedding(ids, self.embed)  # [t, H]: one sequence, so no batch dimension
+        x = F.embedding(ids, self.embed).to(self.dtype)  # [t, H]: one sequence, so no batch dimension
         cos, signed_sin = self.rope.span(start, end, x) if tree is None else self.rope(tree[0], x)  # [1, t, head_dim]
         # row-exact: every verification (a chain's k + 1 rows, a tree's nodes), not a prefill, which plain and
         # speculative decoding compute alike

@@ -47,7 +47,7 @@ class Target:
     says which (`"fast"` or `"transformers"`), and `fast_problem` why not fast."""
 
     def __init__(self, model, tokenizer, device: torch.device | str = "cpu", name: str = "target",
-                 fast: bool = True) -> None:
+                 fast: bool = True, weights: str = "float32") -> None:
         self.name = name
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -65,7 +65,13 @@ class Target:
         self.fast_problem = ("turned off" if not fast else
                              "GPU targets run through transformers (the fast path is verified on the CPU only)"
                              if self.device.type != "cpu" else fast_forward_problem(model))
-        self.fast = FastLlama(model) if self.fast_problem is None else None
+        if self.fast_problem is not None and weights == "int4":
+            raise TargetError(f"int4 weights run on the fast path only, and {name!r} cannot take it: "
+                              f"{self.fast_problem}")
+        try:
+            self.fast = FastLlama(model, weights) if self.fast_problem is None else None
+        except ValueError as err:  # int4 asked of a target or CPU that cannot take it
+            raise TargetError(str(err)) from None
         self.threads: ThreadPolicy | None = thread_policy() if self.device.type == "cpu" else None
         if self.threads is not None and not self.threads.measured:
             self.threads.calibrate(self._one_row_forward())
@@ -76,11 +82,22 @@ class Target:
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.model.get_input_embeddings().weight.dtype
+        """The dtype of the residual stream and the logits (int4 weights keep float32's)."""
+        return self.fast.dtype if self.fast is not None else self.model.get_input_embeddings().weight.dtype
+
+    @property
+    def weights(self) -> str:
+        """What the layers' products read: "float32", "bfloat16", "float16" or "int4" (`FastLlama.weights`)."""
+        return self.fast.weights if self.fast is not None else str(self.dtype).removeprefix("torch.")
+
+    @property
+    def quantised(self) -> bool:
+        """The layers' float32 weights were given back for int4 codes: transformers' own forward cannot run."""
+        return self.weights == "int4"
 
     @classmethod
     def load(cls, path_or_id: str, device: str = "cpu", dtype: torch.dtype = torch.float32,
-             trust_remote_code: bool = False, fast: bool = True) -> Target:
+             trust_remote_code: bool = False, fast: bool = True, weights: str = "float32") -> Target:
         hf_logging.disable_progress_bar()
         try:
             tokenizer = AutoTokenizer.from_pretrained(path_or_id, trust_remote_code=trust_remote_code)
@@ -90,7 +107,7 @@ class Target:
         except (OSError, ValueError) as err:
             first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise TargetError(f"cannot load target {path_or_id!r}: {first_line}") from None
-        return cls(model, tokenizer, device, name=str(path_or_id), fast=fast)
+        return cls(model, tokenizer, device, name=str(path_or_id), fast=fast, weights=weights)
 
     @staticmethod
     def _find_layers(model):
@@ -212,6 +229,9 @@ class Target:
     @torch.no_grad()
     def features(self, tokens: torch.Tensor, aux_layers: list[int]) -> TargetOutput:
         """Batched forward without a cache, for training drafters: logits [b, t, V] and aux [b, t, n*H]."""
+        if self.quantised:
+            raise TargetError("a target loaded with int4 weights has no float32 weights to train drafters on: load it "
+                              "with weights float32")
         out, found = self.capture_layers(aux_layers,
                                          lambda: self.model(input_ids=tokens.to(self.device), use_cache=False))
         return TargetOutput(logits=out.logits.float(), aux=torch.cat([found[i] for i in aux_layers], dim=-1))

@@ -1,0 +1,116 @@
+"""int4 weights on the fast path (engine/llama.py): GGUF Q4_1's groups come back exactly from their dequantised
+float32 values; a target loaded with weights="int4" holds a fraction of float32's bytes, computes nearly float32's
+logits, and, where its products are row-exact (probed at load), speculates token-identically to its own plain
+decoding, chains and trees, with no near-tie tolerance; a shape the kernel cannot take is refused in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from playground.engine import GenerationConfig, Target, load_drafter, plain_generate, speculative_generate
+from playground.engine.llama import QUANT_GROUP, int4_eligible, int4_groups
+from playground.engine.target import TargetError
+from playground.engine.tree import tree_generate
+from playground.engine.tree_shape import TreeShape
+
+pytestmark = pytest.mark.skipif(not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"),
+                                reason="this PyTorch has no int4 CPU kernel")
+
+
+def ids(n: int, vocab: int, seed: int) -> list[int]:
+    return torch.randint(8, vocab, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def dequantised(groups: tuple[torch.Tensor, torch.Tensor], out: int, inputs: int) -> torch.Tensor:
+    """The weight the int4 kernel multiplies, read back through it: identity rows in bf16 select its columns."""
+    eye = torch.eye(inputs, dtype=torch.bfloat16)
+    return torch.ops.aten._weight_int4pack_mm_for_cpu(eye, groups[0], QUANT_GROUP, groups[1]).float().t()
+
+
+def test_q4_1_codes_come_back_from_their_dequantised_weights() -> None:
+    """Weights made as a Q4_1 file's are (code * d + m per group of 32, d and m in fp16): int4_groups finds the same
+    codes, so the kernel's weight differs from them only by bf16 rounding (its scales', and the read-back's: within
+    2^-7 of each group's range plus the value), where a weight quantised from arbitrary values is off by up to half a
+    step."""
+    g = torch.Generator().manual_seed(0)
+    out, inputs = 48, 96
+    codes = torch.randint(0, 16, (out, inputs // QUANT_GROUP, QUANT_GROUP), generator=g).float()
+    codes[..., 0], codes[..., 1] = 0, 15  # each group spans its range, as llama.cpp's quantiser makes it
+    d = (torch.rand(out, inputs // QUANT_GROUP, 1, generator=g) * 0.01 + 0.001).half().float()
+    m = (-torch.rand(out, inputs // QUANT_GROUP, 1, generator=g) * 0.05).half().float()
+    weight = (codes * d + m).reshape(out, inputs)
+    back = dequantised(int4_groups(weight), out, inputs)
+    span = (15 * d).expand(-1, -1, QUANT_GROUP).reshape(out, inputs)
+    assert ((back - weight).abs() <= (span + weight.abs()) * 2**-7).all()
+    arbitrary = torch.randn(out, inputs, generator=g)  # a control: values off the grid lose what it cannot hold
+    groups = arbitrary.reshape(out, -1, QUANT_GROUP)
+    span = (groups.amax(-1) - groups.amin(-1))[..., None].expand(-1, -1, QUANT_GROUP).reshape(out, inputs)
+    off = (dequantised(int4_groups(arbitrary), out, inputs) - arbitrary).abs()
+    assert not (off <= (span + arbitrary.abs()) * 2**-7).all()
+    assert int4_eligible(weight) and not int4_eligible(torch.zeros(40, 96)) and not int4_eligible(torch.zeros(48, 40))
+
+
+@pytest.fixture(scope="module")
+def int4_target(tiny_root: Path) -> Target:
+    return Target.load(str(tiny_root / "target"), weights="int4")
+
+
+def test_int4_target_holds_less_and_computes_nearly_float32s_logits(tiny_root: Path, int4_target: Target) -> None:
+    full = Target.load(str(tiny_root / "target"))
+    assert (int4_target.weights, full.weights) == ("int4", "float32") and int4_target.quantised
+    assert int4_target.fast.kernels.startswith(f"int4 groups of {QUANT_GROUP}")
+    assert int4_target.fast.resident_bytes() < 0.8 * full.fast.resident_bytes()
+    prompt = ids(40, full.vocab_size, 1)
+    a = int4_target.forward(prompt, int4_target.new_cache()).logits
+    b = full.forward(prompt, full.new_cache()).logits
+    assert a.dtype == torch.float32
+    assert torch.corrcoef(torch.stack([a.flatten(), b.flatten()]))[0, 1] > 0.9  # the same model, 4-bit
+    assert not torch.equal(a, b)  # ... and a different target: the engine says which it ran
+    with pytest.raises(TargetError, match="int4"):
+        int4_target.features(torch.tensor([prompt]), [0])
+
+
+def test_int4_speculation_is_token_identical_to_int4_plain_decoding(tiny_root: Path, int4_target: Target) -> None:
+    if not int4_target.fast.row_exact:
+        pytest.skip("this CPU's int4 products are not row-exact: speculation on them is refused (tested below)")
+    drafter, _ = load_drafter(tiny_root / "eagle3.1")
+    aux = int4_target.attach(drafter)
+    drafter.prepare_for_decoding()
+    for seed in range(4):
+        prompt = ids(24, int4_target.vocab_size, 10 + seed)
+        cfg = GenerationConfig(max_new_tokens=40, k=3 + seed)
+        plain = [t for e in plain_generate(int4_target, prompt, cfg) for t in e.emitted]
+        chain = [t for e in speculative_generate(int4_target, drafter, aux, prompt, cfg) for t in e.emitted]
+        tree = [t for e in tree_generate(int4_target, drafter, aux, prompt, cfg, TreeShape(depth=4, topk=3, nodes=12))
+                for t in e.emitted]
+        assert chain == plain and tree == plain
+
+
+def test_weights_int4_is_refused_in_one_line_where_the_kernel_cannot_take_a_shape(tiny_root: Path) -> None:
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_root / "target")
+    config = LlamaConfig(hidden_size=40, intermediate_size=80, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=2, vocab_size=len(tokenizer))
+    with pytest.raises(TargetError) as refused:
+        Target(LlamaForCausalLM(config).eval(), tokenizer, weights="int4")
+    assert "not multiples of 16 outputs by 32 inputs" in str(refused.value) and "\n" not in str(refused.value)
+    auto = Target(LlamaForCausalLM(config).eval(), tokenizer, weights="auto")
+    assert auto.weights == "float32" and "not multiples" in auto.fast.weights_why
+
+
+def test_a_local_backend_refuses_speculation_on_int4_that_is_not_row_exact(tiny_root: Path) -> None:
+    from playground.backends.local import LocalBackend
+    from playground.backends.request import RequestError
+    from playground.presets import Preset
+
+    backend = LocalBackend(Preset(name="t", title="t", target=str(tiny_root / "target"),
+                                  drafters={"eagle3.1": str(tiny_root / "eagle3.1")}, weights="int4"))
+    backend.target.fast.row_exact = False  # as a CPU whose int4 kernel mixes rows would measure it
+    prompt = ids(10, backend.target.vocab_size, 3)
+    with pytest.raises(RequestError, match="not be token-identical"):
+        list(backend.stream(prompt, "eagle3.1", GenerationConfig(max_new_tokens=8, k=2)))
+    assert list(backend.stream(prompt, "none", GenerationConfig(max_new_tokens=8)))  # plain decoding still runs
