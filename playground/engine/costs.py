@@ -17,6 +17,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -36,6 +37,10 @@ from .tree_shape import TreeShape
 VERIFY_ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 13, 17, 25, 33)  # measured; others interpolated
 CHAIN_KS = tuple(range(1, 9))
 PENDING_ROWS = 3  # target features a typical step's first drafter call reads (accepted drafts + 1)
+# What `measure` times and how: a profile measured by another version is measured again. Version 2: the load of each
+# timed call read consistently (threads.other_runnable_tasks), the profile filed under the load it measured.
+CODE_VERSION = 2
+BUSY_SHARE = 0.5  # a profile whose timed calls began beside another runnable task this often was measured busy
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,14 @@ class CostProfile:
     chain: dict[int, Cost]  # k -> drafting a chain of k
     tree: dict[str, Cost] = field(default_factory=dict)  # TreeShape as "depth/topk/nodes" -> drafting it
     busy_share: float | None = None  # share of the timed calls that began beside another runnable task
+    kernels: str | None = None  # the target's products as chosen at load (target_kernels)
+    code: int | None = None  # CODE_VERSION of the measurement
+
+    @property
+    def measured_busy(self) -> bool | None:
+        """Whether this profile was measured on a busy machine, by its own timed calls (`BUSY_SHARE`); None where
+        the load was not read (a GPU's host, a system that does not say)."""
+        return None if self.busy_share is None else self.busy_share >= BUSY_SHARE
 
     def verify_cost(self, rows: int) -> Cost:
         """Measured, or linear between the nearest measured row counts (beyond the last: its slope)."""
@@ -119,17 +132,30 @@ class CostProfile:
         return cls(data["machine"], data["target"], data["drafter"], data["context"], Cost(**data["plain"]),
                    {int(k): v for k, v in costs(data["verify"]).items()},
                    {int(k): v for k, v in costs(data["chain"]).items()}, costs(data.get("tree", {})),
-                   data.get("busy_share"))
+                   data.get("busy_share"), data.get("kernels"), data.get("code"))
 
 
 def tree_key(tree: TreeShape) -> str:
     return f"{tree.depth}/{tree.topk}/{tree.nodes}"
 
 
+def target_kernels(target) -> str:
+    """The target's products as chosen at load: the fast path's kernels string (FastLlama.kernels), or how the
+    target runs otherwise (transformers and its dtype). Whether float32 weights are packed yet ("mkl-packed" or
+    "plain") is not a choice made at load but a state that `measure` itself changes (it packs for its rows), so
+    both read as one."""
+    fast = getattr(target, "fast", None)
+    if fast is not None:
+        return re.sub(r"^(mkl-packed|plain)\b", "float32 products", str(fast.kernels))
+    return f"{getattr(target, 'path', 'transformers')} {getattr(target, 'dtype', '')}".strip()
+
+
 @torch.inference_mode()
 def measure(target, drafter, aux_layers: list[int], context_ids: list[int], names: tuple[str, str],
-            trees: tuple[TreeShape, ...] = (), rounds: int = 7) -> CostProfile:
-    """Time each cost `rounds` times, in rounds that take every item once, at the context `context_ids`."""
+            trees: tuple[TreeShape, ...] = (), rounds: int = 7,
+            load: Callable[[], int | None] = other_runnable_tasks) -> CostProfile:
+    """Time each cost `rounds` times, in rounds that take every item once, at the context `context_ids`; `load()`,
+    read as each timed call begins, gives the profile its busy_share."""
     context = len(context_ids) - 1
     cache = target.new_cache()
     target.expect_rows(max(VERIFY_ROWS))
@@ -170,7 +196,7 @@ def measure(target, drafter, aux_layers: list[int], context_ids: list[int], name
     beside = []  # other runnable tasks as each timed call began
     for _ in range(rounds):
         for key, run in items.items():
-            beside.append(other_runnable_tasks())
+            beside.append(load())
             start = target.clock()
             run()
             samples[key].append((target.clock() - start) * 1000)
@@ -179,7 +205,8 @@ def measure(target, drafter, aux_layers: list[int], context_ids: list[int], name
     return CostProfile(this_machine(str(target.device)), names[0], names[1], context, cost[("plain", 0)],
                        {r: cost[("verify", r)] for r in VERIFY_ROWS}, {k: cost[("chain", k)] for k in CHAIN_KS},
                        {tree_key(t): cost[("tree", tree_key(t))] for t in trees},
-                       sum(n > 0 for n in known) / len(known) if known else None)
+                       sum(n > 0 for n in known) / len(known) if known else None, target_kernels(target),
+                       CODE_VERSION)
 
 
 def this_machine(device: str) -> dict:
@@ -208,10 +235,12 @@ def machine_busy(read: Callable[[], int | None] = other_runnable_tasks, samples:
 
 
 def profile_path(root: Path, names: tuple[str, str], trees: tuple[TreeShape, ...], context: int,
-                 device: str = "cpu", busy: bool | None = None) -> Path:
-    """Where a profile of this machine, pair, context, trees and load (idle, or beside another task) is kept."""
+                 device: str = "cpu", busy: bool | None = None, kernels: str = "") -> Path:
+    """Where a profile of this machine, pair, context, trees, load (idle, or beside another task), target kernels and
+    measuring code is kept."""
     machine = this_machine(device)
-    key = json.dumps([machine, *names, context, [tree_key(t) for t in trees]] + (["busy"] if busy else []))
+    key = json.dumps([machine, *names, context, [tree_key(t) for t in trees], kernels, CODE_VERSION]
+                     + (["busy"] if busy else []))
     return root / "cost-profiles" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
@@ -224,20 +253,37 @@ def context_bucket(tokens: int, max_positions: int) -> int:
 def pair_profile(target, drafter, aux_layers: list[int], names: tuple[str, str], seed_ids: list[int], tokens: int,
                  root: Path, trees: tuple[TreeShape, ...] = (), fresh: bool = False,
                  announce: Callable[[str], None] | None = None,
-                 busy: Callable[[], bool | None] = machine_busy) -> CostProfile:
+                 busy: Callable[[], bool | None] = machine_busy,
+                 load: Callable[[], int | None] = other_runnable_tasks) -> CostProfile:
     """This machine's step costs for the pair `names` at the context bucket of `tokens`, measured over `seed_ids`
     repeated to that length and kept under `root` (`fresh`: measured again); `announce` says so before measuring.
+
     Kept apart for an idle machine and one with another task runnable beside us (`busy()`, read now): costs measured
-    idle mislead under load (a longer k than the load pays for) and the reverse, so each load gets its own."""
+    idle mislead under load (a longer k than the load pays for) and the reverse, so each load gets its own. A
+    measurement is filed under the load its own timed calls met (`CostProfile.measured_busy`, `load()` read as each
+    began), not the reading before it, and a kept profile is used only where its own load is the one read now and it
+    was measured by this code (`CODE_VERSION`) over the kernels the target chose at load; otherwise it is measured
+    again. A measurement whose calls met another load than the reading before it is returned for this run (it is what
+    the machine costs now) and filed where it belongs."""
     context = context_bucket(tokens, target.max_positions)
     ids = (seed_ids * (context // len(seed_ids) + 1))[: context + 1]
     on_cpu = str(target.device) == "cpu"
-    path = profile_path(root, names, trees, context, str(target.device), busy() if on_cpu else None)
-    if fresh and path.exists():
-        path.unlink()
-    if announce is not None and not path.exists():
+    device, kernels = str(target.device), target_kernels(target)
+    now = busy() if on_cpu else None
+    path = profile_path(root, names, trees, context, device, now, kernels)
+    kept = kept_profile(path)
+    usable = kept is not None and kept.kernels == kernels and kept.code == CODE_VERSION and (
+        now is None or kept.measured_busy is None or kept.measured_busy == now)
+    if usable and not fresh:
+        return kept
+    if announce is not None:
         announce("measuring this machine's step costs (once per machine, pair, context and load)…")
-    return cached_profile(path, lambda: measure(target, drafter, aux_layers, ids, names, trees))
+    profile = measure(target, drafter, aux_layers, ids, names, trees, load=load)
+    measured = profile.measured_busy if on_cpu and profile.measured_busy is not None else now
+    keep_profile(profile_path(root, names, trees, context, device, measured, kernels), profile)
+    if kept is not None and not usable and measured != now:
+        path.unlink(missing_ok=True)  # another load's, an older code's or other kernels' profile: replaced above
+    return profile
 
 
 def shipped_acceptance(folder: Path, drafter: str) -> list[float]:
@@ -251,19 +297,19 @@ def shipped_acceptance(folder: Path, drafter: str) -> list[float]:
         raise ValueError(f"none in {source} (written by `train evaluate`)") from None
 
 
-def cached_profile(path: Path, make) -> CostProfile:
-    """The profile at `path`, or `make()` measured now and written there."""
-    if path.exists():
-        try:
-            return CostProfile.from_dict(json.loads(path.read_text()))
-        except (ValueError, KeyError, TypeError):
-            pass  # an older or broken file: measure again
-    profile = make()
+def kept_profile(path: Path) -> CostProfile | None:
+    """The profile kept at `path`, or None where there is none or it cannot be read (an older or broken file)."""
+    try:
+        return CostProfile.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def keep_profile(path: Path, profile: CostProfile) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(profile.to_dict(), indent=1))
     tmp.replace(path)
-    return profile
 
 
 def expected_tokens(per_position: list[float], k: int) -> float:

@@ -57,30 +57,73 @@ def busy_text(busy_share: float | None) -> str:
             "read lower than on an idle machine")
 
 
-def own_running_threads(tasks: Path = Path("/proc/self/task")) -> int:
-    """This process's threads in state R (running or runnable), at least 1: the caller. An OpenMP helper still
-    spinning after a product counts here, not as another task."""
-    running = 0
+OWN_TASKS = Path("/proc/self/task")
+CONSISTENT_TRIES = 4  # readings of this process's threads around the machine's count until two agree
+SETTLE_TRIES = 8  # pauses while another thread of ours still runs (an OpenMP helper spinning after a product)
+SETTLE_S = 0.0002
+
+
+def own_running_tids(tasks: Path = OWN_TASKS) -> frozenset[str]:
+    """This process's threads in state R (running or runnable), by thread id. An OpenMP helper still spinning after
+    a product counts here, not as another task."""
     try:
         tids = os.listdir(tasks)
     except OSError:
-        return 1
+        return frozenset()
+    running = set()
     for tid in tids:
         try:
             stat = (tasks / tid / "stat").read_bytes()
         except OSError:
             continue  # the thread ended meanwhile
-        running += stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] == b"R"
-    return max(running, 1)
+        if stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] == b"R":
+            running.add(tid)
+    return frozenset(running)
 
 
-def other_runnable_tasks() -> int | None:
-    """Runnable tasks on the machine that are not this process's threads; None where the system does not say. The
-    per-thread count is read only when the machine count says something else may run (one file read otherwise)."""
-    running = runnable_tasks()
+def own_running_threads(tasks: Path = OWN_TASKS) -> int:
+    """How many of this process's threads are in state R, at least 1: the caller."""
+    return max(len(own_running_tids(tasks)), 1)
+
+
+def other_runnable_tasks(count: Callable[[], int | None] = runnable_tasks,
+                         ours: Callable[[], frozenset[str]] = own_running_tids,
+                         tries: int = CONSISTENT_TRIES, pause: Callable[[float], None] = time.sleep,
+                         me: str | None = None) -> int | None:
+    """Runnable tasks on the machine that are not this process's threads; None where the system does not say.
+
+    The machine's count includes this process's threads that are runnable, and also, on kernels that dequeue a
+    sleeping task late (EEVDF's delayed dequeue, Linux 6.12 on), threads of ours that have just gone to sleep but
+    still sit on a run queue behind one of ours that runs: an OpenMP helper spinning after a product keeps its
+    siblings counted. /proc shows those as sleeping, so right after a product the machine's count less our running
+    threads read one task more than there was (on an idle 2-core Zen 5, 37-44 % of a step-cost profile's timed calls
+    "began beside another task"). So the reading first waits, `SETTLE_TRIES` pauses of `SETTLE_S` at most, until no
+    thread of ours but the reader (`me`) runs, which lets the queued sleepers go; then reads our running threads
+    before and after the machine's count, and uses the count only where the two readings agree (after `tries`
+    disagreements the threads running in either reading count as ours). The per-thread reads are made only when the
+    machine count says something besides the reader may run (one file read otherwise)."""
+    running = count()
     if running is None:
         return None
-    return 0 if running <= 1 else max(running - own_running_threads(), 0)
+    if running <= 1:
+        return 0
+    me = str(threading.get_native_id()) if me is None else me
+    before = ours()
+    for _ in range(SETTLE_TRIES):
+        if not before - {me}:
+            break
+        pause(SETTLE_S)
+        before = ours()
+    seen = before
+    for _ in range(tries):
+        running = count()
+        if running is None:
+            return None
+        after = ours()
+        if after == before:
+            return max(running - max(len(after | {me}), 1), 0)
+        seen, before = before | after, after
+    return max(running - max(len(seen | {me}), 1), 0)
 
 
 class LoadGauge:
