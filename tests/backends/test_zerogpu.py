@@ -76,11 +76,16 @@ def test_stop_reaches_a_run_whose_engine_cannot_see_the_switch(tiny_root: Path,
     wrapped = zerogpu.ZeroGpuBackend(LocalBackend(preset))
     assert not wrapped.capabilities.checks_stop and not wrapped.capabilities.times_plain_steps
     monkeypatch.setitem(backends._SHARED, preset.name, wrapped)  # what open_backend gives on a ZeroGPU Space
-    stop = False
-    for run in chat_turn(Conversation(), "Hello there", RunSettings(max_new_tokens=400), lambda: stop):  # noqa: B023
-        stop = stop or (bool(run.events) and run.events[-1].total_tokens >= 5)
+    asked = []  # Stop is pressed once the run has asked the switch three times: between its steps, however fast
+    # they come (the tiny pair can finish 400 tokens inside one UI update, so a Stop pressed on a render came late)
+
+    def pressed() -> bool:
+        asked.append(True)
+        return len(asked) > 3
+
+    run = list(chat_turn(Conversation(), "Hello there", RunSettings(max_new_tokens=400), pressed))[-1]
     assert run.finish_reason == "cancelled" and run.status.split(";")[0] == "stopped"  # a busy machine adds a note
-    assert 5 <= run.events[-1].total_tokens < 400
+    assert 1 <= run.events[-1].total_tokens < 400
     assert run.baseline is None and "ZeroGPU" in run.missing_fields["baseline"]
 
 
