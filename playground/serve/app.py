@@ -5,7 +5,10 @@ refused from its Content-Length (or as soon as it grows past the limit) with 413
 with 408; invalid fields with 400 (pydantic, `requests.py`); a prompt outside the vocabulary or the context with
 400 before any decoding; a full server with 429. At most `max_running` requests decode at once; up to
 `max_waiting` more wait without holding a thread. Decoding stops within one step of the client leaving, streamed
-or not. An unexpected error is one log line and a 500.
+or not: a task waits on the connection for the client's leaving (the server's `http.disconnect`) while the steps
+run, and no step starts after it; the step then in flight finishes. Each abandoned request is counted in /metrics
+(`playground:abandoned_requests_total`, and `playground:steps_after_client_left_total`, the engine steps that
+finished after its leaving was seen). An unexpected error is one log line and a 500.
 """
 
 from __future__ import annotations
@@ -225,25 +228,44 @@ def build_app(engine: ServedEngine, limits: Limits = Limits(), api_keys: list[st
                                 min_draft_prob=engine.min_draft_prob, tree=engine.tree)
 
     async def steps(prompt_ids: list[int], cfg: GenerationConfig,
-                    client_gone: Callable[[], Awaitable[bool]]) -> AsyncIterator[tuple[StepEvent, str]]:
-        """(event, its text) per engine step, each step computed in a worker thread; stops when the client is gone
-        (the engine's generator is closed, which stops decoding)."""
+                    receive: Callable[[], Awaitable[Message]]) -> AsyncIterator[tuple[StepEvent, str]]:
+        """(event, its text) per engine step, each step computed in a worker thread, while a task waits on
+        `receive` for the client's leaving: once it has left no step starts (the engine's generator is closed, which
+        stops decoding), and the request is counted as abandoned with the steps that finished after its leaving
+        was seen (the one in flight then). A stream's own listener (Starlette's, which cancels the stream) and this
+        task are woken by the same disconnect, this one before the cancelled stream resumes."""
         events = engine.generate(prompt_ids, cfg)
         decoder = IncrementalDecoder(engine.backend.decode)
+        done = 0  # steps the engine has finished, counted in the worker thread (a cancelled await still counts one)
+        left_at: int | None = None  # `done` when the client's leaving was seen
 
         def step() -> tuple[StepEvent, str] | None:
+            nonlocal done
             event = next(events, None)
             if event is None:
                 return None
+            done += 1
             return event, decoder.extend(event.emitted) + (decoder.flush() if event.finished else "")
 
+        async def watch() -> None:
+            nonlocal left_at
+            while (await receive())["type"] != "http.disconnect":
+                await asyncio.sleep(0.01)  # after the body only the disconnect should come; never spin on another
+            left_at = done
+
+        watcher = asyncio.ensure_future(watch())
         try:
-            while (item := await anyio.to_thread.run_sync(step)) is not None:
+            while left_at is None and (item := await anyio.to_thread.run_sync(step)) is not None:
+                if left_at is not None:
+                    return  # left while this step ran: nobody reads it
                 yield item
-                if item[0].finished or await client_gone():
+                if item[0].finished:
                     return
         finally:
+            watcher.cancel()
             events.close()
+            if left_at is not None:
+                engine.client_left(left_at, done)
 
     async def generate(request: Request, body: Sampling, prompt_ids: list[int], answer_budget: int | None,
                        chat: bool, template: str | None = None):
@@ -258,7 +280,7 @@ def build_app(engine: ServedEngine, limits: Limits = Limits(), api_keys: list[st
                                                        len(prompt_ids), events).to_dict())
         if not body.stream:
             async with admission.slot():
-                async for event, piece in steps(prompt_ids, cfg, request.is_disconnected):
+                async for event, piece in steps(prompt_ids, cfg, request.receive):
                     reply.add(event, piece)
             if not reply.events or not reply.events[-1].finished:
                 raise ApiError(499, "the client closed the request")  # nobody reads this; it ends the request
@@ -273,7 +295,7 @@ def build_app(engine: ServedEngine, limits: Limits = Limits(), api_keys: list[st
                 async with admission.slot():
                     if (opening := reply.first_chunk()) is not None:
                         yield frame(opening)
-                    async for event, piece in steps(prompt_ids, cfg, request.is_disconnected):
+                    async for event, piece in steps(prompt_ids, cfg, request.receive):
                         yield frame(reply.chunk(event, piece))
                 if body.include_usage:
                     yield frame(reply.usage_chunk())
@@ -337,7 +359,7 @@ def build_app(engine: ServedEngine, limits: Limits = Limits(), api_keys: list[st
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(render_prometheus(engine.collector(admission.counts)),
+        return PlainTextResponse(render_prometheus(engine.collector(admission.counts)) + engine.departures_text(),
                                  media_type="text/plain; version=0.0.4; charset=utf-8")
 
     keys = [key for key in ([api_keys] if isinstance(api_keys, str) else api_keys or ()) if key]

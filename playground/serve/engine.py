@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -43,6 +44,8 @@ class ServedEngine:
     counters: SpecCounters | None = None
     prompt_tokens: int = 0
     generation_tokens: int = 0
+    abandoned: int = 0  # requests whose client left before the answer finished
+    steps_after_leaving: int = 0  # engine steps of those that finished after the leaving was seen
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -69,6 +72,24 @@ class ServedEngine:
                     self.counters.observe(event)
                 self.generation_tokens += len(event.emitted)
             yield event
+
+    def client_left(self, seen_at_step: int, last_step: int) -> None:
+        """An abandoned request: its client's leaving was seen after `seen_at_step` steps, decoding stopped after
+        `last_step`."""
+        with self.lock:
+            self.abandoned += 1
+            self.steps_after_leaving += last_step - seen_at_step
+
+    def departures_text(self) -> str:
+        """The abandoned requests in Prometheus' text format, for /metrics beside vLLM's families (ours, so
+        `playground:`)."""
+        with self.lock:
+            counts = (("abandoned_requests", "Requests whose client left before the answer finished.", self.abandoned),
+                      ("steps_after_client_left", "Engine steps that finished after a client's leaving was seen "
+                                                  "(the step in flight then).", self.steps_after_leaving))
+        label = json.dumps(self.model_name)
+        return "".join(f"# HELP playground:{name}_total {meaning}\n# TYPE playground:{name}_total counter\n"
+                       f"playground:{name}_total{{model_name={label}}} {float(n)}\n" for name, meaning, n in counts)
 
     def collector(self, requests: Callable[[], tuple[int, int]]) -> ServedCounters:
         """The `/metrics` collector; `requests()` gives the (running, waiting) request counts at scrape time."""
