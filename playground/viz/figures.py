@@ -254,14 +254,15 @@ def speedup_figure(views: list[RunView]) -> go.Figure:
                     f"{rate_text(b.slowest)}–{rate_text(b.fastest)}<extra></extra>")
     for i, view in running:
         rate = view.metrics.decode_tokens_per_second
-        text = f"{rate_text(rate)} tok/s" + (f" · {speedup_text(view)}" if view.speedup else "")
+        text = f"{rate_text(rate)} tok/s" + (f" · {speedup_text(view)}" if view.speedup and not view.plain else "")
         fig.add_bar(x=[rate], y=[view.label], orientation="h", marker_color=colours[i], text=[text],
                     textposition="inside", insidetextanchor="start",
                     hovertemplate=f"%{{y}}: %{{x:{RATE_D3}}} tokens/s<extra></extra>")
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title_text="decode tokens / s", rangemode="tozero")
     # one run: the speedup and its range in the title; several: just the speedups (their ranges are on the bars)
-    speedups = [speedup_text(v) if len(running) == 1 else times_text(v.speedup) for _, v in running if v.speedup]
+    speedups = [speedup_text(v) if len(running) == 1 else times_text(v.speedup) for _, v in running
+                if v.speedup and not v.plain]  # plain decoding is the baseline: no speedup over itself
     notes = []
     if not baselines and unmeasurable:
         headline, notes = title, [f"no plain-decoding baseline: {unmeasurable}"]
@@ -270,7 +271,7 @@ def speedup_figure(views: list[RunView]) -> go.Figure:
     elif speedups:
         headline = two_lines(f"Speedup {' / '.join(speedups)}",
                               "vs plain decoding" + (", measured alongside" if len(speedups) == 1 else ""))
-    elif any(v.too_few_steps for _, v in running):
+    elif any(v.too_few_steps and not v.plain for _, v in running):
         headline = two_lines(title, "too few steps yet to measure a speedup")
     else:
         headline = title

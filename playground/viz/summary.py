@@ -6,6 +6,8 @@ import html
 
 import pandas as pd
 
+from playground.engine.trace import MIN_SPEEDUP_GROUPS
+
 from .view import RunView
 
 MEAN_ACCEPTANCE_LENGTH_HELP = (
@@ -83,24 +85,48 @@ def baseline_card(view: RunView) -> tuple[str, str, str]:
 TOO_FEW_STEPS = "too few steps"  # where a speedup would stand, below the steps a measurement needs
 
 
+THE_BASELINE = "plain decoding is the baseline"  # where a plain run's speedup would stand: it is not over itself
+PLAIN_SPEEDUP_HELP = ("A speedup is a run's rate over plain decoding's; this run is plain decoding, so it has none: "
+                      "its rate set against the plain steps timed beside it would measure only their noise.")
+
+
+def too_few_steps_words(view: RunView) -> str:
+    """Whose steps are too few: the plain baseline's (after Stop it may hold few groups beside a long answer), the
+    run's, or both."""
+    b, run_steps = view.baseline, max(len(view.events) - 1, 0)
+    plain_short = b is not None and b.groups < MIN_SPEEDUP_GROUPS
+    run_short = run_steps < MIN_SPEEDUP_GROUPS
+    if plain_short and not run_short:
+        return "too few plain steps"
+    if run_short and not plain_short:
+        return "too few steps of this run"
+    return TOO_FEW_STEPS
+
+
 def speedup_value(view: RunView) -> str:
-    """'1.42×', 'too few steps' while the baseline or the run has too few steps to measure one, or '—'."""
-    return TOO_FEW_STEPS if view.too_few_steps else times_text(view.speedup)
+    """'1.42×', 'too few plain steps' (or the run's) while the baseline or the run has too few steps to measure
+    one, 'plain decoding is the baseline' for a plain run, or '—'."""
+    if view.plain:
+        return THE_BASELINE
+    return too_few_steps_words(view) if view.too_few_steps else times_text(view.speedup)
 
 
 def speedup_card(view: RunView) -> tuple[str, str, str]:
     """Value, name and tooltip of the speedup card: '1.42×' named 'speedup (1.30–1.55)', or '—' named 'speedup (too
-    few steps)' (the long words go where the card has room for them)."""
+    few plain steps)' (the long words go where the card has room for them); a plain run '—' named 'speedup (plain
+    decoding is the baseline)', never its rate over its own baseline."""
+    if view.plain:
+        return times_text(None), f"speedup ({THE_BASELINE})", PLAIN_SPEEDUP_HELP
     if view.too_few_steps:
-        return times_text(None), f"speedup ({TOO_FEW_STEPS})", f"{view.too_few_steps}. {SPEEDUP_HELP}"
+        return times_text(None), f"speedup ({too_few_steps_words(view)})", f"{view.too_few_steps}. {SPEEDUP_HELP}"
     speedup_range = view.speedup_range
     return (times_text(view.speedup), "speedup" + (f" ({range_text(speedup_range)})" if speedup_range else ""),
             SPEEDUP_HELP)
 
 
 def speedup_text(view: RunView) -> str:
-    """'1.42× (1.30–1.55)': the speedup and its range, 'too few steps', or '—'."""
-    if view.speedup is None:
+    """'1.42× (1.30–1.55)': the speedup and its range, 'too few steps', 'plain decoding is the baseline', or '—'."""
+    if view.speedup is None or view.plain:
         return speedup_value(view)
     return f"{times_text(view.speedup)} ({range_text(view.speedup_range)})"
 
@@ -160,7 +186,8 @@ def summary_table(views: list[RunView]) -> pd.DataFrame:
         m = view.metrics
         rows.append([view.drafter, NOT_AVAILABLE if view.plain else view.k, verified_rows_text(m.verified_per_step),
                      m.generated_tokens,
-                     rate_text(m.decode_tokens_per_second), speedup_value(view), range_text(view.speedup_range),
+                     rate_text(m.decode_tokens_per_second), speedup_value(view),
+                     range_text(None if view.plain else view.speedup_range),
                      length_text(m.mean_acceptance_length), percent_text(m.draft_acceptance_rate)])
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 

@@ -207,7 +207,7 @@ def test_summary_table_and_stats(views: dict[str, RunView]) -> None:
     v = views["eagle3"]
     assert table.loc[1, "mean acceptance length"] == "—" and table.loc[0, "speedup"] == f"{v.speedup:.2f}×"
     low, high = v.speedup_range
-    assert table.loc[0, "speedup range"] == f"{low:.2f}–{high:.2f}" and table.loc[1, "speedup range"] != "—"
+    assert table.loc[0, "speedup range"] == f"{low:.2f}–{high:.2f}" and table.loc[1, "speedup range"] == "—"
     stats = stats_html(views["eagle3.1"])
     assert html.escape(MEAN_ACCEPTANCE_LENGTH_HELP, quote=True) in stats and "speedup (" in stats
     assert "plain tok/s (20 steps)" in stats and "slowest group 80, fastest 125 tok/s" in stats
@@ -302,12 +302,30 @@ def test_too_few_steps_show_no_speedup_anywhere(views: dict[str, RunView]) -> No
     thin = replace(full, baseline=Baseline(100.0, 99.0, 101.0, groups=MIN_SPEEDUP_GROUPS - 1, tokens=8))
     short = replace(full, events=full.events[:3])
     assert full.speedup is not None and full.too_few_steps is None
-    for view in (thin, short):
+    for view, words in ((thin, "too few plain steps"), (short, "too few steps of this run")):
         assert view.speedup is None and view.speedup_range is None and "too few steps" in view.too_few_steps
-        assert _card_values(stats_html(view))["speedup (too few steps)"] == "—"
-        assert summary_table([view]).loc[0, "speedup"] == "too few steps"
+        assert _card_values(stats_html(view))[f"speedup ({words})"] == "—"  # whose: beside "plain tok/s (8 steps)"
+        assert summary_table([view]).loc[0, "speedup"] == words
         assert "too few steps" in speedup_figure([view]).layout.title.text
     assert "8 plain steps in 4 of 5 groups" in thin.too_few_steps
+    both = replace(thin, events=full.events[:3])
+    assert _card_values(stats_html(both))["speedup (too few steps)"] == "—"
+
+
+def test_a_plain_run_shows_no_speedup_over_itself(views: dict[str, RunView]) -> None:
+    """Issue 55: a plain-decoding run's card read "1.12× speedup (0.81–1.50)", its rate over the plain steps timed
+    beside it. Card, table and chart now say plain decoding is the baseline."""
+    plain = views["plain"]
+    assert plain.speedup is not None  # the ratio exists (what the card showed)
+    cards = _card_values(stats_html(plain))
+    assert cards["speedup (plain decoding is the baseline)"] == "—"
+    assert not [name for name in cards if name.startswith("speedup (") and "×" in cards[name]]
+    row = summary_table([plain]).loc[0]
+    assert row["speedup"] == "plain decoding is the baseline" and row["speedup range"] == "—"
+    figure = speedup_figure([plain])
+    assert "Speedup" not in figure.layout.title.text and all("×" not in t for bar in figure.data for t in bar.text)
+    mixed = speedup_figure([views["eagle3.1"], plain])  # beside an EAGLE run: only its speedup is named
+    assert mixed.layout.title.text.count("×") == 1
 
 
 def test_a_step_tree_is_drawn_under_its_parents_escaped_with_its_path_marked() -> None:
