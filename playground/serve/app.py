@@ -164,10 +164,26 @@ class Admission:
             self.slots.release()
 
 
+def _json_kind(value: object) -> str:
+    kinds = ((bool, "true or false"), (int, "a number"), (float, "a number"), (str, "a string"), (list, "an array"))
+    return "null" if value is None else next((name for kind, name in kinds if isinstance(value, kind)), "a value")
+
+
 def _validation_message(err: RequestValidationError) -> tuple[str, str | None]:
     """One line for the first invalid field (a union's alternatives are merged), and the field's name."""
     errors = list(err.errors())
     first = errors[0]
+    where = tuple(first.get("loc", ()))
+    if first.get("type") == "json_invalid" and where[:1] == ("body",):  # its loc is a character, not a field
+        at = where[1] if len(where) > 1 else None
+        why = (first.get("ctx") or {}).get("error") or "JSON decode error"
+        return (f"the request body is not valid JSON ({why}" + (f" at character {at}" if at is not None else "")
+                + "): send a JSON object of the request's fields"), None
+    if where == ("body",) and first.get("type") in ("missing", "model_attributes_type", "dict_type"):
+        if first.get("type") == "missing":
+            return "the request body is empty (or null): send a JSON object of the request's fields", None
+        return (f"the request body must be a JSON object of the request's fields, not "
+                f"{_json_kind(first.get('input'))}"), None
     loc = [str(part) for part in first.get("loc", ()) if part != "body"]
     param = (first.get("ctx") or {}).get("param") or (loc[0] if loc else None)
     same = [e["msg"] for e in errors if [str(p) for p in e.get("loc", ()) if p != "body"][:1] == loc[:1]]

@@ -83,6 +83,21 @@ def test_bad_requests_get_an_error_object(server, path: str, body: str, status: 
         assert error["param"] == param
 
 
+@pytest.mark.parametrize(("body", "words"), [
+    ("not json", "is not valid JSON (Expecting value at character 0)"),
+    ('{"prompt": "hi"', "is not valid JSON (Expecting ',' delimiter at character 15)"),
+    ("[1, 2]", "must be a JSON object of the request's fields, not an array"),
+    ('"hi"', "not a string"),
+    ("", "is empty (or null)"),
+])
+def test_a_body_that_is_not_a_json_object_is_refused_in_words(server, body: str, words: str) -> None:
+    """Issue 55: a non-JSON body was answered {"message": "0: JSON decode error", "param": "0"} (pydantic's
+    location, a character, read as a field)."""
+    error = post_raw(server[0], "/v1/completions", body).json()["error"]
+    assert error["message"].startswith("the request body ") and words in error["message"], error
+    assert error["param"] is None and error["code"] == 400
+
+
 def test_a_bad_header_gets_an_answer(server) -> None:
     host, port = server[0].removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as sock:
