@@ -215,6 +215,11 @@ def example_prompts(prompt: gr.Textbox) -> gr.Examples:
                        elem_id="chat-examples", api_visibility="private")
 
 
+ASK = "Ask anything: code, explanations, writing…"  # one invitation, in the empty chat and in the box below it
+EMPTY_CHAT = f"{ASK} Coloured tokens came from accepted drafts."
+PROMPT_PLACEHOLDER = f"{ASK} (Enter to send, Shift+Enter for a new line)"
+
+
 def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPanel]:
     """The tab; its preset menu and the own-pair panel, which the app wires to every tab's menu. A page opened from
     a link to an answer (`demo`'s load) starts with its prompt and settings."""
@@ -226,11 +231,10 @@ def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPa
         with gr.Column(scale=5):
             chatbot = gr.Chatbot(elem_id="chat", label="Chat", show_label=False, height=440, layout="panel",
                                  latex_delimiters=[], buttons=["copy", "copy_all"],
-                                 placeholder="Ask something about Python: coloured tokens came from accepted drafts.")
+                                 placeholder=EMPTY_CHAT)
             legend = gr.HTML(depth_legend((preset.default_drafter, 4)), elem_id="chat-legend")
             prompt = gr.Textbox(elem_id="prompt", show_label=False, lines=2, max_lines=8, autofocus=True,
-                                placeholder="Ask anything: code, explanations, writing… (Enter to send, "
-                                "Shift+Enter for a new line)")
+                                placeholder=PROMPT_PLACEHOLDER)
             with gr.Row():
                 send = gr.Button("Send", variant="primary", elem_id="send", scale=2)
                 stop_button = gr.Button("Stop", variant="stop", elem_id="stop", scale=1)
