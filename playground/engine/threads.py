@@ -92,11 +92,11 @@ def other_runnable_tasks(count: Callable[[], int | None] = runnable_tasks,
                          me: str | None = None) -> int | None:
     """Runnable tasks on the machine that are not this process's threads; None where the system does not say.
 
-    The machine's count includes this process's threads that are runnable, and also, on kernels that dequeue a
-    sleeping task late (EEVDF's delayed dequeue, Linux 6.12 on), threads of ours that have just gone to sleep but
-    still sit on a run queue behind one of ours that runs: an OpenMP helper spinning after a product keeps its
-    siblings counted. /proc shows those as sleeping, so right after a product the machine's count less our running
-    threads read one task more than there was (on an idle 2-core Zen 5, 37-44 % of a step-cost profile's timed calls
+    The machine's count includes this process's threads that are runnable, and also, while an OpenMP helper spins
+    after a product, one or two more that /proc shows nowhere as running: our other threads sit asleep on the
+    spinning helper's core (on Linux 6.18 we take it for EEVDF's delayed dequeue, which leaves a task that has just
+    slept on the run queue, counted). So right after a product the machine's count less our running threads read
+    one task more than there was (on an idle 2-core Zen 5, 37-44 % of a step-cost profile's timed calls
     "began beside another task"). So the reading first waits, `SETTLE_TRIES` pauses of `SETTLE_S` at most, until no
     thread of ours but the reader (`me`) runs, which lets the queued sleepers go; then reads our running threads
     before and after the machine's count, and uses the count only where the two readings agree (after `tries`
