@@ -150,10 +150,10 @@ def card(page, name: str, where: str = "#chat-stats") -> tuple[str, str]:
     raise AssertionError(f"no {name!r} card")
 
 
-def test_plain_against_plain_reads_near_one_with_its_range_shown(browser, real_app_url: str) -> None:
-    """Plain decoding against the plain baseline timed alongside it, in the app as a user runs it (the real pair; the
-    page renders on the same cores): near 1.00×, inside the range the speedup card shows, turn after turn. The baseline
-    card counts its timed steps, and the rate the user saw stands beside the engine's."""
+def test_plain_decoding_names_no_speedup_and_its_rate_matches_the_baseline(browser, real_app_url: str) -> None:
+    """Plain decoding in the app as a user runs it (the real pair; the page renders on the same cores): the speedup
+    card shows no figure and says plain decoding is the baseline, turn after turn; the baseline card counts its timed
+    steps, the rate the user saw stands beside the engine's, and the engine's rate is near the baseline's."""
     page = open_page(browser, real_app_url)
     from playwright.sync_api import expect
 
@@ -161,7 +161,7 @@ def test_plain_against_plain_reads_near_one_with_its_range_shown(browser, real_a
     expect(page.locator("#k input[type=number]")).to_be_disabled(timeout=TIMEOUT_MS)  # k means nothing for plain
     page.locator("#max-new-tokens input[type=number]").fill("200")
     page.locator("#max-new-tokens input[type=number]").press("Enter")
-    readings = []
+    ratios = []
     for turn in range(3):
         if turn:  # a new conversation each time (Clear also trips Stop: let it land before the next Send)
             page.locator("#clear").click()
@@ -170,17 +170,16 @@ def test_plain_against_plain_reads_near_one_with_its_range_shown(browser, real_a
         page.locator("#send").click()
         page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
         page.wait_for_function("document.querySelector('#chat-stats').innerText.includes('steps)')")
-        speedup, label = card(page, "speedup")
-        found = re.search(r"\(([\d.]+)–([\d.]+)\)", label)
-        assert found, (turn, speedup, label, page.locator("#chat-stats").inner_text())
-        low, high = map(float, found.groups())
-        readings.append((float(speedup.rstrip("×")), low, high))
-        assert re.fullmatch(r"plain tok/s \(\d+ steps\)", card(page, "plain tok/s")[1])
+        stats = page.locator("#chat-stats").inner_text()
+        assert card(page, "speedup") == ("—", "speedup (plain decoding is the baseline)"), (turn, stats)
+        plain, label = card(page, "plain tok/s")
+        assert re.fullmatch(r"plain tok/s \(\d+ steps\)", label), (turn, stats)
         engine, seen = float(card(page, "tok/s (engine)")[0]), float(card(page, "tok/s seen")[0])
         assert 0 < seen <= engine  # the rate seen includes the pauses for the page and the baseline
-    # near 1.00×, as a guard against gross errors (a baseline timing other work, or measured once and reused, read
-    # 0.7–0.86× here); not a timing measurement, which a test must not assert
-    assert all(low <= speedup <= high and 0.5 < low and high < 2.0 for speedup, low, high in readings), readings
+        ratios.append(engine / float(plain))
+    # the same decoding timed twice: a guard against gross errors (a baseline timing other work, or measured once and
+    # reused), not a timing measurement, which a test must not assert
+    assert all(0.5 < ratio < 2.0 for ratio in ratios), ratios
     page.close()
 
 
