@@ -12,9 +12,10 @@ So the policy (`ThreadPolicy`), chosen per phase and adapting to the machine as 
 - one-row work runs on the thread count measured fastest for it at load (`calibrate`; one thread unless more are
   measurably faster), so it never waits at a barrier for nothing;
 - multi-row work runs on every thread while no other task is runnable, and on as many as the cores left free when
-  others are (`LoadGauge`: the runnable tasks the kernel counts, less this one, smoothed over steps).
+  others are (`LoadGauge`: the runnable tasks the kernel counts, less this one, read every 50 ms at most and
+  smoothed over readings).
 A user who sets the threads (`--threads`, PLAYGROUND_THREADS, OMP_NUM_THREADS) gets exactly that many, in every
-phase. Every step event carries the threads its verification ran on and the load sampled before it, so a reading
+phase. Every step event carries the threads its verification ran on and the load last read before it, so a reading
 taken on a busy machine says so (RunMetrics.busy_share).
 
 `playground/__init__.py` also bounds how long an idle OpenMP thread spins before it sleeps (`openmp.py`), so that
@@ -126,18 +127,33 @@ def other_runnable_tasks(count: Callable[[], int | None] = runnable_tasks,
     return max(running - max(len(seen | {me}), 1), 0)
 
 
-class LoadGauge:
-    """Other runnable tasks than this process's, sampled once per target forward and smoothed: a neighbour process,
-    a browser rendering the page. (Another run in this process shares the cores too, but through threads the OS
-    counts as ours; the app runs one at a time by default.)"""
+SAMPLE_EVERY_S = 0.05  # the load is read at most this often; forwards in between carry the last reading
 
-    def __init__(self, read: Callable[[], int | None] = other_runnable_tasks) -> None:
-        self._read = read
+
+class LoadGauge:
+    """Other runnable tasks than this process's, read before a target forward at most every `every_s` seconds and
+    smoothed over readings: a neighbour process, a browser rendering the page. (Another run in this process shares
+    the cores too, but through threads the OS counts as ours; the app runs one at a time by default.)
+
+    Not every forward: where one-row work runs on two threads, a reading right after a product waits the full
+    settling time for our helper thread (`other_runnable_tasks`), and reading before every forward cost 3.4 ms of
+    SmolLM2's 7 ms int4 step (on a 2-core Zen 5: plain decoding 100 tok/s read every step, 152 unread). Read every
+    50 ms, a neighbour is still seen within a few readings."""
+
+    def __init__(self, read: Callable[[], int | None] = other_runnable_tasks, every_s: float = SAMPLE_EVERY_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._read, self.every_s, self._clock = read, every_s, clock
         self.smoothed = 0.0
         self.last: int | None = None
+        self._read_at: float | None = None
 
     def sample(self) -> int | None:
-        """Other runnable tasks now (None where unknown); updates the smoothed estimate."""
+        """Other runnable tasks now (None where unknown): a new reading, which updates the smoothed estimate, or
+        within `every_s` of the last reading, that one."""
+        now = self._clock()
+        if self._read_at is not None and now - self._read_at < self.every_s:
+            return self.last
+        self._read_at = now
         others = self._read()
         if others is None:
             return None
@@ -197,7 +213,7 @@ class ThreadPolicy:
         return threads
 
     def sample(self) -> int | None:
-        """A load sample, once per target forward (between products): the other runnable tasks now."""
+        """A load sample before a target forward (between products; `LoadGauge.sample`): the other runnable tasks."""
         return self.gauge.sample()
 
     def calibrate(self, one_row_forward: Callable[[], object], reps: int = 5) -> None:

@@ -39,7 +39,7 @@ def restore_threads():
 
 
 def test_the_gauge_smooths_what_it_reads_and_calls_a_core_taken_only_when_it_stays_taken() -> None:
-    gauge = LoadGauge(ScriptedLoad([1, 0, 0, 1, 1, 1, 1, None]))
+    gauge = LoadGauge(every_s=0, read=ScriptedLoad([1, 0, 0, 1, 1, 1, 1, None]))
     assert gauge.sample() == 1 and gauge.busy_cores == 0  # one sample of a neighbour: not yet a taken core
     gauge.sample(), gauge.sample()
     assert gauge.busy_cores == 0
@@ -49,9 +49,22 @@ def test_the_gauge_smooths_what_it_reads_and_calls_a_core_taken_only_when_it_sta
     assert gauge.sample() is None and gauge.last == 1  # unknown: the estimate stands
 
 
+def test_the_gauge_reads_at_most_every_interval_and_forwards_between_carry_the_last_reading() -> None:
+    now = [0.0]
+    gauge = LoadGauge(ScriptedLoad([1, 0, 2]), every_s=0.05, clock=lambda: now[0])
+    assert gauge.sample() == 1
+    now[0] = 0.049
+    assert gauge.sample() == 1 and gauge.sample() == 1  # within the interval: no reading, the last one stands
+    now[0] = 0.05
+    assert gauge.sample() == 0
+    now[0] = 0.2
+    assert gauge.sample() == 2  # the script held three readings: a fourth read would have raised IndexError
+    assert gauge.smoothed == pytest.approx(0.3 * (1 - 0.3) * (1 - 0.3) + 0.3 * 2)
+
+
 def test_one_row_work_and_verification_get_their_own_thread_counts(restore_threads) -> None:
     load = ScriptedLoad([0] * 3 + [1] * 10)
-    policy = ThreadPolicy(max_threads=2, gauge=LoadGauge(load))
+    policy = ThreadPolicy(max_threads=2, gauge=LoadGauge(load, every_s=0))
     cores = 2
     import playground.engine.threads as threads
 
@@ -72,7 +85,7 @@ def test_one_row_work_and_verification_get_their_own_thread_counts(restore_threa
 
 
 def test_threads_the_user_sets_hold_in_every_phase_whatever_the_load(restore_threads) -> None:
-    policy = ThreadPolicy(max_threads=2, gauge=LoadGauge(ScriptedLoad([3] * 10)))
+    policy = ThreadPolicy(max_threads=2, gauge=LoadGauge(every_s=0, read=ScriptedLoad([3] * 10)))
     policy.fix(2)
     for _ in range(10):
         policy.sample()
@@ -92,13 +105,13 @@ def _forward_costing(ms_by_threads: dict[int, float], policy: ThreadPolicy | Non
 
 
 def test_calibration_keeps_one_thread_for_one_row_work_unless_more_are_measurably_faster(restore_threads) -> None:
-    same = ThreadPolicy(max_threads=2, gauge=LoadGauge(ScriptedLoad([0] * 3)))
+    same = ThreadPolicy(max_threads=2, gauge=LoadGauge(every_s=0, read=ScriptedLoad([0] * 3)))
     same.calibrate(_forward_costing({1: 20, 2: 20}), reps=2)
     assert same.one_row == 1 and set(same.measured) == {1, 2} and "one row measured" in same.describe()
-    faster = ThreadPolicy(max_threads=2, gauge=LoadGauge(ScriptedLoad([0] * 3)))
+    faster = ThreadPolicy(max_threads=2, gauge=LoadGauge(every_s=0, read=ScriptedLoad([0] * 3)))
     faster.calibrate(_forward_costing({1: 40, 2: 20}, faster), reps=2)  # timed through the policy's own `use`
     assert faster.one_row == 2 and faster.fixed is None
-    busy = ThreadPolicy(max_threads=2, gauge=LoadGauge(ScriptedLoad([1])))
+    busy = ThreadPolicy(max_threads=2, gauge=LoadGauge(every_s=0, read=ScriptedLoad([1])))
     busy.calibrate(lambda: pytest.fail("a busy machine would decide, not the kernels"))
     assert busy.one_row == 1 and not busy.measured
 
