@@ -27,6 +27,7 @@ def main() -> None:
     p.add_argument("--out")
     p.add_argument("--tokens", type=int, default=96)
     p.add_argument("--passes", type=int, default=2)
+    p.add_argument("--beside", default="nothing else known", help="what else ran on the machine, for the record")
     args = p.parse_args()
     from llama_cpp import Llama
 
@@ -39,6 +40,7 @@ def main() -> None:
         drafters[w] = (drafter, target.attach(drafter))
         drafter.prepare_for_decoding()
     rates: dict[str, list[float]] = {}
+    loadavg = [open("/proc/loadavg").read().split()[:4]]
     same = []
 
     def ours(name, target, prompt, k=None):
@@ -68,6 +70,7 @@ def main() -> None:
             ours("ours float32 plain", targets["float32"], prompt)
             ours("ours float32 EAGLE-3.1 k=4", targets["float32"], prompt, k=4)
     rates.pop("warm")
+    loadavg.append(open("/proc/loadavg").read().split()[:4])
     base = statistics.median(rates["llama.cpp plain"])
     rows = {name: {"median_tok_s": round(statistics.median(r), 1), "range": [round(min(r), 1), round(max(r), 1)],
                    "vs_llamacpp_plain": round(statistics.median(r) / base, 2)} for name, r in rates.items()}
@@ -75,7 +78,9 @@ def main() -> None:
               "passes": args.passes, "prompts": PROMPTS, "int4_speculative_equals_int4_plain": all(same),
               "int4_weights_mb": round(targets["int4"].fast.resident_bytes() / 1e6, 1),
               "float32_weights_mb": round(targets["float32"].fast.resident_bytes() / 1e6, 1),
-              "kernels": {w: t.fast.kernels for w, t in targets.items()}, "rows": rows}
+              "kernels": {w: t.fast.kernels for w, t in targets.items()},
+              "threads": {w: t.threads.describe() for w, t in targets.items() if t.threads is not None},
+              "beside": args.beside, "loadavg_before_after": loadavg, "rows": rows}
     print(json.dumps(result, indent=1))
     if args.out:
         with open(args.out, "w") as f:
