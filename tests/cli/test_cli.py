@@ -203,9 +203,9 @@ def test_errors_are_one_line_on_stderr(tiny: TinyModels, broken_drafter: Path, t
 
 
 def test_the_json_is_a_run_record_that_reads_back_typed(outputs: dict[str, dict]) -> None:
-    """`--json` is `RunRecord.to_dict()` plus preset, target, dtype, forward, weights (and their MB), the fast path's kernels, the thread
-    policy, tree (None for a chain), auto_k (None for a fixed k) and the drafter's health; `from_dict` gives back the
-    same record, typed, prompt ids too."""
+    """`--json` is `RunRecord.to_dict()` plus preset, target, dtype, forward, weights (and their MB), the fast path's
+    kernels, the thread policy, tree (None for a chain), auto_k (None for a fixed k) and the drafter's health;
+    `from_dict` gives back the same record, typed, prompt ids too."""
     from playground.engine import AttentionMass, GenerationConfig, RunRecord, StepEvent
 
     result = dict(outputs["eagle3.1-preset"])
