@@ -40,6 +40,7 @@ def main() -> None:
         drafters[w] = (drafter, target.attach(drafter))
         drafter.prepare_for_decoding()
     rates: dict[str, list[float]] = {}
+    accepted: dict[str, list[float]] = {}
     loadavg = [open("/proc/loadavg").read().split()[:4]]
     same = []
 
@@ -48,9 +49,13 @@ def main() -> None:
         cfg = GenerationConfig(max_new_tokens=args.tokens, k=k or 1)
         run = (plain_generate(target, ids, cfg) if k is None else
                speculative_generate(target, *drafters[target.weights], ids, cfg))
-        start = time.perf_counter()
-        out = [t for e in run for t in e.emitted]
+        start, out, steps = time.perf_counter(), [], 0
+        for event in run:
+            out += event.emitted
+            steps += event.step > 0
         rates.setdefault(name, []).append(len(out) / (time.perf_counter() - start))
+        if k is not None:  # tokens per verification after the prefill's first
+            accepted.setdefault(name, []).append((len(out) - 1) / max(steps, 1))
         return out
 
     for prompt in PROMPTS:  # untimed warm-up of every path
@@ -73,7 +78,9 @@ def main() -> None:
     loadavg.append(open("/proc/loadavg").read().split()[:4])
     base = statistics.median(rates["llama.cpp plain"])
     rows = {name: {"median_tok_s": round(statistics.median(r), 1), "range": [round(min(r), 1), round(max(r), 1)],
-                   "vs_llamacpp_plain": round(statistics.median(r) / base, 2)} for name, r in rates.items()}
+                   "vs_llamacpp_plain": round(statistics.median(r) / base, 2),
+                   **({"tokens_per_step": [round(a, 2) for a in accepted[name][-len(PROMPTS):]]}
+                      if name in accepted else {})} for name, r in rates.items()}
     result = {"machine": machine_info("cpu"), "tokens": args.tokens,
               "passes": args.passes, "prompts": PROMPTS, "int4_speculative_equals_int4_plain": all(same),
               "int4_weights_mb": round(targets["int4"].fast.resident_bytes() / 1e6, 1),

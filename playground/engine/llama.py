@@ -111,6 +111,7 @@ class Projection:
         self.onednn: torch.Tensor | None = None
         self.columns: torch.Tensor | None = None  # W^T, contiguous: one-row products, where faster here
         self.int4: tuple[torch.Tensor, torch.Tensor] | None = None  # (packed codes, bf16 scales and zeros)
+        self.int8: tuple[torch.Tensor, torch.Tensor] | None = None  # (codes [out, in] int8, bf16 scale per output)
         self.owners = list(owners)  # (module, first row): modules whose weight is a view of rows of this one
 
     def __call__(self, x: torch.Tensor, rows_at_once: int | None = None) -> torch.Tensor:
@@ -122,6 +123,9 @@ class Projection:
             packed, scales_zeros = self.int4
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), packed, QUANT_GROUP,
                                                             scales_zeros).to(x.dtype)
+            return y if self.bias is None else y + self.bias
+        if self.int8 is not None:
+            y = torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), *self.int8).to(x.dtype)
             return y if self.bias is None else y + self.bias
         if self.columns is not None and x.shape[0] == 1:
             y = x @ self.columns
@@ -171,9 +175,10 @@ class Projection:
             module.weight = nn.Parameter(self.weight[first : first + module.weight.shape[0]], requires_grad=False)
 
     def tensors(self) -> list[torch.Tensor]:
-        """What this projection holds: its weight (a meta tensor once given back), bias, packs, copies, int4 codes."""
+        """What this projection holds: its weight (a meta tensor once given back), bias, packs, copies, int4 or int8
+        codes."""
         held = [self.weight, self.bias, self.columns, self.onednn, self.mkl[1] if self.mkl else None,
-                *(self.int4 or ())]
+                *(self.int4 or ()), *(self.int8 or ())]
         return [t for t in held if t is not None]
 
 
@@ -201,6 +206,27 @@ def int4_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scale = scale.to(torch.bfloat16).float()
     scales_zeros = torch.stack([scale, low + 8 * scale], dim=-1).transpose(0, 1).contiguous().to(torch.bfloat16)
     return packed, scales_zeros
+
+
+def int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes [out, in] int8, scales [out] bf16): each output row in 8 bits, symmetric, one scale a row, as PyTorch's
+    `_weight_int8pack_mm` multiplies them."""
+    scales = (weight.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny)
+    codes = torch.round(weight / scales[:, None]).clamp(-127, 127).to(torch.int8)
+    return codes, scales.to(torch.bfloat16)
+
+
+class Int8Embedding(nn.Module):
+    """An input embedding read from a vocabulary head's int8 rows (a tied table held once, in 8 bits): row i is
+    codes[i] * scales[i], in `dtype`. Drafters that share the target's embedding read it through this module too."""
+
+    def __init__(self, codes: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.codes, self.scales, self.dtype = codes, scales, dtype
+        self.num_embeddings, self.embedding_dim = codes.shape
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.codes).to(self.dtype) * F.embedding(ids, self.scales[:, None]).to(self.dtype)
 
 
 def _room_for_copies(weights: list[torch.Tensor]) -> bool:
@@ -387,6 +413,7 @@ class FastLlama:
         cfg = model.config
         self.model = model
         self.embed = model.get_input_embeddings().weight
+        self.embedding: Int8Embedding | None = None  # the tied table in 8 bits, once the head is int8
         self.layers = [_Layer(layer) for layer in model.model.layers]
         self.norm = model.model.norm.weight
         self.lm_head = Projection(model.get_output_embeddings().weight, None)
@@ -468,8 +495,15 @@ class FastLlama:
         self.weights_why = None
 
     def _int4_head(self) -> Projection:
-        """The vocabulary head beside int4 layers: bf16 weights in oneDNN's pack where this CPU multiplies bf16 in
-        hardware and the pack keeps rows apart, else the float32 head as it is."""
+        """The vocabulary head beside int4 layers: int8 rows (`int8_rows`; the file's own table is 8-bit, Q8_0) where
+        PyTorch has the kernel and its rows are independent, else bf16 weights in oneDNN's pack where this CPU
+        multiplies bf16 in hardware and the pack keeps rows apart, else the float32 head as it is. Its input is
+        rounded to bf16 either way, which is where these kernels are fast."""
+        if hasattr(torch.ops.aten, "_weight_int8pack_mm"):
+            head = Projection(torch.empty(self.lm_head.weight.shape, device="meta"), None)
+            head.int8 = int8_rows(self.lm_head.weight.detach())
+            if rows_independent(head, MAX_EXACT_ROWS):
+                return head
         if not native_bfloat16():
             return self.lm_head
         head = Projection(self.lm_head.weight.detach().to(torch.bfloat16), None)
@@ -477,12 +511,20 @@ class FastLlama:
         return head if rows_independent(head, MAX_EXACT_ROWS) else self.lm_head
 
     def _use_head(self, head: Projection) -> None:
-        """Make `head` the vocabulary head; a tied embedding then reads the same bf16 table, and the float32 one
-        is given back (the Hugging Face modules hold the bf16 table, which a drafter sharing them casts)."""
+        """Make `head` the vocabulary head; a tied embedding then reads the same table (its int8 rows, or its bf16
+        weights), and the float32 one is given back. The Hugging Face modules hold that table too, so a drafter that
+        shares the target's embedding reads it."""
         if head is self.lm_head:
             return
         tied = self.lm_head.weight.data_ptr() == self.embed.data_ptr()
         self.lm_head = head
+        if head.int8 is not None:
+            self.model.get_output_embeddings().weight = nn.Parameter(head.weight, requires_grad=False)
+            if tied:
+                self.embedding = Int8Embedding(*head.int8, self.dtype)
+                self.model.set_input_embeddings(self.embedding)
+                self.embed = head.int8[0]  # the codes: on the device, counted once
+            return
         table = nn.Parameter(head.weight, requires_grad=False)
         if tied:
             self.model.get_input_embeddings().weight = table
@@ -502,7 +544,8 @@ class FastLlama:
         roles whose several-row products oneDNN packs), "mkl-packed" (float32 otherwise, once packed) or "plain",
         then "+ transposed one-row qkv, gate_up, lm_head": the roles whose one-row products go through W^T."""
         if self.weights == "int4":
-            head = "bf16 onednn-packed" if self.lm_head.onednn is not None else "float32"
+            head = ("int8 rows" if self.lm_head.int8 is not None else
+                    "bf16 onednn-packed" if self.lm_head.onednn is not None else "float32")
             return f"int4 groups of {QUANT_GROUP} (bf16 inputs) + {head} head"
         if self.dtype != torch.float32 and self.lm_head.onednn is not None:
             products = "onednn-packed"
@@ -522,9 +565,9 @@ class FastLlama:
         if (self.dtype != torch.float32 or self.embed.device.type != "cpu"
                 or not torch.backends.mkl.is_available() or rows < 2):
             return
-        with self._pack_lock:  # oneDNN's packs serve any rows; int4 products have their own kernel
+        with self._pack_lock:  # oneDNN's packs serve any rows; int4 and int8 products have their own kernels
             projections = [p for p in self.projections() if p.onednn is None and p.int4 is None
-                           and p.weight.dtype == torch.float32]
+                           and p.int8 is None and p.weight.dtype == torch.float32]
             used = 0
             if rows == self._packed_rows or not projections:
                 return
@@ -559,7 +602,7 @@ class FastLlama:
         t, start = ids.shape[0], cache.length
         end = start + t
         cache.reserve(end)
-        x = F.embedding(ids, self.embed).to(self.dtype)  # [t, H]: one sequence, so no batch dimension
+        x = (F.embedding(ids, self.embed) if self.embedding is None else self.embedding(ids)).to(self.dtype)  # [t, H]
         cos, signed_sin = self.rope.span(start, end, x) if tree is None else self.rope(tree[0], x)  # [1, t, head_dim]
         # row-exact: every verification (a chain's k + 1 rows, a tree's nodes), not a prefill, which plain and
         # speculative decoding compute alike

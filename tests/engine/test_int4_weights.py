@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from playground.engine import GenerationConfig, Target, load_drafter, plain_generate, speculative_generate
-from playground.engine.llama import QUANT_GROUP, int4_eligible, int4_groups
+from playground.engine.llama import QUANT_GROUP, Int8Embedding, int4_eligible, int4_groups, int8_rows
 from playground.engine.target import TargetError
 from playground.engine.tree import tree_generate
 from playground.engine.tree_shape import TreeShape
@@ -53,6 +53,20 @@ def test_q4_1_codes_come_back_from_their_dequantised_weights() -> None:
     assert int4_eligible(weight) and not int4_eligible(torch.zeros(40, 96)) and not int4_eligible(torch.zeros(48, 40))
 
 
+def test_int8_rows_hold_each_weight_within_half_a_step_and_the_embedding_reads_them() -> None:
+    """The int8 head's rows: each weight within half its row's step (max |w| / 127), read back through the kernel;
+    the embedding built from the same codes gives those rows (a tied table held once)."""
+    weight = torch.randn(64, 96, generator=torch.Generator().manual_seed(3))
+    codes, scales = int8_rows(weight)
+    assert codes.dtype == torch.int8 and scales.shape == (64,)
+    eye = torch.eye(96, dtype=torch.bfloat16)
+    back = torch.ops.aten._weight_int8pack_mm(eye, codes, scales).float().t()
+    step = weight.abs().amax(dim=1, keepdim=True) / 127
+    assert ((back - weight).abs() <= step / 2 + weight.abs() * 2**-7).all()
+    ids = torch.tensor([0, 5, 63])
+    assert torch.allclose(Int8Embedding(codes, scales, torch.float32)(ids), back[ids], rtol=2**-7, atol=0)
+
+
 @pytest.fixture(scope="module")
 def int4_target(tiny_root: Path) -> Target:
     return Target.load(str(tiny_root / "target"), weights="int4")
@@ -62,6 +76,10 @@ def test_int4_target_holds_less_and_computes_nearly_float32s_logits(tiny_root: P
     full = Target.load(str(tiny_root / "target"))
     assert (int4_target.weights, full.weights) == ("int4", "float32") and int4_target.quantised
     assert int4_target.fast.kernels.startswith(f"int4 groups of {QUANT_GROUP}")
+    if int4_target.fast.lm_head.int8 is not None:  # the head in 8 bits; a tied table read by the embedding too
+        assert int4_target.fast.kernels.endswith("int8 rows head")
+        tied = int4_target.model.config.tie_word_embeddings
+        assert isinstance(int4_target.model.get_input_embeddings(), Int8Embedding) == tied
     assert int4_target.fast.resident_bytes() < 0.8 * full.fast.resident_bytes()
     prompt = ids(40, full.vocab_size, 1)
     a = int4_target.forward(prompt, int4_target.new_cache()).logits
