@@ -6,6 +6,7 @@ bench and the app make."""
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -87,8 +88,9 @@ def auto_k(backend: LocalBackend, drafter: str, context_ids: list[int], tokens: 
         per_position = updated_acceptance(per_position, counts)
         source += (f", updated with this session's last {len(answers)} answer{'s' * (len(answers) > 1)} replayed "
                    f"({sum(n for n, _ in counts)} drafting steps)")
+    since = time.time()
     if profile is None:
         loaded = backend.drafter(drafter)
         profile = pair_profile(backend.target, loaded.drafter, loaded.aux_layers, (preset.target, loaded.source),
                                context_ids, tokens, cache_root(), announce=announce)
-    return choose_k(profile, per_position, source)
+    return choose_k(profile, per_position, source, since=since)

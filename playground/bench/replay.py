@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -118,6 +119,7 @@ def run(args: argparse.Namespace) -> dict:
         return expected_for_sampled(args, record, backend, drafters)
     ks = parse_int_list(args.k, "--k") or DEFAULT_KS
     trees = parse_int_list(args.tree_nodes, "--tree-nodes") or ()
+    started = time.time()
     try:
         rows, profiles = replay_answer(backend, record.prompt_ids, record.token_ids, drafters, ks, trees,
                                        record.config.max_new_tokens, predict=not args.no_predict,
@@ -131,7 +133,7 @@ def run(args: argparse.Namespace) -> dict:
         print(json.dumps(result))
     else:
         print(f"{len(record.token_ids)} answer tokens, replayed (acceptance exact; speedup predicted from this "
-              "machine's step costs):")
+              f"machine's step costs). {costs_sentence(profiles, started)}")
         for r in rows:
             shape = f"tree {r.tree_nodes:>3} nodes" if r.tree_nodes else "chain"
             accept = f"{r.acceptance_length:.2f}" if r.acceptance_length else "—"
@@ -241,7 +243,7 @@ def replay_run(backend: LocalBackend, run, sides: dict | None = None
     APP_TREE_NODES at k = 4, a sampled one's expectation at k = 1 (expected_replay), predicted on this machine; a
     line setting each run of `sides` (name -> Run; default: this one, "The answer") against its prediction; and the
     cost profiles the predictions read, by drafter."""
-    s = run.settings
+    s, since = run.settings, time.time()
     if s.temperature != 0:
         rows, profiles = expected_replay(backend, run)
         head = (f"Sampled at temperature {s.temperature:g}: not replayed (its steps depend on the draws); each "
@@ -252,4 +254,17 @@ def replay_run(backend: LocalBackend, run, sides: dict | None = None
                                        APP_TREE_NODES, s.max_new_tokens, tree_ks=APP_TREE_KS)
         head = ""
     lines = [_ran_line(side, r, rows) for side, r in (sides or {"The answer": run}).items()]
-    return rows, head + " ".join(lines), profiles
+    return rows, head + " ".join(lines + [costs_sentence(profiles, since)]), profiles
+
+
+def costs_sentence(profiles: dict[str, CostProfile], since: float | None = None) -> str:
+    """Which step costs the predictions read (by drafter where their loads or times differ), as a sentence."""
+    said = {name: p.load_text(since) for name, p in profiles.items()}
+    if not said:
+        return ""
+    if len(set(said.values())) == 1:
+        which = next(iter(said.values()))
+    else:
+        which = "; ".join(f"{DRAFTER_LABELS.get(name, name)}'s {text}" for name, text in said.items())
+    return f"Predicted from {which} (a range: how far the prediction moves over the costs' timed rounds)."
+

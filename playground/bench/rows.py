@@ -35,7 +35,7 @@ class BenchRow:
     # Predicted from this machine's step costs (engine/costs.py) over the row's own steps of its first timed pass,
     # beside the measured speedup: how far the cost model is off. EAGLE rows of our engine only
     predicted_speedup: float | None = None
-    predicted_range: list[float] | None = None  # from the costs' 10th-90th percentiles
+    predicted_range: list[float] | None = None  # over the costs' timed rounds (CostProfile.predict)
     mean_acceptance_length: float | None = None
     draft_acceptance_rate: float | None = None
     per_position_acceptance: list[float] | None = None

@@ -5,9 +5,12 @@ replayed step's drafting and verification.
 
 The measurement runs the engine's own calls as its loops run them (threads set per phase by the target, drafting on
 one thread), at one context length, in rounds that time every item once, so a neighbour that comes and goes touches
-them all alike. Each cost keeps its median and its 10th-90th percentile range; the prediction's range combines the
-extremes. What it leaves out: the context growing during an answer (costs are taken at `context` tokens) and the
-Python work between calls.
+them all alike. Each cost keeps its median, its 10th-90th percentile and its samples by round. A prediction divides
+by the medians; its range is how far that moves when the medians are taken again over the rounds resampled (the
+same rounds for every cost, so a neighbour that slowed one round slows all its costs together): the 10th-90th
+percentile of RESAMPLES such predictions. It says how well the step costs were measured, not how a live run will
+vary. What it leaves out: the context growing during an answer (costs are taken at `context` tokens), the Python
+work between calls, and a load other than the one the costs met (a profile is kept per load: `pair_profile`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import math
 import os
 import platform
+import random
 import re
 import statistics
 import time
@@ -38,9 +42,17 @@ VERIFY_ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 13, 17, 25, 33)  # measured; other
 CHAIN_KS = tuple(range(1, 9))
 PENDING_ROWS = 3  # target features a typical step's first drafter call reads (accepted drafts + 1)
 # What `measure` times and how: a profile measured by another version is measured again. Version 2: the load of each
-# timed call read consistently (threads.other_runnable_tasks), the profile filed under the load it measured.
-CODE_VERSION = 2
+# timed call read consistently (threads.other_runnable_tasks), the profile filed under the load it measured. Version
+# 3: the samples kept by round (the prediction's range) and the time of the measurement.
+CODE_VERSION = 3
 BUSY_SHARE = 0.5  # a profile whose timed calls began beside another runnable task this often was measured busy
+RESAMPLES = 200  # predictions over the rounds resampled, for a prediction's range
+RANGE_QUANTILES = (0.1, 0.9)
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 @dataclass(frozen=True)
@@ -48,12 +60,16 @@ class Cost:
     ms: float  # median
     low: float  # 10th percentile
     high: float  # 90th percentile
+    rounds: tuple[float, ...] = ()  # the samples, by round (empty in a profile made by hand)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rounds", tuple(self.rounds))  # read back from JSON as a list
 
     @classmethod
     def of(cls, samples: list[float]) -> Cost:
-        ordered = sorted(samples)
-        at = lambda q: ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]  # noqa: E731
-        return cls(statistics.median(ordered), at(0.1), at(0.9))
+        """The cost of `samples`, given in round order."""
+        return cls(statistics.median(samples), quantile(samples, RANGE_QUANTILES[0]),
+                   quantile(samples, RANGE_QUANTILES[1]), tuple(samples))
 
 
 @dataclass
@@ -69,6 +85,7 @@ class CostProfile:
     busy_share: float | None = None  # share of the timed calls that began beside another runnable task
     kernels: str | None = None  # the target's products as chosen at load (target_kernels)
     code: int | None = None  # CODE_VERSION of the measurement
+    measured_at: float | None = None  # when (time.time())
 
     @property
     def measured_busy(self) -> bool | None:
@@ -76,25 +93,36 @@ class CostProfile:
         the load was not read (a GPU's host, a system that does not say)."""
         return None if self.busy_share is None else self.busy_share >= BUSY_SHARE
 
-    def verify_cost(self, rows: int) -> Cost:
-        """Measured, or linear between the nearest measured row counts (beyond the last: its slope)."""
+    def _verify_weights(self, rows: int) -> dict[tuple, float]:
+        """Verifying `rows` as measured row counts: the count itself, or linear between the nearest measured ones
+        (beyond the last: its slope)."""
         if rows in self.verify:
-            return self.verify[rows]
+            return {("verify", rows): 1.0}
         known = sorted(self.verify)
         below = max((r for r in known if r < rows), default=known[0])
         above = min((r for r in known if r > rows), default=None)
         if above is None:
             below, above = known[-2], known[-1]
         t = (rows - below) / (above - below)
-        a, b = self.verify[below], self.verify[above]
-        return Cost(*(x + t * (y - x) for x, y in ((a.ms, b.ms), (a.low, b.low), (a.high, b.high))))
+        return {("verify", below): 1 - t, ("verify", above): t}
 
-    def drafting_cost(self, event: StepEvent, tree: TreeShape | None) -> Cost:
+    def verify_cost(self, rows: int) -> Cost:
+        """Measured, or linear between the nearest measured row counts (beyond the last: its slope)."""
+        parts = [(self.item(key), w) for key, w in self._verify_weights(rows).items()]
+        return Cost(*(sum(getattr(c, part) * w for c, w in parts) for part in ("ms", "low", "high")))
+
+    def _drafting_key(self, event: StepEvent, tree: TreeShape | None) -> tuple | None:
         if not event.drafted and not event.tree_tokens:
-            return Cost(0.0, 0.0, 0.0)
+            return None
         if tree is not None and event.tree_tokens is not None:
-            return self.tree[tree_key(tree)]  # measured with the profile: its trees are part of its cache key
-        return self.chain[min(len(event.drafted), max(self.chain))]
+            return ("tree", tree_key(tree))  # measured with the profile: its trees are part of its cache key
+        return ("chain", min(len(event.drafted), max(self.chain)))
+
+    def item(self, key: tuple) -> Cost:
+        """One measured cost by its key: ("plain", 0), ("verify", rows), ("chain", k) or ("tree", tree_key)."""
+        kind, which = key
+        return self.plain if kind == "plain" else {"verify": self.verify, "chain": self.chain, "tree": self.tree}[
+            kind][which]
 
     def predict(self, events: list[StepEvent], tree: TreeShape | None = None,
                 plain_tokens: int = 0) -> tuple[float, float, float]:
@@ -105,20 +133,58 @@ class CostProfile:
         tokens = sum(len(e.emitted) for e in steps) + plain_tokens
         if not tokens:
             return 1.0, 1.0, 1.0
-        spent = [(self.drafting_cost(e, tree), self.verify_cost(len(e.tree_tokens) + 1 if e.tree_tokens is not None
-                                                                  else len(e.drafted) + 1)) for e in steps]
-        total = [sum(getattr(d, part) + getattr(v, part) for d, v in spent) + plain_tokens * getattr(self.plain, part)
-                 for part in ("ms", "low", "high")]
-        return (tokens * self.plain.ms / total[0], tokens * self.plain.low / total[2],
-                tokens * self.plain.high / total[1])
+        spent: dict[tuple, float] = {("plain", 0): float(plain_tokens)}
+        for e in steps:
+            drafting = self._drafting_key(e, tree)
+            if drafting is not None:
+                spent[drafting] = spent.get(drafting, 0.0) + 1
+            rows = len(e.tree_tokens) + 1 if e.tree_tokens is not None else len(e.drafted) + 1
+            for key, w in self._verify_weights(rows).items():
+                spent[key] = spent.get(key, 0.0) + w
+        return self._speedup(tokens, spent)
 
     def expected_speedup(self, tokens_per_step: float, k: int) -> tuple[float, float, float]:
         """(speedup, low, high) of chains of k that emit `tokens_per_step` on average, over plain decoding: a step's
         tokens at the plain step's cost over drafting k and verifying k + 1 rows."""
-        step = (self.chain[k], self.verify_cost(k + 1))
-        return (tokens_per_step * self.plain.ms / sum(c.ms for c in step),
-                tokens_per_step * self.plain.low / sum(c.high for c in step),
-                tokens_per_step * self.plain.high / sum(c.low for c in step))
+        return self._speedup(tokens_per_step, {("chain", k): 1.0, **self._verify_weights(k + 1)})
+
+    def _speedup(self, tokens: float, spent: dict[tuple, float]) -> tuple[float, float, float]:
+        """(speedup, low, high): `tokens` at the plain step's cost over the measured costs `spent` (key -> how many
+        times), at the medians; the range over the rounds resampled (the module's docstring), or, for a profile
+        without its rounds, the fastest plain step over the slowest costs and the reverse."""
+        def at(value: Callable[[tuple], float]) -> float:
+            return tokens * value(("plain", 0)) / sum(w * value(key) for key, w in spent.items())
+
+        point = at(lambda key: self.item(key).ms)
+        medians = self._resampled_medians(tuple(spent) + (("plain", 0),))
+        if medians is None:
+            return (point, tokens * self.plain.low / sum(w * self.item(key).high for key, w in spent.items()),
+                    tokens * self.plain.high / sum(w * self.item(key).low for key, w in spent.items()))
+        spread = [at(draw.__getitem__) for draw in medians]
+        return point, quantile(spread, RANGE_QUANTILES[0]), quantile(spread, RANGE_QUANTILES[1])
+
+    def _resampled_medians(self, keys: tuple[tuple, ...]) -> list[dict[tuple, float]] | None:
+        """RESAMPLES draws of the rounds with replacement (seeded: one profile, one range), each cost of `keys` as
+        its median over the drawn rounds; None where a cost kept no rounds."""
+        costs = {key: self.item(key).rounds for key in dict.fromkeys(keys)}
+        counts = {len(r) for r in costs.values()}
+        if len(counts) != 1 or 0 in counts:
+            return None
+        n, rng = counts.pop(), random.Random(0)
+        draws = [[rng.randrange(n) for _ in range(n)] for _ in range(RESAMPLES)]
+        return [{key: statistics.median(rounds[i] for i in draw) for key, rounds in costs.items()} for draw in draws]
+
+    def load_text(self, since: float | None = None) -> str:
+        """Which load the step costs were measured under, and when, for a line: "step costs measured on an idle
+        machine, 3 min ago" ("just now" where measured at `since` or later: for this run)."""
+        busy = self.measured_busy
+        load = ("a machine whose load was not read" if busy is None else "an idle machine" if not busy else
+                f"a busy machine (another task runnable at {self.busy_share:.0%} of its timed calls)")
+        if self.measured_at is None:
+            return f"step costs measured on {load}"
+        if since is not None and self.measured_at >= since:
+            return f"step costs measured on {load}, just now"
+        return f"step costs measured on {load}, {_age(time.time() - self.measured_at)} ago"
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -132,7 +198,14 @@ class CostProfile:
         return cls(data["machine"], data["target"], data["drafter"], data["context"], Cost(**data["plain"]),
                    {int(k): v for k, v in costs(data["verify"]).items()},
                    {int(k): v for k, v in costs(data["chain"]).items()}, costs(data.get("tree", {})),
-                   data.get("busy_share"), data.get("kernels"), data.get("code"))
+                   data.get("busy_share"), data.get("kernels"), data.get("code"), data.get("measured_at"))
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{max(seconds, 0):.0f} s"
 
 
 def tree_key(tree: TreeShape) -> str:
@@ -206,7 +279,7 @@ def measure(target, drafter, aux_layers: list[int], context_ids: list[int], name
                        {r: cost[("verify", r)] for r in VERIFY_ROWS}, {k: cost[("chain", k)] for k in CHAIN_KS},
                        {tree_key(t): cost[("tree", tree_key(t))] for t in trees},
                        sum(n > 0 for n in known) / len(known) if known else None, target_kernels(target),
-                       CODE_VERSION)
+                       CODE_VERSION, time.time())
 
 
 def this_machine(device: str) -> dict:
@@ -327,31 +400,36 @@ class AutoK:
     predicted: dict[int, float]  # k -> predicted speedup over plain decoding
     why: str
     acceptance: tuple[float, ...] = ()  # the acceptance by position the prediction read
+    costs: str = ""  # which step costs it read: their load and when (CostProfile.load_text)
 
     def to_dict(self) -> dict:
         return {"k": self.k, "predicted_speedup": {str(k): round(v, 3) for k, v in self.predicted.items()},
-                "why": self.why, "acceptance_by_position": [round(a, 3) for a in self.acceptance]}
+                "why": self.why, "acceptance_by_position": [round(a, 3) for a in self.acceptance],
+                "step_costs": self.costs}
 
     def short(self) -> str:
         """One clause for a status line."""
+        read = f" ({self.costs})" if self.costs else ""
         if self.k is None:
-            return "k auto chose plain decoding: no k is predicted to pay on this machine"
-        return f"k auto chose k={self.k}, predicted {self.predicted[self.k]:.2f}× on this machine"
+            return f"k auto chose plain decoding: no k is predicted to pay on this machine{read}"
+        return f"k auto chose k={self.k}, predicted {self.predicted[self.k]:.2f}× on this machine{read}"
 
 
 def choose_k(profile: CostProfile, per_position: list[float], source: str, most: int = 8,
-             margin: float = 1.05) -> AutoK:
+             margin: float = 1.05, since: float | None = None) -> AutoK:
     """The k predicted fastest from the drafter's acceptance by position and this machine's step costs; plain
-    decoding where none is predicted to beat it by `margin` (a speedup inside the prediction's error is not one)."""
+    decoding where none is predicted to beat it by `margin` (a speedup inside the prediction's error is not one).
+    The choice names the step costs it read (`since`: a profile measured then or later was measured for it)."""
     predicted = {k: profile.expected_speedup(expected_tokens(per_position, k), k)[0]
                  for k in range(1, min(most, len(per_position), max(profile.chain)) + 1)}
+    costs = profile.load_text(since)
     if not predicted:
-        return AutoK(None, {}, f"no acceptance by position in {source}: plain decoding")
+        return AutoK(None, {}, f"no acceptance by position in {source}: plain decoding", costs=costs)
     best = max(predicted, key=predicted.__getitem__)
     table = ", ".join(f"k={k} {v:.2f}x" for k, v in predicted.items())
     rates = tuple(per_position)
     if predicted[best] < margin:
         return AutoK(None, predicted, f"no k is predicted to beat plain decoding by {margin - 1:.0%} on this machine "
-                                      f"({table}; acceptance from {source}): plain decoding", rates)
-    return AutoK(best, predicted, f"k={best} is predicted fastest on this machine ({table}; acceptance from {source})",
-                 rates)
+                                      f"({table}; acceptance from {source}; {costs}): plain decoding", rates, costs)
+    return AutoK(best, predicted, f"k={best} is predicted fastest on this machine ({table}; acceptance from {source}; "
+                                  f"{costs})", rates, costs)

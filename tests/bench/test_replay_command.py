@@ -110,6 +110,39 @@ def test_the_prediction_is_plain_time_over_drafting_and_verification() -> None:
     assert low < speedup < high and low == pytest.approx(9 * 8 / (2 * (8 + 17)))  # fastest plain, slowest steps
 
 
+
+def test_the_predictions_range_is_the_spread_of_the_medians_over_the_rounds() -> None:
+    """The issue's "predicted 4.32× (1.00-6.98)" put every cost at its 10th or 90th percentile at once. Now the range
+    is how far the prediction moves when the medians are taken again over the rounds resampled, the same rounds for
+    every cost: a round that slowed every cost alike (a neighbour passing) leaves no range; costs that wander apart
+    give one that holds the point, inside the old percentile extremes."""
+    steps = [StepEvent(0, [], 0, [1]), StepEvent(1, [5, 6, 7, 8], 3, [5, 6, 7, 9]),
+             StepEvent(2, [1, 2, 3, 4], 4, [1, 2, 3, 4, 5])]
+    factors = [1.0, 1.02, 1.04, 1.06, 1.08, 1.1, 2.0]  # one slow sample in seven
+
+    def profile(together: bool) -> CostProfile:
+        made = iter(range(100))
+
+        def timed(ms: float) -> Cost:  # each cost's slow sample in the same round, or in a round of its own
+            shift = 0 if together else next(made)
+            return Cost.of([ms * factors[(r + shift) % 7] for r in range(7)])
+
+        return CostProfile({}, "t", "d", 64, timed(10), {r: timed(10 + r) for r in (1, 2, 5, 9)},
+                           {k: timed(2 * k) for k in range(1, 9)})
+
+    speedup, low, high = profile(together=True).predict(steps)
+    assert speedup == pytest.approx(90 / 46) and (low, high) == pytest.approx((speedup, speedup))
+    apart = profile(together=False)
+    speedup, low, high = apart.predict(steps)
+    plain, slowest, fastest = apart.plain, apart.chain[4].high + apart.verify_cost(5).high, \
+        apart.chain[4].low + apart.verify_cost(5).low
+    old = (9 * plain.low / (2 * slowest), 9 * plain.high / (2 * fastest))  # the percentiles' extremes
+    assert old[0] < low < speedup < high < old[1], (old, low, speedup, high)
+    read_back = CostProfile.from_dict(json.loads(json.dumps(apart.to_dict())))
+    assert read_back == apart and read_back.predict(steps) == (speedup, low, high)  # seeded: one profile, one range
+    expected, low, high = apart.expected_speedup(2.5, 4)
+    assert low < expected < high
+
 def test_step_costs_are_kept_apart_for_an_idle_and_a_busy_machine(tiny, tmp_path: Path) -> None:
     """pair_profile reads the machine's load when asked: a profile measured idle is reused while idle, a busy machine
     gets its own (measured then, recording the share of its timed calls that began beside another task; the load

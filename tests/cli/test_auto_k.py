@@ -33,6 +33,23 @@ def test_the_choice_is_the_best_predicted_k_or_plain() -> None:
     assert barely.k is None
 
 
+def test_the_choice_names_the_step_costs_it_read() -> None:
+    """Which load the step costs were measured under, and when: 'just now' where measured for this choice."""
+    import dataclasses
+    import time
+
+    good = [0.9, 0.8, 0.6, 0.5]
+    idle = dataclasses.replace(PROFILE, busy_share=0.02, measured_at=time.time() - 600)
+    choice = choose_k(idle, good, "a test", since=time.time() - 5)
+    assert choice.costs == "step costs measured on an idle machine, 10 min ago"
+    assert choice.costs in choice.why and choice.short().endswith(f"on this machine ({choice.costs})")
+    assert choice.to_dict()["step_costs"] == choice.costs
+    busy = dataclasses.replace(PROFILE, busy_share=0.8, measured_at=time.time())
+    assert choose_k(busy, good, "a test", since=time.time() - 5).costs == (
+        "step costs measured on a busy machine (another task runnable at 80% of its timed calls), just now")
+    assert "whose load was not read" in choose_k(PROFILE, good, "a test").costs
+
+
 def test_generate_k_auto_falls_back_to_plain_for_an_untrained_drafter(capsys, pair_models: Path, tmp_path: Path,
                                                                        monkeypatch) -> None:
     from playground.__main__ import main
