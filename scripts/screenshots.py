@@ -135,16 +135,20 @@ def _tree_shots(browser, url: str, prompt: str, save_element) -> None:
 
 
 def _replay_shot(browser, url: str, prompt: str, save_element) -> None:
-    """A chat answer, then "What would each drafter buy on this answer?" opened and run: the replay table."""
-    page = browser.new_page(viewport=VIEWPORT)
-    page.set_default_timeout(600_000)
-    page.goto(url)
-    _chat(page, prompt)
-    page.locator("#replay-panel").get_by_text("What would each drafter buy on this answer?").first.click()
-    page.locator("#replay").click()
-    page.wait_for_function("document.querySelector('#replay-note').innerText.includes('predicted')")
-    save_element(page.locator("#replay-panel"), "chat-replay.png")
-    page.close()
+    """A chat answer, then "What would each drafter buy on this answer?" opened and run: the chart, the table
+    beneath; at desktop and phone width."""
+    for viewport, suffix in ((VIEWPORT, ""), (PHONE, "-phone")):
+        page = browser.new_page(viewport=viewport)
+        page.set_default_timeout(600_000)
+        page.goto(url)
+        _chat(page, prompt)
+        page.locator("#replay-panel").get_by_text("What would each drafter buy on this answer?").first.click()
+        page.locator("#replay").click()
+        page.wait_for_function("document.querySelector('#replay-note').innerText.includes('predicted')")
+        page.locator("#replay-chart .js-plotly-plot .scatterlayer").first.wait_for()
+        page.wait_for_timeout(1000)  # the charts redraw once the panel has its width
+        save_element(page.locator("#replay-panel"), f"chat-replay{suffix}.png")
+        page.close()
 
 
 def capture(url: str, out: Path, prompt: str, dark: bool, own: tuple[str, str], only: str | None = None) -> None:

@@ -258,13 +258,17 @@ def replay_run(backend: LocalBackend, run, sides: dict | None = None
 
 
 def costs_sentence(profiles: dict[str, CostProfile], since: float | None = None) -> str:
-    """Which step costs the predictions read (by drafter where their loads or times differ), as a sentence."""
-    said = {name: p.load_text(since) for name, p in profiles.items()}
-    if not said:
+    """Which step costs the predictions read: the load they were measured under and when (by drafter where those
+    differ), as a sentence."""
+    if not profiles:
         return ""
-    if len(set(said.values())) == 1:
-        which = next(iter(said.values()))
-    else:
-        which = "; ".join(f"{DRAFTER_LABELS.get(name, name)}'s {text}" for name, text in said.items())
-    return f"Predicted from {which} (a range: how far the prediction moves over the costs' timed rounds)."
 
+    def said(words: dict[str, str]) -> str:
+        if len(set(words.values())) == 1:
+            return next(iter(words.values()))
+        return ", ".join(f"{w} for {DRAFTER_LABELS.get(name, name)}" for name, w in words.items() if w)
+
+    load = said({name: p.load_words() for name, p in profiles.items()})
+    when = said({name: p.when_text(since) for name, p in profiles.items()})
+    return (f"Predicted from step costs measured on {load}{', ' + when if when else ''} (each range: how far the "
+            "prediction moves over the rounds those costs were timed in).")

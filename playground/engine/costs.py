@@ -177,14 +177,21 @@ class CostProfile:
     def load_text(self, since: float | None = None) -> str:
         """Which load the step costs were measured under, and when, for a line: "step costs measured on an idle
         machine, 3 min ago" ("just now" where measured at `since` or later: for this run)."""
+        when = self.when_text(since)
+        return f"step costs measured on {self.load_words()}" + (f", {when}" if when else "")
+
+    def load_words(self) -> str:
         busy = self.measured_busy
-        load = ("a machine whose load was not read" if busy is None else "an idle machine" if not busy else
+        return ("a machine whose load was not read" if busy is None else "an idle machine" if not busy else
                 f"a busy machine (another task runnable at {self.busy_share:.0%} of its timed calls)")
+
+    def when_text(self, since: float | None = None) -> str:
+        """"just now" (measured at `since` or later), "3 min ago", or "" where the time was not kept."""
         if self.measured_at is None:
-            return f"step costs measured on {load}"
+            return ""
         if since is not None and self.measured_at >= since:
-            return f"step costs measured on {load}, just now"
-        return f"step costs measured on {load}, {_age(time.time() - self.measured_at)} ago"
+            return "just now"
+        return f"{_age(time.time() - self.measured_at)} ago"
 
     def to_dict(self) -> dict:
         data = asdict(self)

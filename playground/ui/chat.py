@@ -42,7 +42,7 @@ from .controls import (
     generation_controls,
 )
 from .exports import export_files
-from .line import ENGINE, in_line, stop_tab, stoppable, wire_stop
+from .line import ENGINE, holding_line, in_line, stop_tab, stoppable, wire_stop
 from .own_pair import PairPanel, pair_panel
 from .refusals import report_user_errors, status_after_failure
 from .replay_panel import replay_panel, replay_view
@@ -154,11 +154,14 @@ def export(system: str, conversation: Conversation) -> list[str]:
     return export_files(runs, conversation.messages(system or ""), TAB)
 
 
-def replay_last(conversation: Conversation) -> Iterator[tuple[str, list[list], go.Figure]]:
-    """The last answer replayed (ui.replay_panel), as the panel's line, table and step-cost chart."""
+def replay_last(conversation: Conversation, request: gr.Request) -> Iterator[tuple[str, go.Figure, list[list],
+                                                                                 go.Figure]]:
+    """The last answer replayed (ui.replay_panel), as the panel's line, chart, table and step-cost chart; it holds
+    the model's line while it runs, as a chat answer does."""
     if not conversation.exchanges:
         raise RequestError("nothing to replay yet: send a prompt first")
-    yield replay_view({"The answer": conversation.exchanges[-1].run})
+    yield from holding_line(request, f"{TAB}-replay", "replay of the last answer",
+                            lambda: iter([replay_view({"The answer": conversation.exchanges[-1].run})]))
 
 
 def link_markdown(conversation: Conversation) -> str:
@@ -243,7 +246,7 @@ def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPa
             status = gr.Markdown(elem_id="chat-status", elem_classes="status-line")  # under Send: where the eye is
             example_prompts(prompt)
             stats = gr.HTML(elem_id="chat-stats")
-            replay_button, replay_note, replay_table, replay_costs = replay_panel(
+            replay_button, replay_note, replay_chart, replay_table, replay_costs = replay_panel(
                 "What would each drafter buy on this answer?", "The last answer")
             with gr.Accordion("A tree run: any step's tree", open=False, elem_id="tree-step-panel"):
                 step_box = CheckedNumber(None, label="Step", minimum=1, step=1, elem_id="tree-step",
@@ -294,8 +297,9 @@ def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPa
                        queue=False, api_name="clear").then(lambda: "", None, link, queue=False,
                                                            api_visibility="private")
     export_button.click(export, [controls.system, conversation], export_out, api_name="export_chat")
-    replay_button.click(report_user_errors(replay_last, TAB), conversation, [replay_note, replay_table, replay_costs],
-                        api_name="replay", concurrency_id=ENGINE, show_progress_on=replay_table)
+    replay_button.click(report_user_errors(replay_last, TAB), conversation,
+                        [replay_note, replay_chart, replay_table, replay_costs], api_name="replay",
+                        concurrency_id=ENGINE, show_progress_on=replay_chart)
     gr.on([drafting.k.change, drafting.drafter.change], lambda depth, name: depth_legend((name, depth)),
           [drafting.k, drafting.drafter], legend, queue=False, api_visibility="private")
     follow_preset(controls, (drafting.drafter, lambda p: p.default_drafter))

@@ -39,7 +39,7 @@ from .controls import (
     generation_controls,
 )
 from .exports import export_files
-from .line import ENGINE, in_line, stoppable, wire_stop
+from .line import ENGINE, holding_line, in_line, stoppable, wire_stop
 from .refusals import report_user_errors, status_after_failure
 from .replay_panel import replay_panel, replay_view
 from .settings_form import SettingsForm
@@ -115,12 +115,14 @@ def _verdict_markdown(comparison: Comparison, views: list[RunView]) -> str:
     return escape_html(comparison.verdict((views[0], views[1])).sentence)
 
 
-def replay_comparison(comparison: Comparison | None) -> Iterator[tuple[str, list[list], go.Figure]]:
+def replay_comparison(comparison: Comparison | None, request: gr.Request
+                      ) -> Iterator[tuple[str, go.Figure, list[list], go.Figure]]:
     """The comparison's answer replayed (ui.replay_panel; greedy sides on one target wrote the same text), each
-    side's configuration set against its prediction."""
+    side's configuration set against its prediction; it holds the model's line while it runs."""
     if comparison is None:
         raise RequestError("nothing to replay yet: run a comparison first")
-    yield replay_view({"Left": comparison.left, "Right": comparison.right})
+    yield from holding_line(request, f"{TAB}-replay", "replay of the comparison",
+                            lambda: iter([replay_view({"Left": comparison.left, "Right": comparison.right})]))
 
 
 def export(comparison: Comparison | None) -> list[str]:
@@ -159,10 +161,10 @@ def build_compare_tab(preset: Preset) -> gr.Dropdown:
     comparison = gr.State(None)
     view = gr.State(AnswerView())
     left_default, right_default = compare_drafters(preset)
-    with gr.Row():
+    with gr.Row(elem_id="compare-prompt-row"):
         prompt = gr.Textbox(elem_id="compare-prompt", show_label=False, lines=2, max_lines=8, scale=5,
                             placeholder="One prompt, two configurations, decoded at the same time…")
-        with gr.Column(scale=1, min_width=140):
+        with gr.Column(scale=1, min_width=140, elem_id="compare-buttons"):
             run_button = gr.Button("Run both", variant="primary", elem_id="compare-run")
             stop_button = gr.Button("Stop", variant="stop", elem_id="compare-stop")
     # Under Run both, above the two sides: a visitor reads what happened and who won before the details.
@@ -180,7 +182,7 @@ def build_compare_tab(preset: Preset) -> gr.Dropdown:
         position_plot = gr.Plot(_hint("position"), elem_id="compare-position-plot", show_label=False)
         drift_plot = gr.Plot(_hint("drift"), elem_id="compare-drift-plot", show_label=False)
         speedup_plot = gr.Plot(_hint("speedup"), elem_id="compare-speedup", show_label=False)
-    replay_button, replay_note, replay_table, replay_costs = replay_panel(
+    replay_button, replay_note, replay_chart, replay_table, replay_costs = replay_panel(
         "What would each drafter buy on this prompt?", "This comparison's answer", "compare-")
     with gr.Accordion("Export this comparison", open=False):
         export_button = gr.Button("Export JSON + CSV", elem_id="compare-export", size="sm")
@@ -200,8 +202,8 @@ def build_compare_tab(preset: Preset) -> gr.Dropdown:
     wire_stop(stop_button, TAB, status, [compare_event], api_name="stop_compare")
     export_button.click(export, comparison, export_out, api_name="export_compare")
     replay_button.click(report_user_errors(replay_comparison, TAB), comparison,
-                        [replay_note, replay_table, replay_costs], api_name="replay_compare", concurrency_id=ENGINE,
-                        show_progress_on=replay_table)
+                        [replay_note, replay_chart, replay_table, replay_costs], api_name="replay_compare",
+                        concurrency_id=ENGINE, show_progress_on=replay_chart)
     sides = [left.drafter, left.k, right.drafter, right.k]
     gr.on([c.change for c in sides], lambda ld, lk, rd, rk: depth_legend((ld, lk), (rd, rk)), sides, legend,
           queue=False, api_visibility="private")

@@ -65,6 +65,18 @@ def stoppable(request: gr.Request | None, tab: str, what: str,
         LINE.finish(session, tab)
 
 
+def holding_line(request: gr.Request | None, tab: str, what: str, updates: Callable[[], Iterator]) -> Iterator:
+    """The UI updates of a model run with no Stop of its own (the replay panel, on `tab`: its own key, which no Stop
+    trips), holding a place in the model's line while it runs: a run sent meanwhile is told it waits behind it, so
+    that run's Stop finds it in line and says it was cancelled before it started."""
+    session = session_id(request)
+    LINE.start(session, tab, what)
+    try:
+        yield from updates()
+    finally:
+        LINE.finish(session, tab)
+
+
 STOPPED_IN_LINE = "Stopped before it started: the queued run was cancelled."
 
 

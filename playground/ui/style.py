@@ -34,6 +34,9 @@ LAYOUT_CSS = """
 #   title is in the open list, which wraps long choices and stays on screen); on a phone the Benchmark tab's two
 #   menus take a row each instead of sharing one.
 # - Tables scroll sideways inside their block, never widening the page.
+# - Compare's prompt box takes the full width on a phone, Run both and Stop side by side under it (beside them it
+#   was squeezed to 40 % of the width).
+# - The replay panel's short table wraps its cells to fit the width, a phone's too (no sideways scroll).
 SMALL_SCREEN_CSS = """
 @media (max-width: 640px), (hover: none) {
   .js-plotly-plot .modebar-container { display: none !important; }
@@ -41,6 +44,16 @@ SMALL_SCREEN_CSS = """
 @media (max-width: 480px) {
   .tab-container button { padding: 0 8px !important; font-size: 13px !important; }
   #bench-profile, #bench-preset { flex: 1 1 100% !important; min-width: 100% !important; }
+  #compare-prompt-row { flex-wrap: wrap !important; }
+  #compare-prompt-row > * { flex: 1 1 100% !important; min-width: 100% !important; }
+  #compare-buttons { flex-direction: row !important; }
+  #compare-buttons > * { flex: 1 1 0 !important; }
+}
+.replay-table table { width: 100% !important; min-width: 0 !important; }
+.replay-table th, .replay-table td { white-space: normal !important; min-width: 0 !important;
+  word-break: normal !important; overflow-wrap: normal !important; }
+@media (max-width: 480px) {
+  .replay-table th, .replay-table td { padding: 4px 6px !important; font-size: 12px !important; }
 }
 @media (max-width: 360px) {
   .tab-container button { padding: 0 6px !important; font-size: 12px !important; }

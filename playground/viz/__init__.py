@@ -5,11 +5,14 @@ Pure functions with no Gradio import, so the app and the benchmark report draw t
 
 from .figures import (
     TITLES,
+    Measured,
+    Predicted,
     acceptance_by_position_figure,
     accepted_per_step_figure,
     attention_drift_figure,
     hidden_rms_figure,
     message_figure,
+    replay_figure,
     speedup_figure,
     step_costs_figure,
 )
@@ -38,11 +41,11 @@ from .verdict import Verdict, comparison_verdict, engine_verdict, plain_verdict
 from .view import RunView
 
 __all__ = [
-    "DRAFT_ACCEPTANCE_RATE_HELP", "MEAN_ACCEPTANCE_LENGTH_HELP", "SUMMARY_COLUMNS", "TITLES", "ProvenanceBuilder",
-    "RunView", "TokenPiece", "TreeStep", "Verdict", "accepted_per_step_figure", "acceptance_by_position_figure",
-    "attention_drift_figure", "comparison_verdict", "depth_colour",
+    "DRAFT_ACCEPTANCE_RATE_HELP", "MEAN_ACCEPTANCE_LENGTH_HELP", "SUMMARY_COLUMNS", "TITLES", "Measured", "Predicted",
+    "ProvenanceBuilder", "RunView", "TokenPiece", "TreeStep", "Verdict", "accepted_per_step_figure",
+    "acceptance_by_position_figure", "attention_drift_figure", "comparison_verdict", "depth_colour",
     "engine_verdict", "escape_html", "health_badge", "hidden_rms_figure", "legend_html",
     "message_figure", "plain_verdict", "provenance_css", "provenance_html", "rendered_css", "rendered_html",
-    "speedup_figure", "stats_css", "stats_html", "step_costs_figure", "summary_table", "token_pieces", "tree_css",
-    "tree_html",
+    "replay_figure", "speedup_figure", "stats_css", "stats_html", "step_costs_figure", "summary_table",
+    "token_pieces", "tree_css", "tree_html",
 ]

@@ -1,4 +1,5 @@
-"""Plotly figures from RunViews. Each figure takes one run or several (overlaid for side-by-side comparison).
+"""Plotly figures from RunViews. Each figure takes one run or several (overlaid for side-by-side comparison); and
+the replay panel's: what each drafter, k and tree would have bought on one answer, predicted, beside what ran.
 
 A value the backend could not provide (None in the trace) is never drawn as zero: the figure says why instead.
 """
@@ -6,6 +7,7 @@ A value the backend could not provide (None in the trace) is never drawn as zero
 from __future__ import annotations
 
 import textwrap
+from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
@@ -295,7 +297,14 @@ def step_costs_figure(profiles: dict[str, CostProfile]) -> go.Figure:
                    VARIANT_COLORS.get(label, "#2ca02c"))
     fig.update_xaxes(title_text="rows verified (N) · drafts (k)", dtick=2)
     fig.update_yaxes(title_text="ms", rangemode="tozero")
-    return _layout(fig, title, revision="costs", showlegend=True)
+    return _legend_below(_layout(fig, title, revision="costs", showlegend=True))
+
+
+def _legend_below(fig: go.Figure) -> go.Figure:
+    """The legend under the plot, where a long one does not cover the title (at phone width it wraps to lines)."""
+    fig.update_layout(height=HEIGHT + 60, margin={"t": 56, "b": 96},
+                      legend={"orientation": "h", "yanchor": "top", "y": -0.3, "x": 0, "xanchor": "left"})
+    return fig
 
 
 def _cost_line(fig: go.Figure, x: list[int], costs: list, name: str, colour: str) -> None:
@@ -303,3 +312,95 @@ def _cost_line(fig: go.Figure, x: list[int], costs: list, name: str, colour: str
                     error_y={"type": "data", "symmetric": False, "color": colour,
                              "array": [c.high - c.ms for c in costs], "arrayminus": [c.ms - c.low for c in costs]},
                     hovertemplate=f"{name}<br>%{{x}}: %{{y:.1f}} ms (10th-90th percentile as the bar)<extra></extra>")
+
+
+REPLAY_TITLE = "Predicted speedup on this answer"
+OTHER_DRAFTER_COLOURS = ("#2ca02c", "#9467bd", "#8c564b")  # drafters without a colour of their own
+TREE_SYMBOLS = ("diamond", "square", "triangle-up", "pentagon")  # one per tree size, smallest first
+MEASURED_COLOUR = "#111111"
+TREE_SHIFT = 0.25  # a tree's mark sits beside the chain of its k, one step of this per size
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """One replayed configuration's prediction."""
+
+    drafter: str  # the label shown, e.g. "EAGLE-3.1"
+    k: int
+    tree_nodes: int  # 0: a chain
+    speedup: float
+    low: float
+    high: float
+    acceptance_length: float | None = None
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A configuration that ran, at its measured speedup."""
+
+    who: str  # "The answer", "Left", "Right"
+    drafter: str
+    k: int
+    tree_nodes: int
+    speedup: float
+
+
+def replay_figure(predicted: list[Predicted], measured: list[Measured] = ()) -> go.Figure:
+    """Predicted speedup against k for each drafter (chains joined by a line, trees as marks beside their k, each
+    with its range as a bar), plain decoding as the dashed 1× line, and each configuration that ran as a star at its
+    measured speedup."""
+    if not predicted:
+        return message_figure(REPLAY_TITLE, "nothing was predicted")
+    fig = go.Figure()
+    drafters = list(dict.fromkeys(p.drafter for p in predicted))
+    sizes = sorted({p.tree_nodes for p in predicted if p.tree_nodes})
+    others = OTHER_DRAFTER_COLOURS
+    colours = {d: VARIANT_COLORS.get(d, others[i % len(others)]) for i, d in enumerate(drafters)}
+    for drafter in drafters:
+        chains = sorted((p for p in predicted if p.drafter == drafter and not p.tree_nodes), key=lambda p: p.k)
+        trees = [p for p in predicted if p.drafter == drafter and p.tree_nodes]
+        if chains:
+            _marks(fig, chains, f"{drafter}, chains", colours[drafter], "lines+markers", "circle",
+                   [p.k for p in chains])
+        if trees:
+            nodes = " / ".join(str(n) for n in sorted({p.tree_nodes for p in trees}))
+            _marks(fig, trees, f"{drafter}, trees of {nodes} nodes", colours[drafter], "markers+text",
+                   [TREE_SYMBOLS[sizes.index(p.tree_nodes) % len(TREE_SYMBOLS)] for p in trees],
+                   [_x(p.k, p.tree_nodes, sizes) for p in trees], text=[str(p.tree_nodes) for p in trees])
+    for m in measured:
+        fig.add_scatter(x=[_x(m.k, m.tree_nodes, sizes)], y=[m.speedup], mode="markers", name=f"{m.who}: measured",
+                        marker={"symbol": "star", "size": 15, "color": MEASURED_COLOUR,
+                                "line": {"color": "#ffffff", "width": 1}},
+                        hovertemplate=f"{m.who} ran {_config(m.drafter, m.k, m.tree_nodes)}: measured "
+                                      f"{m.speedup:.2f}×<extra></extra>")
+    fig.add_hline(y=1, line={"dash": "dash", "color": MUTED, "width": 1.5}, annotation_text="plain decoding, 1×",
+                  annotation_position="bottom right", annotation_font={"size": 10, "color": MUTED})
+    top = max([p.high for p in predicted] + [m.speedup for m in measured] + [1.0])
+    ks = sorted({p.k for p in predicted})
+    fig.update_xaxes(title_text="k (drafts per step; a tree: its depth)", tickvals=ks)
+    fig.update_yaxes(title_text="speedup vs plain", range=[0, top * 1.1], ticksuffix="×")
+    return _legend_below(_layout(fig, REPLAY_TITLE, revision="replay", showlegend=True))
+
+
+def _marks(fig: go.Figure, points: list[Predicted], name: str, colour: str, mode: str, symbol, x: list[float],
+           text: list[str] | None = None) -> None:
+    fig.add_scatter(
+        x=x, y=[p.speedup for p in points], mode=mode, name=name, line={"color": colour},
+        marker={"symbol": symbol, "size": 9, "color": colour}, text=text,
+        textposition=["top center", "bottom center"] * len(points) if text else None,  # side by side: apart
+        textfont={"size": 9, "color": colour},
+        error_y={"type": "data", "symmetric": False, "color": colour, "thickness": 1.2, "width": 3,
+                 "array": [p.high - p.speedup for p in points], "arrayminus": [p.speedup - p.low for p in points]},
+        customdata=[[_config(p.drafter, p.k, p.tree_nodes), p.low, p.high,
+                     f"{p.acceptance_length:.2f}" if p.acceptance_length else "—"] for p in points],
+        hovertemplate="%{customdata[0]}: predicted %{y:.2f}× (%{customdata[1]:.2f}–%{customdata[2]:.2f}), "
+                      "acceptance length %{customdata[3]}<extra></extra>")
+
+
+def _x(k: int, tree_nodes: int, sizes: list[int]) -> float:
+    """Where a configuration sits on the k axis: a chain at its k, a tree just right of it, by size."""
+    return k + (TREE_SHIFT * (sizes.index(tree_nodes) + 1) if tree_nodes in sizes else 0.0)
+
+
+def _config(drafter: str, k: int, tree_nodes: int) -> str:
+    return f"{drafter}, {'a tree of ' + str(tree_nodes) + ' nodes, ' if tree_nodes else ''}k = {k}"

@@ -4,6 +4,7 @@ metrics; bad inputs get a clear message and the server keeps serving."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -125,24 +126,36 @@ def test_the_last_answer_replays_under_every_drafter_and_k(client: Client) -> No
     with pytest.raises(Exception, match="nothing to replay yet"):
         client.predict(api_name="/replay")
     run = chat(client)[-1][-1]
-    note, table, costs = client.predict(api_name="/replay")
+    note, chart, table, costs = client.predict(api_name="/replay")
     rows = table["data"]
     lines = [trace["name"] for trace in json.loads(costs["plot"])["data"]]  # the step costs the predictions read
     assert lines == ["target forward over N rows", "EAGLE-3: drafting a chain of k", "EAGLE-3.1: drafting a chain of k"]
-    assert len(rows) == 2 * (7 + 2)  # both drafters: k 1-6 and 8, and trees of 8 and 16 nodes at k = 4
-    ran = next(r for r in rows if r[0] == "EAGLE-3.1" and r[1] == 4 and r[2] == "chain")
-    assert float(ran[3]) == pytest.approx(run["metrics"]["mean_acceptance_length"], abs=0.005)
+    traces = {trace["name"]: trace for trace in json.loads(chart["plot"])["data"]}  # every configuration, charted
+    measured = traces.pop("The answer: measured", None)  # a star where the run measured its speedup
+    assert set(traces) == {"EAGLE-3, chains", "EAGLE-3.1, chains", "EAGLE-3, trees of 8 / 16 nodes",
+                           "EAGLE-3.1, trees of 8 / 16 nodes"}
+    assert [len(traces[f"EAGLE-3{v}, {shape}"]["x"]) for v in ("", ".1")
+            for shape in ("chains", "trees of 8 / 16 nodes")] == \
+        [7, 2, 7, 2]  # k 1-6 and 8, and trees of 8 and 16 nodes at k = 4
+    assert (measured is None) == (run["speedup"] is None), (measured, run["speedup"])
+    assert measured is None or (measured["x"] == [4] and measured["y"] == [pytest.approx(run["speedup"])])
+    # the table: each drafter's best chain and best tree, and what ran
+    assert sum("best" in r[0] for r in rows) == 4 and len(rows) <= 5
+    ran = next(r for r in rows if "ran" in r[0])
+    assert ran[0].startswith("EAGLE-3.1 chain, k = 4 (")
+    assert float(ran[1]) == pytest.approx(run["metrics"]["mean_acceptance_length"], abs=0.005)
     assert "The answer ran with EAGLE-3.1, k = 4: predicted" in note and "measured" in note
-    assert all(r[5].endswith("×") for r in rows)
+    assert "Predicted from step costs measured on " in note
+    assert all(re.fullmatch(r"\d+\.\d\d× \(\d+\.\d\d–\d+\.\d\d\)", r[2]) for r in rows), rows
     exported = json.loads(Path(client.predict(system="", api_name="/export_chat")[0]).read_text())["runs"][-1]
-    replayed = exported["replay"]  # the export carries the panel's answer
-    assert replayed["line"] == note and len(replayed["configs"]) == len(rows)
+    replayed = exported["replay"]  # the export carries the panel's answer: every configuration
+    assert replayed["line"] == note and len(replayed["configs"]) == 2 * (7 + 2)
     assert set(replayed["profiles"]) == {"eagle3", "eagle3.1"} and replayed["configs"][0]["predicted_speedup"] > 0
     chat(client, temperature=0.8, seed="3")  # sampled: each drafter's expectation at k = 1 instead
-    note, table, _ = client.predict(api_name="/replay")
+    note, _, table, _ = client.predict(api_name="/replay")
     assert note.startswith("Sampled at temperature 0.8: not replayed") and "The answer ran with EAGLE-3.1" in note
-    assert [(r[0], r[1]) for r in table["data"]] == [("EAGLE-3", 1), ("EAGLE-3.1", 1)]
-    assert all(r[3].endswith(" expected") and 1 <= float(r[3].split()[0]) <= 2 for r in table["data"])
+    assert [r[0] for r in table["data"]] == ["EAGLE-3 chain, k = 1 (best)", "EAGLE-3.1 chain, k = 1 (best)"]
+    assert all(r[1].endswith(" expected") and 1 <= float(r[1].split()[0]) <= 2 for r in table["data"])
 
 
 def test_a_comparison_replays_under_every_drafter_and_k_and_sets_each_side_against_its_prediction(
@@ -152,8 +165,9 @@ def test_a_comparison_replays_under_every_drafter_and_k_and_sets_each_side_again
     with pytest.raises(Exception, match="nothing to replay yet: run a comparison first"):
         client.predict(api_name="/replay_compare")
     client.predict(PROMPT, **{**COMPARE_DEFAULTS, "right_drafter": "none"}, api_name="/compare")
-    note, table, _ = client.predict(api_name="/replay_compare")
-    assert len(table["data"]) == 2 * (7 + 2)
+    note, chart, table, _ = client.predict(api_name="/replay_compare")
+    assert 4 <= len(table["data"]) <= 5 and any("left ran" in r[0] for r in table["data"])  # right ran plain
+    assert {"EAGLE-3, chains", "EAGLE-3.1, chains"} <= {trace["name"] for trace in json.loads(chart["plot"])["data"]}
     assert "Left ran with EAGLE-3, k = 4: predicted" in note and "measured" in note
     assert "Right ran plain decoding: the baseline every prediction divides by" in note
     exported = json.loads(Path(client.predict(api_name="/export_compare")[0]).read_text())

@@ -33,6 +33,21 @@ def settled_tokens(page, where: str = "#chat", quiet_s: float = 1.0, limit_s: fl
     return last
 
 
+# Elements of the blocks named that scroll sideways (content wider than their box) or end past the window's edge.
+FITS = """(blocks) => {
+  const overflowing = [], off_screen = [];
+  for (const block of blocks) {
+    for (const el of [document.querySelector(block), ...document.querySelectorAll(block + ' *')]) {
+      const style = getComputedStyle(el);
+      if (['auto', 'scroll'].includes(style.overflowX) && el.scrollWidth > el.clientWidth + 1)
+        overflowing.push(block + ' ' + el.tagName + '.' + el.className);
+    }
+    if (document.querySelector(block).getBoundingClientRect().right > window.innerWidth + 1) off_screen.push(block);
+  }
+  return {overflowing, off_screen};
+}"""
+
+
 def plot_marks(page, elem_id: str) -> int:
     """Bars drawn in a plotly chart (0 while it shows a message instead)."""
     return page.locator(f"#{elem_id} .plotly .bars path").count()
@@ -115,7 +130,17 @@ def test_compare_shows_both_sides_and_the_table(page) -> None:
     note = page.locator("#compare-replay-note")
     expect(note).to_contain_text("Left ran with EAGLE-3, k = 4: predicted", timeout=TIMEOUT_MS)
     expect(note).to_contain_text("Right ran with EAGLE-3.1, k = 4: predicted")
-    expect(page.locator("#compare-replay-table")).to_contain_text("tree nodes")
+    # the chart first (every drafter, k and tree), the short table beneath it, both within the width, a phone's too
+    chart, table = page.locator("#compare-replay-chart"), page.locator("#compare-replay-table")
+    expect(table).to_contain_text("chain (best")
+    expect(table).to_contain_text("left ran")
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.wait_for_timeout(500)  # plotly redraws at the new width
+        chart.locator(".js-plotly-plot .scatterlayer .trace").first.wait_for()
+        assert chart.bounding_box()["y"] + chart.bounding_box()["height"] <= table.bounding_box()["y"] + 1, width
+        fits = page.evaluate(FITS, ["#compare-replay-table", "#compare-replay-chart"])
+        assert fits == {"overflowing": [], "off_screen": []}, (width, fits)
 
 
 def test_the_seed_box_means_random_when_empty_and_repeats_when_set(page) -> None:

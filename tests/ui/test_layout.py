@@ -80,3 +80,19 @@ def test_the_chat_buttons_sit_above_the_first_message_and_the_status_under_send(
     status, send = page.locator("#chat-status").bounding_box(), page.locator("#send").bounding_box()
     assert send["y"] < status["y"] < send["y"] + send["height"] + 40, (send, status)
     assert status["y"] + status["height"] <= 900, status
+
+
+def test_compare_stacks_its_prompt_over_run_both_on_a_phone(page) -> None:
+    """At 390 px the prompt box beside Run both was squeezed to ~40 % of the width: it takes the row, the buttons go
+    under it side by side; at desktop width they stay beside it."""
+    page.get_by_role("tab", name="Compare").click()
+    for width, stacked in ((390, True), (1280, False)):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.wait_for_timeout(300)
+        prompt, run, stop = (page.locator(f"#compare-{name}").bounding_box() for name in ("prompt", "run", "stop"))
+        row = page.locator("#compare-prompt-row").bounding_box()
+        if stacked:
+            assert prompt["width"] >= 0.9 * row["width"], (prompt, row)
+            assert run["y"] >= prompt["y"] + prompt["height"] - 1 and abs(run["y"] - stop["y"]) < 2, (prompt, run, stop)
+        else:
+            assert run["x"] >= prompt["x"] + prompt["width"] - 1, (prompt, run)

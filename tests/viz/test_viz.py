@@ -361,6 +361,34 @@ def test_the_step_cost_chart_draws_each_measured_cost_with_its_spread() -> None:
     assert "no cost profile" in step_costs_figure({}).layout.annotations[0].text
 
 
+
+def test_the_replay_chart_draws_each_drafters_predictions_against_k_beside_the_measured_run() -> None:
+    """Chains a line per drafter, trees their own marks beside their k (nodes written on them), each prediction's
+    range as its bar; plain decoding the dashed 1× line; what ran a star at its measured speedup."""
+    from playground.viz import Measured, Predicted, replay_figure
+
+    predicted = [Predicted("EAGLE-3", k, 0, 1.0 + k / 10, 0.9 + k / 10, 1.2 + k / 10, 1.5) for k in (1, 2, 4)]
+    predicted += [Predicted("EAGLE-3.1", k, 0, 1.5 + k / 10, 1.4 + k / 10, 1.6 + k / 10) for k in (1, 2, 4)]
+    predicted += [Predicted("EAGLE-3.1", 4, nodes, 2.5, 2.3, 2.8) for nodes in (8, 16)]
+    fig = replay_figure(predicted, [Measured("The answer", "EAGLE-3.1", 4, 0, 1.8)])
+    chains3, chains31, trees31, ran = fig.data
+    assert (chains3.name, chains3.mode, list(chains3.x)) == ("EAGLE-3, chains", "lines+markers", [1, 2, 4])
+    assert list(chains3.y) == pytest.approx([1.1, 1.2, 1.4])
+    assert list(chains3.error_y.array) == pytest.approx([0.2] * 3)  # up to the range's high end
+    assert list(chains3.error_y.arrayminus) == pytest.approx([0.1] * 3)
+    assert chains31.line.color != chains3.line.color and chains31.name == "EAGLE-3.1, chains"
+    assert trees31.name == "EAGLE-3.1, trees of 8 / 16 nodes" and "lines" not in trees31.mode
+    assert list(trees31.text) == ["8", "16"]
+    assert all(4 < x < 5 for x in trees31.x) and len(set(trees31.x)) == 2 and len(set(trees31.marker.symbol)) == 2
+    assert (ran.name, list(ran.x), list(ran.y), ran.marker.symbol) == ("The answer: measured", [4], [1.8], "star")
+    plain = [shape for shape in fig.layout.shapes if shape.y0 == shape.y1 == 1]
+    assert len(plain) == 1 and plain[0].line.dash == "dash"
+    assert any("plain decoding, 1×" in a.text for a in fig.layout.annotations)
+    assert fig.layout.yaxis.range[0] == 0 and fig.layout.yaxis.range[1] >= 2.8  # every range on the chart
+    alone = replay_figure(predicted[:3])  # nothing measured (plain decoding ran): no star
+    assert [t.name for t in alone.data] == ["EAGLE-3, chains"]
+    assert "nothing was predicted" in replay_figure([]).layout.annotations[0].text
+
 def test_the_drafters_usual_form_is_drawn_behind_the_run(views: dict[str, RunView]) -> None:
     """A run whose drafter has a fingerprint: its usual acceptance by position, the usual start of its own drafts in
     the attention stack, and its usual RMS, each as a mark with its 10th-90th percentile bar."""
