@@ -9,7 +9,9 @@ from __future__ import annotations
 from playground.viz import provenance_css, rendered_css, stats_css, tree_css
 
 # The status line and the verdict read in the body's colour and size: they say why nothing happened.
-# The chat's copy-all and delete buttons float over its top right corner: the first message starts below them.
+# The chat's copy-all and delete buttons float over its top right corner: the scrolling box of messages starts
+# below them (a transparent top border is not scrolled), so no line of an answer, scrolled or not, sits under them
+# (a padding inside the scrolled messages kept the first message clear, but not an answer scrolled up to them).
 # A refused own pair is said in the panel's status; Gradio's red "Error" mark over the name box would only repeat it.
 # A Compare side keeps its height only once it shows a run: empty, it left a blank 250 px before the run (twice at
 # phone width, where the sides stack).
@@ -20,7 +22,7 @@ LAYOUT_CSS = """
 .side-waiting { font-style: italic; color: var(--body-text-color-subdued, inherit); }
 .status-line p { margin: 0; }
 #compare-verdict p { font-weight: 600; }
-#chat .panel-wrap .message-wrap { padding-top: 32px; }
+#chat .wrapper > .panel-wrap { border-top: 30px solid transparent; }
 #own-name .wrap:has(.error) { display: none !important; }
 .preset-info p, .preset-info li { font-size: 0.85em; color: var(--body-text-color-subdued); }
 """
@@ -50,8 +52,9 @@ SMALL_SCREEN_CSS = """
   #compare-buttons > * { flex: 1 1 0 !important; }
 }
 .replay-table table { width: 100% !important; min-width: 0 !important; }
-.replay-table th, .replay-table td { white-space: normal !important; min-width: 0 !important;
-  word-break: normal !important; overflow-wrap: normal !important; }
+.replay-table th, .replay-table td { white-space: normal !important; min-width: 0 !important; }
+.replay-table th, .replay-table th *, .replay-table td, .replay-table td * { word-break: normal !important;
+  overflow-wrap: normal !important; hyphens: none; }
 @media (max-width: 480px) {
   .replay-table th, .replay-table td { padding: 4px 6px !important; font-size: 12px !important; }
 }

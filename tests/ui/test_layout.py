@@ -67,7 +67,8 @@ def test_compare_leaves_no_blank_space_before_a_run(page) -> None:
 
 def test_the_chat_buttons_sit_above_the_first_message_and_the_status_under_send(page) -> None:
     """The chat's copy-all and delete buttons float over its top right corner: at phone and desktop width they end
-    before the first message starts. The status line follows the buttons, on screen without scrolling at desktop
+    before the first message starts, and before the scrolled messages' box shows anything (issue 57: they covered
+    the end of an answer's first line). The status line follows the buttons, on screen without scrolling at desktop
     width, where a refusal is read."""
     answer_briefly(page, 4)
     for width in WIDTHS:
@@ -76,6 +77,12 @@ def test_the_chat_buttons_sit_above_the_first_message_and_the_status_under_send(
         buttons = page.locator("#chat .top-panel").bounding_box()
         first = page.locator("#chat .message-row").first.bounding_box()
         assert buttons["y"] + buttons["height"] <= first["y"] + 1, (width, buttons, first)
+        # and whatever is scrolled (an answer's first line, scrolled up to them) stays below them: the scrolling
+        # box's visible content starts under the buttons
+        shown_from = page.evaluate("() => { const box = document.querySelector('#chat .panel-wrap'); "
+                                   "box.scrollTop = box.scrollHeight; return box.getBoundingClientRect().top "
+                                   "+ parseFloat(getComputedStyle(box).borderTopWidth); }")
+        assert buttons["y"] + buttons["height"] <= shown_from + 1, (width, buttons, shown_from)
     page.set_viewport_size({"width": 1280, "height": 900})
     status, send = page.locator("#chat-status").bounding_box(), page.locator("#send").bounding_box()
     assert send["y"] < status["y"] < send["y"] + send["height"] + 40, (send, status)
