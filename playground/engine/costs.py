@@ -425,18 +425,23 @@ class AutoK:
 def choose_k(profile: CostProfile, per_position: list[float], source: str, most: int = 8,
              margin: float = 1.05, since: float | None = None) -> AutoK:
     """The k predicted fastest from the drafter's acceptance by position and this machine's step costs; plain
-    decoding where none is predicted to beat it by `margin` (a speedup inside the prediction's error is not one).
-    The choice names the step costs it read (`since`: a profile measured then or later was measured for it)."""
-    predicted = {k: profile.expected_speedup(expected_tokens(per_position, k), k)[0]
-                 for k in range(1, min(most, len(per_position), max(profile.chain)) + 1)}
+    decoding where none is predicted to pay: to beat it by `margin` at the median costs and to beat it at all at the
+    low end of its range (a speedup inside the prediction's error is not one; on a noisy machine the range widens and
+    the choice falls back to plain decoding rather than to a k that noise made look fast). The choice names the step
+    costs it read (`since`: a profile measured then or later was measured for it)."""
+    ranged = {k: profile.expected_speedup(expected_tokens(per_position, k), k)
+              for k in range(1, min(most, len(per_position), max(profile.chain)) + 1)}
+    predicted = {k: point for k, (point, _, _) in ranged.items()}
     costs = profile.load_text(since)
     if not predicted:
         return AutoK(None, {}, f"no acceptance by position in {source}: plain decoding", costs=costs)
-    best = max(predicted, key=predicted.__getitem__)
-    table = ", ".join(f"k={k} {v:.2f}x" for k, v in predicted.items())
+    table = ", ".join(f"k={k} {point:.2f}x ({low:.2f}-{high:.2f})" for k, (point, low, high) in ranged.items())
     rates = tuple(per_position)
-    if predicted[best] < margin:
-        return AutoK(None, predicted, f"no k is predicted to beat plain decoding by {margin - 1:.0%} on this machine "
-                                      f"({table}; acceptance from {source}; {costs}): plain decoding", rates, costs)
+    paying = [k for k, (point, low, _) in ranged.items() if point >= margin and low > 1.0]
+    if not paying:
+        return AutoK(None, predicted, f"no k is predicted to beat plain decoding by {margin - 1:.0%} with its range "
+                                      f"above 1x on this machine ({table}; acceptance from {source}; {costs}): plain "
+                                      "decoding", rates, costs)
+    best = max(paying, key=predicted.__getitem__)
     return AutoK(best, predicted, f"k={best} is predicted fastest on this machine ({table}; acceptance from {source}; "
                                   f"{costs})", rates, costs)
