@@ -68,3 +68,23 @@ def test_other_engines_are_refused_by_name() -> None:
             check_weightless(get_preset(name), "ngram", GenerationConfig())
     with pytest.raises(RequestError, match="drafts chains"):
         check_weightless(get_preset("smollm2-135m"), "suffix", GenerationConfig(tree=TreeShape(3, 2, 6)))
+
+
+def test_replay_gives_a_weightless_method_its_live_acceptance(capsys: pytest.CaptureFixture, pair_models: Path,
+                                                              tmp_path: Path) -> None:
+    """A plain greedy record replayed under ngram and suffix: each k's acceptance is that of its live run."""
+    ran = run_in_process(capsys, *ARGS, "--drafter", "none")
+    assert ran.returncode == 0, ran.stderr
+    (tmp_path / "plain.json").write_text(ran.stdout)
+    from playground.__main__ import main
+
+    capsys.readouterr()
+    assert main(["replay", str(tmp_path / "plain.json"), "--drafters", "ngram,suffix", "--k", "2,4", "--json"]) == 0
+    configs = json.loads(capsys.readouterr().out)["configs"]
+    assert [(c["drafter"], c["k"]) for c in configs] == [("ngram", 2), ("ngram", 4), ("suffix", 2), ("suffix", 4)]
+    for config in configs:
+        live = json.loads(run_in_process(capsys, *ARGS, "--drafter", config["drafter"], "--k",
+                                         str(config["k"])).stdout)["metrics"]
+        assert config["drafting_steps"] == live["drafting_steps"] > 0
+        assert config["acceptance_length"] == pytest.approx(live["mean_acceptance_length"])
+        assert config["predicted_speedup"] is None
