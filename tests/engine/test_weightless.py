@@ -27,7 +27,8 @@ from playground.engine import weightless as weightless_module
 from playground.engine.lookup import PromptLookup
 from playground.engine.replay import replay_weightless, teacher_force
 from playground.engine.suffix import SuffixTrie
-from tests.engine.test_sampling import ALPHA, chi_square_pvalue, reference_probs
+from tests.engine.test_sampling import ALPHA, chi_square_pvalue, counts_of, reference_probs
+from tests.engine.test_sampling import _marginal as marginal
 from tests.support.lossless import assert_same_or_near_tie
 
 if TYPE_CHECKING:
@@ -193,7 +194,7 @@ def test_replay_steps_as_live_runs(tiny: TinyModels, prompts: list, method: str)
 
 # --- sampling: exact ----------------------------------------------------------------------------------------------
 
-VOCAB = 8
+VOCAB = 8  # test_sampling's, whose counts_of this reads
 PROMPT = [0, 1, 2, 3, 4, 5, 6, 7, 2, 5, 3]  # every token occurs, so a 1-gram lookup always finds a proposal
 NEW = 4
 K = 2
@@ -220,17 +221,6 @@ def exact_joint(target: Target, temperature: float) -> torch.Tensor:
             logits = target.model(input_ids=torch.tensor([PROMPT + list(p) for p in prefixes])).logits[:, -1].float()
         joint = joint.unsqueeze(-1) * reference_probs(logits, temperature, 1.0).view(*([VOCAB] * depth), VOCAB)
     return joint
-
-
-def counts_of(tokens: torch.Tensor) -> torch.Tensor:
-    m = tokens.shape[1]
-    index = (tokens * (VOCAB ** torch.arange(m - 1, -1, -1))).sum(-1)
-    return torch.bincount(index, minlength=VOCAB**m).view(*([VOCAB] * m)).double()
-
-
-def marginal(joint: torch.Tensor, keep: tuple[int, ...]) -> torch.Tensor:
-    drop = tuple(d for d in range(joint.dim()) if d not in keep)
-    return joint.sum(drop) if drop else joint
 
 
 def draw(target: Target, method: str, n: int, monkeypatch: pytest.MonkeyPatch) -> tuple[torch.Tensor, ...]:
