@@ -1,7 +1,12 @@
 """What a run may ask of drafting, in one set of words for every entry point (the engine, presets, the UI and its API,
-the CLI, the server and the bench): the name of plain decoding and the range of k.
+the CLI, the server and the bench): the drafting methods (the registry, `METHODS`), their parameters and ranges, the
+name of plain decoding and the range of k.
 
 A module of its own with no imports, so that presets and the UI check a request without loading torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
 
 PLAIN = "none"  # the drafter name that means plain decoding, as the CLI, the API and the server take it
 MAX_K = 16
@@ -14,3 +19,110 @@ def k_problem(k: object) -> str | None:
     if not 1 <= k <= MAX_K:
         return f"k (speculative tokens per step) must be between 1 and {MAX_K}, got {k}"
     return None
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One setting of a drafting method, named as vLLM's `speculative_config` names it where vLLM has it."""
+
+    name: str
+    meaning: str
+    default: int | float
+    low: int | float
+    high: int | float
+
+    @property
+    def whole(self) -> bool:
+        return isinstance(self.default, int)
+
+    def problem(self, value: object) -> str | None:
+        """Why `value` cannot be this setting, in one line; None when it can."""
+        kind = "a whole number" if self.whole else "a number"
+        if isinstance(value, bool) or not isinstance(value, int if self.whole else (int, float)):
+            return f"{self.name} ({self.meaning}) must be {kind} from {self.low} to {self.high}, got {value!r}"
+        if not self.low <= value <= self.high:
+            return f"{self.name} ({self.meaning}) must be from {self.low} to {self.high}, got {value}"
+        return None
+
+
+@dataclass(frozen=True)
+class Method:
+    """A way to draft, or plain decoding (the method that proposes nothing): what it is called, how it is drawn, what
+    it needs and which views of a run apply to it."""
+
+    name: str  # as the CLI, the API and vLLM's `method` spell it (ours: eagle3.1)
+    label: str
+    colour: str | None  # the same method, the same colour, in every chart; None: the chart's own
+    checkpoint: bool  # drafts with trained weights (a preset's drafter or a folder), else weightless
+    engines: tuple[str, ...]  # the backends that run it
+    features: bool  # drafts from the target's hidden states: attention, drift and hidden-state RMS views apply
+    fingerprint: bool  # health checks a run against a fingerprint of it
+    parameters: tuple[Parameter, ...] = ()
+
+    @property
+    def proposes(self) -> bool:
+        return self.name != PLAIN
+
+    @property
+    def weightless(self) -> bool:
+        """Drafts from the text alone (prompt lookup, suffix decoding): nothing to load, nothing to fingerprint."""
+        return self.proposes and not self.checkpoint
+
+
+NGRAM_MIN = Parameter("prompt_lookup_min", "the shortest n-gram prompt lookup matches", 2, 1, 16)
+NGRAM_MAX = Parameter("prompt_lookup_max", "the longest n-gram prompt lookup matches", 5, 1, 16)
+SUFFIX_DEPTH = Parameter("suffix_decoding_max_tree_depth", "the longest matched suffix plus its speculation", 24, 2,
+                         64)
+SUFFIX_MIN_PROB = Parameter("suffix_decoding_min_token_prob", "the least frequency share a speculated token needs",
+                            0.1, 0.0, 1.0)
+SUFFIX_CACHE = Parameter("suffix_decoding_max_cached_tokens", "the tokens of a session's earlier sequences kept",
+                         16384, 0, 1 << 20)
+
+ALL_ENGINES = ("local", "vllm", "remote")
+METHODS: dict[str, Method] = {m.name: m for m in (
+    Method(PLAIN, "none (plain decoding)", None, checkpoint=False, engines=ALL_ENGINES, features=False,
+           fingerprint=False),
+    Method("eagle3", "EAGLE-3", "#d62728", checkpoint=True, engines=ALL_ENGINES, features=True, fingerprint=True),
+    Method("eagle3.1", "EAGLE-3.1", "#1f77b4", checkpoint=True, engines=ALL_ENGINES, features=True, fingerprint=True),
+    Method("ngram", "prompt lookup (n-gram)", "#2ca02c", checkpoint=False, engines=("local",), features=False,
+           fingerprint=False, parameters=(NGRAM_MIN, NGRAM_MAX)),
+    Method("suffix", "suffix decoding", "#9467bd", checkpoint=False, engines=("local",), features=False,
+           fingerprint=False, parameters=(SUFFIX_DEPTH, SUFFIX_MIN_PROB, SUFFIX_CACHE)),
+)}
+PARAMETERS: dict[str, tuple[Method, Parameter]] = {p.name: (m, p) for m in METHODS.values() for p in m.parameters}
+WEIGHTLESS = tuple(name for name, m in METHODS.items() if m.weightless)
+
+
+def method_of(drafter: str) -> Method | None:
+    """The registry's method of a drafter name; None for a drafter folder or a name of a preset's own."""
+    return METHODS.get(drafter)
+
+
+def is_weightless(drafter: str) -> bool:
+    method = METHODS.get(drafter)
+    return method is not None and method.weightless
+
+
+def parameters_problem(values: dict[str, int | float]) -> str | None:
+    """Why these method settings cannot be, in one line (an unknown name, a value out of range, a lookup whose
+    shortest match is longer than its longest); None when they can."""
+    for name, value in values.items():
+        if name not in PARAMETERS:
+            return f"unknown drafting setting {name!r}; known: {', '.join(PARAMETERS)}"
+        problem = PARAMETERS[name][1].problem(value)
+        if problem:
+            return problem
+    low, high = (values.get(p.name, p.default) for p in (NGRAM_MIN, NGRAM_MAX))
+    if low > high:
+        return f"{NGRAM_MIN.name} ({low}) must not exceed {NGRAM_MAX.name} ({high})"
+    return None
+
+
+def parameters_for_other_method(drafter: str, names: list[str]) -> str | None:
+    """Why settings of another method cannot go with `drafter`, in one line; None when each belongs to it."""
+    stray = [n for n in names if n in PARAMETERS and PARAMETERS[n][0].name != drafter]
+    if not stray:
+        return None
+    owners = " and ".join(sorted({PARAMETERS[n][0].name for n in stray}))
+    what = "is a setting" if len(stray) == 1 else "are settings"
+    return f"{', '.join(stray)} {what} of {owners}, not of {drafter}: leave it out or choose {owners}"

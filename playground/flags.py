@@ -11,7 +11,7 @@ from dataclasses import asdict, replace
 from typing import NoReturn
 
 from playground import environment
-from playground.drafting import k_problem
+from playground.drafting import PARAMETERS, k_problem
 from playground.engine.tree_shape import TreeShape
 from playground.presets import Preset, default_preset_name, engine_presets, get_preset
 
@@ -159,3 +159,16 @@ def tree_shape(args: argparse.Namespace) -> TreeShape | None:
         return None
     shape = TreeShape.k_deep(args.k, args.tree_nodes)  # one depth rule for the CLI, the server, the app, the bench
     return replace(shape, depth=args.tree_depth or shape.depth, topk=args.tree_topk or shape.topk)
+
+
+def add_method_flags(parser: argparse.ArgumentParser) -> None:
+    """A flag for each drafting method's setting in the registry (playground/drafting.py), named after it."""
+    for name, (method, parameter) in PARAMETERS.items():
+        parser.add_argument("--" + name.replace("_", "-"), type=int if parameter.whole else float,
+                            help=f"{method.name}: {parameter.meaning}, {parameter.low}..{parameter.high} "
+                                 f"(default {parameter.default})")
+
+
+def method_settings(args: argparse.Namespace) -> tuple[tuple[str, int | float], ...]:
+    """The method settings the flags of `add_method_flags` were given, as GenerationConfig takes them."""
+    return tuple((name, value) for name in PARAMETERS if (value := getattr(args, name, None)) is not None)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from playground.backends import check_run
 from playground.backends.auto_k import auto_k
-from playground.drafting import PLAIN
+from playground.drafting import PLAIN, WEIGHTLESS, is_weightless
 from playground.engine import MAX_K, GenerationConfig, RunRecord
 from playground.engine.costs import AutoK
 from playground.engine.templates import CHAT_TEMPLATES
@@ -18,11 +18,13 @@ from playground.engine.text import IncrementalDecoder
 from playground.engine.threads import busy_text
 from playground.flags import (
     UsageError,
+    add_method_flags,
     add_min_draft_prob_flag,
     add_pair_flags,
     add_threads_flag,
     add_tree_flags,
     make_backend,
+    method_settings,
     resolve_preset,
     tree_shape,
 )
@@ -52,7 +54,8 @@ def generate(args: argparse.Namespace) -> dict:
     try:
         cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, temperature=args.temperature,
                                top_p=args.top_p, seed=args.seed, stop_strings=tuple(args.stop or ()),
-                               instrument=not args.no_instrument, min_draft_prob=args.min_draft_prob, tree=tree)
+                               instrument=not args.no_instrument, min_draft_prob=args.min_draft_prob, tree=tree,
+                               method_settings=method_settings(args))
         check_run(preset, drafter, cfg, args.drafter_path)
     except ValueError as err:
         raise UsageError(str(err)) from None
@@ -103,6 +106,8 @@ def _whole_k(text: str) -> int:
 
 def choose_auto_k(args: argparse.Namespace, preset: Preset, drafter: str) -> AutoK:
     """--k auto (backends/auto_k.py) at the answer's likely context: the prompt and half the token budget."""
+    if is_weightless(drafter):
+        raise UsageError(f"--k auto chooses k from an EAGLE drafter's measured costs; for {drafter} pass --k N")
     if preset.backend != "local" or args.drafter_path:
         raise UsageError("--k auto chooses k for a preset drafter on our engine (a local preset, --drafter NAME)")
     backend = make_backend(args, preset)
@@ -118,10 +123,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("generate", help="generate one answer with a drafter, print text or JSON")
     p.add_argument("--preset", help="named target+drafter pair (default: PLAYGROUND_DEFAULT_PRESET or smollm2-135m)")
     add_pair_flags(p)
-    p.add_argument("--drafter", help="none, or a drafter name of the preset (default: eagle3.1 where it has one)")
+    p.add_argument("--drafter", help=f"none, a drafter name of the preset (default: eagle3.1 where it has one), or a "
+                   f"weightless method on our engine: {', '.join(WEIGHTLESS)} (prompt lookup, suffix decoding)")
     p.add_argument("--k", default="4", help=f"speculative tokens per step, 1..{MAX_K}, or auto: the k predicted "
                    "fastest on this machine (plain decoding where none pays)")
     add_min_draft_prob_flag(p)
+    add_method_flags(p)
     add_tree_flags(p)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-p", type=float, default=1.0)

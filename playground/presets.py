@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from playground import environment
-from playground.drafting import PLAIN, k_problem
+from playground.drafting import METHODS, PLAIN, k_problem
 from playground.smollm2 import HUB_ID  # resolved to a local copy when loaded
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -30,12 +30,7 @@ def repo_relative(source: str | Path) -> str:
     path = Path(source)
     return str(path.relative_to(REPO_ROOT)) if path.is_absolute() and path.is_relative_to(REPO_ROOT) else str(source)
 SERVER_DRAFTER = "server"  # a remote preset's drafter source when the server's drafter is not named
-DRAFTER_LABELS = {
-    PLAIN: "none (plain decoding)",
-    "eagle3": "EAGLE-3",
-    "eagle3.1": "EAGLE-3.1",
-    "served": "the server's drafter",
-}
+DRAFTER_LABELS = {**{name: method.label for name, method in METHODS.items()}, "served": "the server's drafter"}
 BACKENDS = ("local", "vllm", "remote")
 DEVICES = ("cpu", "cuda")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -366,6 +361,8 @@ def validate_preset(preset: Preset) -> list[str]:
     for name in preset.drafters:
         if name == PLAIN:
             problems.append(f"'{PLAIN}' is reserved for plain decoding and cannot name a drafter")
+        elif name in METHODS and not METHODS[name].checkpoint:
+            problems.append(f"{name!r} is a weightless method: it runs without a drafter entry")
         elif name not in DRAFTER_LABELS:
             problems.append(f"drafter name {name!r} has no label in DRAFTER_LABELS")
     clash = set(preset.drafters) & set(preset.missing_drafters)

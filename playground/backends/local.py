@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from playground.drafting import PLAIN
+from playground.drafting import PLAIN, is_weightless
 from playground.engine import (
     CheckpointError,
     Eagle3Drafter,
@@ -21,6 +21,7 @@ from playground.engine import (
     plain_generate,
     speculative_generate,
     tree_generate,
+    weightless_generate,
 )
 from playground.presets import Preset
 from playground.smollm2 import local_folder
@@ -125,6 +126,8 @@ class LocalBackend:
             raise RequestError("int4 weights: this CPU's int4 products round a row differently among several, so "
                                "speculation on them would not be token-identical to plain decoding; run plain "
                                "decoding, or weights float32")
+        if is_weightless(drafter):  # the proposal comes from the text: no drafter to load
+            return weightless_generate(self.target, drafter, prompt_ids, cfg, should_stop)
         loaded = self.drafter(drafter)
         if cfg.tree is not None:
             return tree_generate(self.target, loaded.drafter, loaded.aux_layers, prompt_ids, cfg, cfg.tree,

@@ -26,14 +26,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from playground import environment
-from playground.drafting import PLAIN
+from playground.drafting import METHODS, PLAIN
 from playground.engine.checkpoint import CheckpointError
 from playground.environment import public_host
 from playground.presets import OWN_PAIR_PREFIX, Preset, register_pair, unregister_pair
 
 from .fit import drafter_fit, hub_problem, read_config
 
-SLOTS = {"eagle3": "EAGLE-3", "eagle3.1": "EAGLE-3.1"}
+SLOTS = {name: method.label for name, method in METHODS.items() if method.checkpoint}  # eagle3, eagle3.1
 HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]  # no code, no pickles
 PROGRESS_EVERY_S = 1.0
 CPU_DTYPE_BYTES = 4  # the local engine runs the target in float32 on the CPU

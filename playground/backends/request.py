@@ -3,11 +3,19 @@ entry point calls `check_run` once, before any work, and every refusal of a run 
 
 The decoding settings check themselves when made (`GenerationConfig`); this adds what depends on the preset: that it
 runs on this machine, that the drafter is one of its own (or a folder given as such), and that what only our engine
-does (draft trees, adaptive draft length) is asked of our engine, with a drafter."""
+does (draft trees, adaptive draft length) is asked of our engine, with a drafter; and that a weightless method
+(prompt lookup, suffix decoding: `drafting.METHODS`) runs on an engine that has it, with its own settings only."""
 
 from __future__ import annotations
 
-from playground.drafting import PLAIN
+from playground.drafting import (
+    METHODS,
+    PLAIN,
+    WEIGHTLESS,
+    is_weightless,
+    method_of,
+    parameters_for_other_method,
+)
 from playground.engine import GenerationConfig
 from playground.presets import Preset
 
@@ -28,12 +36,34 @@ def check_run(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_path:
     unavailable = backend_unavailable_reason(preset)
     if unavailable:
         raise BackendUnavailable(unavailable)
+    stray = parameters_for_other_method(drafter, [name for name, _ in cfg.method_settings])
+    if stray:
+        raise RequestError(stray)
+    if is_weightless(drafter) and not drafter_path:
+        check_weightless(preset, drafter, cfg)
+        return
     if drafter != PLAIN and not drafter_path and drafter not in preset.drafters:
+        weightless = [name for name in WEIGHTLESS if preset.backend in METHODS[name].engines]
         raise RequestError(f"unknown drafter {drafter!r} for preset {preset.name!r}; choose one of "
-                           f"{', '.join(preset.drafter_names)}")
+                           f"{', '.join([*preset.drafter_names, *weightless])}")
     if cfg.tree is not None and drafter == PLAIN and not drafter_path:
         raise RequestError("draft trees need a drafter: choose one, or set the tree's nodes to 0")
     require_local_engine_options(preset.backend, cfg)
+
+
+def check_weightless(preset: Preset, drafter: str, cfg: GenerationConfig) -> None:
+    """RequestError where a weightless method cannot run as asked: on an engine without it, or with what needs a
+    drafter's probabilities (a draft tree, adaptive draft length)."""
+    method = method_of(drafter)
+    if preset.backend not in method.engines:
+        raise RequestError(f"{method.label} ({drafter}) runs on our engine for now, not on the {preset.backend} "
+                           f"backend: choose a local preset")
+    if cfg.tree is not None:
+        raise RequestError(f"{method.label} ({drafter}) drafts chains: draft trees need a drafter's probabilities, so "
+                           f"set the tree's nodes to 0")
+    if cfg.min_draft_prob:
+        raise RequestError(f"{method.label} ({drafter}) proposes without probabilities: adaptive draft length "
+                           f"(minimum draft probability {cfg.min_draft_prob:g}) needs a drafter's, so set it to 0")
 
 
 def require_local_engine_options(backend: str, cfg: GenerationConfig) -> None:

@@ -1,6 +1,7 @@
 """`python -m playground replay RECORD.json`: what each drafter, k and tree would have bought on a finished greedy
 answer — its acceptance replayed exactly (engine/replay.py) and its speedup predicted from this machine's measured
-step costs (engine/costs.py) — without running any of them live.
+step costs (engine/costs.py) — without running any of them live. A weightless method (`ngram`, `suffix`) replays its
+chains exactly too; its speedup is not predicted yet (the cost profile prices a drafter's calls).
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from playground.backends.local import LocalBackend
-from playground.drafting import PLAIN
+from playground.drafting import PARAMETERS, PLAIN, is_weightless
 from playground.engine import RunRecord, TreeShape, summarize
 from playground.engine.costs import CostProfile, expected_tokens, pair_profile
-from playground.engine.replay import expected_first_acceptance, replay, teacher_force
+from playground.engine.replay import expected_first_acceptance, replay, replay_weightless, teacher_force
 from playground.flags import UsageError, make_backend, parse_int_list, resolve_preset
 from playground.presets import DRAFTER_LABELS
 from playground.smollm2 import cache_root
@@ -50,15 +51,21 @@ def profile_for(backend: LocalBackend, drafter: str, prompt_ids: list[int], answ
 
 def replay_answer(backend: LocalBackend, prompt_ids: list[int], answer_ids: list[int], drafters: list[str],
                   ks: tuple[int, ...], tree_nodes: tuple[int, ...] = (), max_new_tokens: int | None = None,
-                  predict: bool = True, fresh: bool = False, tree_ks: tuple[int, ...] | None = None
+                  predict: bool = True, fresh: bool = False, tree_ks: tuple[int, ...] | None = None,
+                  method_settings: tuple[tuple[str, int | float], ...] = ()
                   ) -> tuple[list[Replayed], dict[str, CostProfile]]:
     """Every drafter × (k chains, then trees of each size in `tree_nodes`, k deep for each k of `tree_ks`, default
-    `ks`) replayed over the answer, with its predicted speedup where `predict`; and the cost profiles used."""
+    `ks`) replayed over the answer, with its predicted speedup where `predict`; and the cost profiles used. A
+    weightless method replays chains of each k (with those of `method_settings` that are its own), unpredicted."""
     target = backend.target
-    first = backend.drafter(drafters[0])
-    forced = teacher_force(target, first.aux_layers, prompt_ids, answer_ids)
+    eagle = [name for name in drafters if not is_weightless(name)]
+    forced = teacher_force(target, backend.drafter(eagle[0]).aux_layers if eagle else [], prompt_ids, answer_ids)
     rows, profiles = [], {}
     for name in drafters:
+        if is_weightless(name):
+            own = tuple((key, value) for key, value in method_settings if PARAMETERS[key][0].name == name)
+            rows += [weightless_row(forced, target, name, k, own, max_new_tokens) for k in ks]
+            continue
         loaded = backend.drafter(name)
         configs = [(k, None) for k in ks] + [(k, TreeShape.k_deep(k, n)) for n in tree_nodes
                                               for k in (tree_ks or ks)]
@@ -74,6 +81,13 @@ def replay_answer(backend: LocalBackend, prompt_ids: list[int], answer_ids: list
                                  metrics.drafting_steps, metrics.accepted_tokens, metrics.verified_per_step,
                                  speedup[0] if speedup else None, speedup[1:] if speedup else None))
     return rows, profiles
+
+
+def weightless_row(forced, target, method: str, k: int, settings: tuple[tuple[str, int | float], ...],
+                  max_new_tokens: int | None) -> Replayed:
+    metrics = summarize(replay_weightless(forced, target, method, k, settings, max_new_tokens), k)
+    return Replayed(method, k, 0, metrics.mean_acceptance_length, metrics.drafting_steps, metrics.accepted_tokens,
+                    metrics.verified_per_step, None, None)
 
 
 def replay_json(rows: list[Replayed], profiles: dict[str, CostProfile]) -> dict:
@@ -111,10 +125,13 @@ def run(args: argparse.Namespace) -> dict:
     if not isinstance(backend, LocalBackend):
         raise UsageError("replay runs the local engine: use a local preset")
     drafters = [d for d in (args.drafters or ",".join(preset.drafters)).split(",") if d and d != PLAIN]
-    unknown = [d for d in drafters if d not in preset.drafters]
+    unknown = [d for d in drafters if d not in preset.drafters and not is_weightless(d)]
     if unknown or not drafters:
-        raise UsageError(f"replay's drafters come from the preset: {', '.join(preset.drafters)}; "
-                         f"got {unknown or 'none'}")
+        raise UsageError(f"replay's drafters come from the preset: {', '.join(preset.drafters)}, or a weightless "
+                         f"method (ngram, suffix); got {unknown or 'none'}")
+    if not record.config.greedy and any(is_weightless(d) for d in drafters):
+        raise UsageError("a sampled answer is not replayed, and a weightless method's expected acceptance over it "
+                         "is not computed yet: replay a greedy record, or list EAGLE drafters only")
     if not record.config.greedy:
         return expected_for_sampled(args, record, backend, drafters)
     ks = parse_int_list(args.k, "--k") or DEFAULT_KS
@@ -123,7 +140,7 @@ def run(args: argparse.Namespace) -> dict:
     try:
         rows, profiles = replay_answer(backend, record.prompt_ids, record.token_ids, drafters, ks, trees,
                                        record.config.max_new_tokens, predict=not args.no_predict,
-                                       fresh=args.fresh_profile)
+                                       fresh=args.fresh_profile, method_settings=record.config.method_settings)
     except ValueError as err:
         raise UsageError(str(err)) from None
     result = {"record": args.record, "preset": preset.name, "answer_tokens": len(record.token_ids),
@@ -152,7 +169,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "smollm2-135m)")
     p.add_argument("--target", help="the target the record was written with, where not the preset's (a Hugging Face "
                    "model folder or Hub id)")
-    p.add_argument("--drafters", help="comma list of the preset's drafters (default: all of them)")
+    p.add_argument("--drafters", help="comma list of the preset's drafters (default: all of them) and weightless "
+                   "methods (ngram, suffix: chains only, acceptance without a predicted speedup)")
     p.add_argument("--k", help=f"comma list of k to replay (default: {','.join(map(str, DEFAULT_KS))})")
     p.add_argument("--tree-nodes", help="comma list of tree sizes to replay as k-deep trees (default: none)")
     p.add_argument("--no-predict", action="store_true", help="acceptance only: no cost profile, no speedup")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from playground.drafting import k_problem
+from playground.drafting import PARAMETERS, k_problem, parameters_problem
 
 from .tree_shape import TreeShape
 
@@ -28,6 +28,9 @@ class GenerationConfig:
     # a position is drafted depends only on the tokens before it.
     min_draft_prob: float = 0.0
     tree: TreeShape | None = None  # a draft tree per step instead of a chain (engine/tree.py); None drafts chains
+    # settings of a drafting method, by the registry's names (playground/drafting.py), as (name, value) pairs; a
+    # setting left out takes the registry's default
+    method_settings: tuple[tuple[str, int | float], ...] = ()
 
     def __post_init__(self) -> None:
         if k_problem(self.k):
@@ -45,6 +48,13 @@ class GenerationConfig:
         problem = tree_problem(self, self.tree) if self.tree is not None else None
         if problem:
             raise ValueError(problem)
+        problem = parameters_problem(dict(self.method_settings))
+        if problem:
+            raise ValueError(problem)
+
+    def setting(self, name: str) -> int | float:
+        """A drafting method's setting: the one given, else the registry's default."""
+        return dict(self.method_settings).get(name, PARAMETERS[name][1].default)
 
     @property
     def greedy(self) -> bool:

@@ -104,7 +104,7 @@ class Pending:
     verification, and its accepted rows). A step's first drafter call reads them all, as EAGLE aligns them: the
     feature at position t beside the embedding of token t + 1."""
 
-    aux: torch.Tensor  # [positions, 3 * hidden]
+    aux: torch.Tensor | None  # [positions, 3 * hidden]; None where nothing reads them (weightless.py)
     start: int
 
     def first_inputs(self, drafter: Eagle3Drafter, draft_cache: DrafterCache,

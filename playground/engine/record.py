@@ -46,7 +46,8 @@ class RunRecord:
     def from_dict(cls, data: dict) -> RunRecord:
         tree = data["config"].get("tree")
         config = dict(data["config"], stop_strings=tuple(data["config"].get("stop_strings", ())),
-                      tree=TreeShape(**tree) if tree else None)
+                      tree=TreeShape(**tree) if tree else None,
+                      method_settings=tuple(tuple(pair) for pair in data["config"].get("method_settings", ())))
         metrics = dict(data["metrics"], attention_by_depth=_masses(data["metrics"].get("attention_by_depth")))
         steps = [StepEvent(**dict(s, attention=_masses(s.get("attention")))) for s in data.get("steps", [])]
         return cls(text=data["text"], token_ids=list(data["token_ids"]), prompt_tokens=data["prompt_tokens"],

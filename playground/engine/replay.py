@@ -10,6 +10,9 @@ and the acceptance at every step are a live run's, up to floating-point rounding
 the same features in one forward where a live run computes them k + 1 rows at a time, which can move a drafter's
 argmax where two of its tokens tie to within rounding (tests/engine/test_replay.py measures it).
 
+A weightless method (prompt lookup, suffix decoding) proposes from the text alone, so `replay_weightless` replays it
+exactly: its proposals at every step are a live run's, and so is what the target accepts of them.
+
 Cost: one target forward over the text, then the drafter's own work per configuration; no verification forwards.
 Sampled answers are not replayed: their acceptance depends on the random draws. For them `expected_first_acceptance`
 gives the expectation of the first draft's acceptance at each position, Σ min(p, q).
@@ -30,6 +33,7 @@ from .target import Target, TargetOutput
 from .trace import StepEvent
 from .tree import draft_tree
 from .tree_shape import TreeShape
+from .weightless import proposer_for
 
 
 @dataclass(frozen=True)
@@ -148,3 +152,29 @@ def expected_first_acceptance(target: Target, aux_layers: list[int], drafter: Ea
         tokens.append(token)
         pending = Pending(out.aux[context : context + 1], context)
     return expected
+
+
+def replay_weightless(forced: Forced, target: Target, method: str, k: int,
+                      method_settings: tuple[tuple[str, int | float], ...] = (),
+                      max_new_tokens: int | None = None) -> list[StepEvent]:
+    """The step events a live greedy run of a weightless method ("ngram", "suffix", with these settings) would produce
+    over the forced answer, chains of up to k, drafting within the live loop's budget as `replay` does. Suffix
+    decoding replays with a fresh session cache, as the local backend runs it."""
+    answer = forced.answer
+    limit = min(max_new_tokens or len(answer), target.max_positions - forced.prompt_len)
+    proposer = proposer_for(method, GenerationConfig(max_new_tokens=max(limit, 1), k=k, instrument=False,
+                                                     method_settings=method_settings))
+    tokens = forced.ids[: forced.prompt_len] + answer[:1]
+    events = [StepEvent(step=0, drafted=[], accepted=0, emitted=answer[:1], total_tokens=1,
+                        finished=len(answer) == 1)]
+    while len(tokens) - forced.prompt_len < len(answer):
+        generated, context = len(tokens) - forced.prompt_len, len(tokens) - 1
+        budget = min(k, limit - generated - 1, target.max_positions - len(tokens) - 1)
+        drafted = proposer.propose(tokens, budget)[:budget] if budget > 0 else []
+        accepted = next((i for i, token in enumerate(drafted) if token != forced.choice(context + i)), len(drafted))
+        emitted = answer[generated : generated + accepted + 1]
+        tokens += emitted
+        events.append(StepEvent(step=len(events), drafted=drafted, accepted=accepted, emitted=emitted,
+                                total_tokens=len(tokens) - forced.prompt_len,
+                                finished=len(tokens) - forced.prompt_len >= len(answer)))
+    return events

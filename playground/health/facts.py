@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from playground.drafting import PLAIN
+from playground.drafting import PLAIN, method_of
 from playground.engine import GenerationConfig, StepEvent
 from playground.engine.templates import CHAT_TEMPLATES, UnknownTemplate, resolve_template
 from playground.presets import Preset
@@ -104,6 +104,10 @@ def run_health(preset: Preset, backend, drafter: str, cfg: GenerationConfig, cha
                prompt_tokens: int, events: list[StepEvent], earlier: Sequence[Health] = ()) -> Health:
     """The health of a run of `drafter` on `preset`'s `backend` whose steps so far are `events`, with the session's
     `earlier` answers of this drafter, k and way of decoding (check.check_health)."""
+    method = method_of(drafter)
+    if method is not None and method.proposes and not method.fingerprint:
+        return Health("not checked", why_not=f"{method.label} is weightless: it drafts from the text, with no "
+                                             f"drafter to fingerprint")
     try:
         fingerprint = fingerprint_for(preset, drafter)
     except ValueError as err:  # a damaged fingerprint: said, and the run goes on

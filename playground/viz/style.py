@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-VARIANT_COLORS = {"EAGLE-3": "#d62728", "EAGLE-3.1": "#1f77b4"}  # the same drafter, the same colour, everywhere
+from playground.drafting import METHODS
+
+# the same method, the same colour, everywhere (keyed by label, as the figures name their lines)
+VARIANT_COLORS = {method.label: method.colour for method in METHODS.values() if method.colour}
 
 
 def two_lines(main: str, detail: str) -> str:

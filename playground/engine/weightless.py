@@ -1,0 +1,85 @@
+"""Weightless drafting (prompt lookup, suffix decoding) through the speculative loop: the proposer reads the token ids
+alone, the target verifies the proposal in one forward, as it verifies an EAGLE chain. A step with nothing to
+propose verifies the last token alone: a plain step through the same loop.
+
+Such a proposal has no distribution of its own: it is a point mass (q = 1 at each proposed token). Greedy decoding
+keeps the longest prefix that equals the target's choices, so its output is plain decoding's; sampling keeps a
+proposed x with probability p(x) and, at the first rejection, samples p without x, renormalised: speculative
+rejection sampling with that q (`accept_sampled` with one-hot rows), so the output follows the target's
+distribution. The target runs without aux layers (nothing reads its hidden states), and the step's attention,
+hidden-state RMS and draft probabilities are None: there is no drafter to measure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
+import torch
+
+from playground.drafting import NGRAM_MAX, NGRAM_MIN, SUFFIX_CACHE, SUFFIX_DEPTH, SUFFIX_MIN_PROB, WEIGHTLESS
+
+from .cache import TargetCache
+from .config import GenerationConfig
+from .lookup import PromptLookup
+from .loop import Pending, Verified, speculate
+from .sampling import accept_greedy, accept_sampled, probabilities
+from .suffix import SuffixCache, SuffixProposer
+from .target import Target
+from .trace import StepEvent
+
+
+class Proposer(Protocol):
+    def propose(self, tokens: list[int], k: int) -> list[int]: ...
+
+
+def proposer_for(method: str, cfg: GenerationConfig, suffix_cache: SuffixCache | None = None) -> Proposer:
+    """A weightless method's proposer for one run; suffix decoding reads and grows the session's `suffix_cache`
+    (a fresh one, holding this run alone, where None)."""
+    if method == "ngram":
+        return PromptLookup(int(cfg.setting(NGRAM_MIN.name)), int(cfg.setting(NGRAM_MAX.name)))
+    if method == "suffix":
+        return SuffixProposer(suffix_cache if suffix_cache is not None else SuffixCache(),
+                              int(cfg.setting(SUFFIX_DEPTH.name)), float(cfg.setting(SUFFIX_MIN_PROB.name)),
+                              int(cfg.setting(SUFFIX_CACHE.name)))
+    raise ValueError(f"{method!r} is not a weightless drafting method; those are {', '.join(WEIGHTLESS)}")
+
+
+class WeightlessChain:
+    """A run's drafting with a weightless proposer, as `speculate` runs it."""
+
+    def __init__(self, proposer: Proposer, cfg: GenerationConfig, target: Target,
+                 generator: torch.Generator | None) -> None:
+        self.proposer, self.cfg, self.target, self.generator = proposer, cfg, target, generator
+        self.rows = cfg.k + 1
+
+    def draft(self, tokens: list[int], pending: Pending, budget: int) -> list[int]:
+        k = min(budget, self.cfg.k)
+        return self.proposer.propose(tokens, k)[:k] if k > 0 else []
+
+    def verify(self, drafts: list[int], tokens: list[int], context: int, cache: TargetCache) -> Verified:
+        """The last token and the proposal in one target forward; keep the accepted prefix."""
+        cfg, target = self.cfg, self.target
+        drafted = torch.tensor(drafts, dtype=torch.long, device=target.device)
+        out = target.forward(torch.tensor([tokens[-1], *drafts], device=target.device), cache)
+        if cfg.greedy:
+            accepted, bonus = accept_greedy(drafted, out.logits)
+        else:
+            point_masses = torch.zeros(len(drafts), target.vocab_size, device=target.device)
+            point_masses[torch.arange(len(drafts), device=target.device), drafted] = 1.0
+            accepted, bonus = accept_sampled(drafted, point_masses,
+                                             probabilities(out.logits, cfg.temperature, cfg.top_p), self.generator)
+        cache.rollback(context + accepted + 1)
+        fields = {"drafted": list(drafts), "accepted": accepted, "draft_probs": None, "attention": None,
+                  "hidden_rms": None}
+        return Verified(drafts[:accepted] + [bonus], Pending(out.aux, context), fields, out)
+
+
+def weightless_generate(target: Target, method: str, prompt_ids: list[int], cfg: GenerationConfig,
+                        should_stop: Callable[[], bool] | None = None,
+                        suffix_cache: SuffixCache | None = None) -> Iterator[StepEvent]:
+    """Speculative decoding with a weightless method ("ngram" or "suffix"): chains of up to k proposed tokens.
+
+    Greedy output is token-identical to `plain_generate`; sampled output follows the target's distribution."""
+    proposer = proposer_for(method, cfg, suffix_cache)
+    return speculate(target, [], prompt_ids, cfg, lambda generator: WeightlessChain(proposer, cfg, target, generator),
+                     should_stop)
