@@ -89,11 +89,11 @@ def _parts(kind: str) -> tuple[str, str | None, set[str]]:
 
 
 def kind_words(kind: str) -> str:
-    """'amd-zen4-avx512-bf16' -> 'AMD Zen 4 (family 25): AVX-512, AVX-512 BF16, no AMX'."""
+    """'amd-zen4-avx512-bf16' -> 'AMD Zen 4, family 25: AVX-512, AVX-512 BF16, no AMX'."""
     vendor, generation, units = _parts(kind)
     name = {"amd": "AMD", "intel": "Intel"}.get(vendor, vendor)
     if generation:
-        name += f" Zen {generation[3:]} (family {AMD_FAMILIES[generation]})"
+        name += f" Zen {generation[3:]}, family {AMD_FAMILIES[generation]}"
     if "noavx2" in units:
         return f"{name}: no AVX2"
     has = [UNIT_WORDS[u] for u in UNITS if u in units]

@@ -37,9 +37,9 @@ def test_the_cpu_kind_is_read_from_cpuinfo(tmp_path: Path, kind: str) -> None:
 
 
 def test_a_kind_in_words_names_generation_family_and_units() -> None:
-    assert kind_words("amd-zen4-avx512-bf16") == "AMD Zen 4 (family 25): AVX-512, AVX-512 BF16, no AMX"
-    assert kind_words("amd-zen5-avx512-bf16").startswith("AMD Zen 5 (family 26)")
-    assert kind_words("amd-zen3-avx2") == "AMD Zen 3 (family 25): AVX2, no AMX"
+    assert kind_words("amd-zen4-avx512-bf16") == "AMD Zen 4, family 25: AVX-512, AVX-512 BF16, no AMX"
+    assert kind_words("amd-zen5-avx512-bf16").startswith("AMD Zen 5, family 26")
+    assert kind_words("amd-zen3-avx2") == "AMD Zen 3, family 25: AVX2, no AMX"
     assert kind_words("intel-avx512-bf16-amx") == "Intel: AVX-512, AVX-512 BF16, AMX"
     assert cpu_kind({}) == "unknown-noavx2" and cpu_kind({"CPU implementer": "0x41"}) == "arm-noavx2"
 
