@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -12,7 +14,10 @@ from tqdm import tqdm
 from playground.backends import open_local_backend
 from playground.bench import BENCH_NEEDS_WEIGHTS
 from playground.bench.config import TEMPLATES_HELP, BenchConfig, with_overrides
+from playground.bench.landing_run import PROFILE as LANDING
+from playground.bench.landing_run import chat_example_lengths, landing_record, write_landing
 from playground.bench.methods import PEERS, Runner
+from playground.bench.neighbours import other_work
 from playground.bench.profiles import get_profile, measured_durations, profile_label, profiles
 from playground.bench.report import write_outputs
 from playground.bench.runner import Bench, run_bench
@@ -81,9 +86,17 @@ def bench(args: argparse.Namespace) -> None:
         if args.estimate:
             bar.write(Bench(config, runner, progress).estimate())
             return
-        result = run_bench(config, runner, progress, log=bar.write)
+        with other_work() as beside:
+            result = run_bench(config, runner, progress, log=bar.write)
+            examples = chat_example_lengths(runner) if config.profile == LANDING else []
     out = Path(args.out or REPO_ROOT / "runs" / "bench" / f"{args.profile}-{time.strftime('%Y%m%d-%H%M%S')}")
     paths = write_outputs(result, out, plotlyjs=args.plotlyjs)
+    if config.profile == LANDING:
+        findings_text = json.loads(paths["json"].read_text())["findings"]
+        command = " ".join(["python -m playground bench", shlex.join(sys.argv[2:])])  # as typed after `bench`
+        landing = write_landing(landing_record(result, findings_text, beside, examples, command),
+                                Path(args.landing_file) if args.landing_file else None)
+        print(f"the landing figures for this CPU kind → {landing} (render them: python scripts/render_readme.py)")
     print(f"{len(result.rows)} rows in {result.seconds / 60:.1f} min → {paths['csv'].parent}")
     for path in paths.values():
         print(f"  {path}")
@@ -122,6 +135,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", choices=DEVICES, help="default: the preset's")
     p.add_argument("--dtype", choices=DTYPES, help="default: the preset's")
     p.add_argument("--out", help="output folder (default: runs/bench/<profile>-<time>)")
+    p.add_argument("--landing-file", help="with --profile landing: the file to write (default: "
+                                          "assets/bench/landing/<this CPU's kind>.json)")
     p.add_argument("--plotlyjs", default="inline", choices=["inline", "cdn"],
                    help="inline plotly.js in report.html (self-contained, ~4.7 MB) or load it from the CDN")
     p.add_argument("--estimate", action="store_true", help="warm up, print the estimated run time, and stop")

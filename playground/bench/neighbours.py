@@ -2,15 +2,21 @@
 
 Each is a Python busy loop in a process of its own that ends by itself after `MAX_SECONDS` (so an interrupted bench
 leaves nothing running for long) and is ended as soon as the block it serves is left.
+
+`other_work` measures the other side: how much of the machine other processes took while a measurement ran, so a
+result file can say it was measured beside other work.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 
 MAX_SECONDS = 3600
 _LOOP = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass\n"
@@ -41,3 +47,70 @@ def parse_neighbours(text: str) -> tuple[int, ...]:
     if not counts or any(c < 0 or c > 16 for c in counts):
         raise ValueError(f"--neighbours: each count must be from 0 to 16, got {text!r}")
     return counts
+
+
+STAT = Path("/proc/stat")
+LOADAVG = Path("/proc/loadavg")
+
+
+def _machine_jiffies(stat: Path = STAT) -> tuple[int, int] | None:
+    """(busy, total) CPU time of the whole machine so far, in clock ticks (/proc/stat's first line); None off Linux."""
+    try:
+        values = [int(v) for v in stat.read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle and iowait
+    total = sum(values[:8])  # user … steal; guest time is already counted in user
+    return total - idle, total
+
+
+def _load_average(loadavg: Path = LOADAVG) -> float | None:
+    try:
+        return float(loadavg.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclass
+class OtherWork:
+    """What ran beside a measurement, read from the machine's own counters: the share of all cores' time that other
+    processes used while the block ran (the machine's busy time less this process's and its children's) and the
+    1-minute load average at both ends. `other_share` None where the counters cannot be read."""
+
+    other_share: float | None = None
+    load_average: list[float | None] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def beside(self) -> bool | None:
+        """Whether other work took a noticeable share (`BESIDE_SHARE`) of the machine while the block ran."""
+        return None if self.other_share is None else self.other_share >= BESIDE_SHARE
+
+    def to_dict(self) -> dict:
+        return {"beside_other_work": self.beside, "other_cpu_share": self.other_share,
+                "load_average_1min": self.load_average, "seconds": round(self.seconds, 1),
+                "how": "other processes' share of all cores' time over the run (/proc/stat's busy time less this "
+                       "process's own), and the 1-minute load average at its start and end"}
+
+
+BESIDE_SHARE = 0.05  # other processes' share of the machine above which a measurement ran beside other work
+
+
+def _own_ticks() -> float:
+    times = os.times()
+    return (times.user + times.system + times.children_user + times.children_system) * os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def other_work(stat: Path = STAT, loadavg: Path = LOADAVG) -> Iterator[OtherWork]:
+    """Measure what ran beside the block; the record is filled in when the block ends."""
+    record = OtherWork(load_average=[_load_average(loadavg)])
+    start, own, t0 = _machine_jiffies(stat), _own_ticks(), time.monotonic()
+    try:
+        yield record
+    finally:
+        end, record.seconds = _machine_jiffies(stat), time.monotonic() - t0
+        record.load_average.append(_load_average(loadavg))
+        if start and end and end[1] > start[1]:
+            others = (end[0] - start[0]) - (_own_ticks() - own)
+            record.other_share = round(min(max(others / (end[1] - start[1]), 0.0), 1.0), 3)

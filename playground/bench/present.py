@@ -20,7 +20,7 @@ from playground.bench.config import ProgressCallback, with_overrides
 from playground.bench.figures import speedup_range_text
 from playground.bench.findings import deepest_pairs, findings, fixed_k_eagle_rows, pairs, study_rows
 from playground.bench.methods import describe_method
-from playground.bench.profiles import DURATIONS, measured_durations, profile_label, profiles
+from playground.bench.profiles import DURATIONS, app_profiles, measured_durations, profile_label
 from playground.bench.public import check_offered
 from playground.bench.report import deepest_rows, write_outputs
 from playground.bench.rows import BenchResult, BenchRow
@@ -40,7 +40,7 @@ STARTING = "starting: the model and the prompt sets load, then every method warm
 def tab_profiles(durations: Path = DURATIONS) -> tuple[tuple[str, str], ...]:
     """(label, profile) for the tab's menu: what each profile runs and how long it took where it was measured."""
     measured = measured_durations(durations)
-    return tuple((profile_label(name, measured), name) for name in profiles())
+    return tuple((profile_label(name, measured), name) for name in app_profiles())
 
 
 TAB_PROFILES = tab_profiles()

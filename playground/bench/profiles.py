@@ -15,10 +15,12 @@ EAGLES = ("eagle3", "eagle3.1")
 PEERS_AND_EAGLES = (*EAGLES, "hf-greedy", "prompt-lookup", "hf-assisted")
 DRIFT_K = 8  # k for the context and template studies: deep enough for drift to show, cheap enough for CPUs
 DURATIONS = REPO_ROOT / "assets" / "bench" / "durations.json"
+CLI_ONLY = ("landing",)  # writes a committed file per CPU kind: a command's job, not the Benchmark tab's
 SUMMARIES = {
     "smoke": "3 prompts, k 1 and 3, 16 tokens, 2 passes",
     "default": "speed beside the peers, k 4, 128 tokens",
     "drift": "EAGLE-3 vs EAGLE-3.1 by k, context, template",
+    "landing": "the README table's runs, k 4 and auto, one file per CPU kind",
 }
 
 
@@ -45,7 +47,18 @@ def profiles() -> dict[str, BenchConfig]:
             ],
             max_new_tokens=40, repeats=1, limit=4, profile="drift",
         ),
+        # The README table's runs on this machine, written to assets/bench/landing/<CPU kind>.json (landing_run.py):
+        # each EAGLE drafter at k 4 and at k auto, with the Chat tab's examples measured after it.
+        "landing": BenchConfig(
+            sweeps=[Sweep(("held-out", "mt-bench", "humaneval"), EAGLES, (4,), study="speed", k_auto=True)],
+            max_new_tokens=96, repeats=2, limit=2, profile="landing",
+        ),
     }
+
+
+def app_profiles() -> list[str]:
+    """The profiles the Benchmark tab offers: all but the command-only ones (`CLI_ONLY`)."""
+    return [name for name in profiles() if name not in CLI_ONLY]
 
 
 def get_profile(name: str) -> BenchConfig:

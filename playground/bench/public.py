@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from playground import environment
-from playground.bench.profiles import DURATIONS, MeasuredDuration, measured_durations, profiles
+from playground.bench.profiles import DURATIONS, MeasuredDuration, app_profiles, measured_durations
 from playground.bench.progress import format_duration
 from playground.blas import first_processor
 
@@ -108,7 +108,7 @@ def verdicts(preset: str, durations: Path | None = None, machine: Machine | None
     read at the call)."""
     bound, measured = bench_bound_s(), measured_durations(durations or DURATIONS)
     machine = machine or this_machine()
-    return [judge(name, preset, bound, measured.get(name), machine) for name in profiles()]
+    return [judge(name, preset, bound, measured.get(name), machine) for name in app_profiles()]
 
 
 def bound_text(bound_s: float) -> str:
@@ -119,7 +119,7 @@ def check_offered(profile: str, preset: str, durations: Path | None = None, mach
     """Raise BenchRefused (one line) where this public host does not run `profile` on `preset`; nothing off one or
     for a profile it offers. An unknown profile is left to the caller's own check."""
     bound = bench_bound_s()
-    if bound is None or profile not in profiles():
+    if bound is None or profile not in app_profiles():
         return
     table = verdicts(preset, durations, machine)
     verdict = next(v for v in table if v.profile == profile)

@@ -8,13 +8,14 @@ number. After a re-measurement the tab says what the new files say; nothing here
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from playground.bench.engines import committed_section
+from playground.bench.landing import SET_NAMES, beside_words, kind_words_of, landing_records, nearest_record
 from playground.bench.rows import result_cell
 from playground.drafting import PLAIN
-from playground.machine import cpu_name
+from playground.machine import cpu_kind, cpu_name, kind_words
 from playground.presets import KIMI_TINY, REPO_ROOT, SHIPPED_DRAFTERS
 from playground.viz import DRAFT_ACCEPTANCE_RATE_HELP, MEAN_ACCEPTANCE_LENGTH_HELP
 from playground.viz.summary import times_text as _times
@@ -48,10 +49,13 @@ class Measurements:
     kimi_evaluation: dict | None  # the tiny MLA pair's evaluation.json
     kimi_engines: dict | None  # its engines.json (ours vs vLLM)
     kimi_drift: dict | None  # its drift study
+    landing: list[dict] = field(default_factory=list)  # bench --profile landing, one file per CPU kind, newest first
+    kind: str = ""  # this machine's CPU kind (machine.cpu_kind)
 
     @classmethod
     def committed(cls) -> Measurements:
-        return cls(drift=_load(DRIFT_STUDY), evaluation=_load(SHIPPED_DRAFTERS / "evaluation.json"),
+        return cls(landing=landing_records(), kind=cpu_kind(),
+                   drift=_load(DRIFT_STUDY), evaluation=_load(SHIPPED_DRAFTERS / "evaluation.json"),
                    speed=_load(SHIPPED_DRAFTERS / "speed.json"),
                    long_context=_load(SHIPPED_DRAFTERS / "long-context.json"),
                    kimi_evaluation=_load(KIMI_TINY / "evaluation.json"), kimi_engines=_load(KIMI_TINY / "engines.json"),
@@ -181,7 +185,9 @@ def _speed_finding(m: Measurements) -> str:
     machine, prompts = speed["machine"], speed["prompts"]
     sets = ", ".join(f"{n} {s}" for s, n in prompts["per_set"].items())
     verdict = "modest" if max(d["median_speedup"] for d in fixed) < 1.5 else "clear"
-    text = (f"- On a {machine['cores']}-core {cpu_name(machine)} the speedup is {verdict} on long answers: at k = 4, "
+    text = (f"- On a {machine['cores']}-core {cpu_name(machine)} ({kind_words_of(machine)}; "
+            f"{'measured ' + speed['started'][:10] if speed.get('started') else 'its date not recorded'}) the speedup "
+            f"is {verdict} on long answers: at k = 4, "
             f"{_times(fixed[1]['median_speedup'])} for EAGLE-3.1 and {_times(fixed[0]['median_speedup'])} for EAGLE-3 "
             f"(`speed.json`: the shipped drafters, {prompts['count']} prompts — {sets} —, "
             f"{speed['speed']['max_new_tokens']} tokens, {machine['torch_threads']} threads; per-run range "
@@ -305,5 +311,45 @@ METRICS = f"""
 """
 
 
+def _kind_speedups(record: dict, auto: bool) -> str:
+    """'EAGLE-3 1.90× held-out, …; EAGLE-3.1 …' for one landing record at k = 4 or at k auto."""
+    def cells(drafter: str) -> str:
+        rows = [r for r in record["rows"] if r["drafter"] == drafter and bool(r.get("k_auto")) == auto
+                and r.get("speedup") is not None]
+        return ", ".join(f"{_times(r['speedup'])} {SET_NAMES.get(r['prompt_set'], r['prompt_set'])}" for r in rows)
+
+    return "; ".join(f"{NAMES[d]} {cells(d)}" for d in DRAFTERS)
+
+
+def nearest_kind_line(m: Measurements) -> str:
+    """Which committed kind's figures stand nearest for the machine this app runs on, or that none does."""
+    mine = f"This app runs on a CPU of the kind {kind_words(m.kind)}"
+    nearest = nearest_record(m.landing, m.kind)
+    if nearest is None:
+        return (f"{mine}: none of the committed kinds shares its vector and matrix units, so its speedups may differ "
+                "from every figure above; the Chat and Compare tabs measure it, now.")
+    if nearest["cpu_kind"] == m.kind:
+        return f"{mine}: the figures above measured on {nearest['date']} are of this very kind."
+    return (f"{mine}: the nearest committed kind is {kind_words(nearest['cpu_kind'])} ({nearest['date']}), with the "
+            "same vector and matrix units; its figures are the nearest guide, not a measurement of this machine.")
+
+
+def _per_kind(m: Measurements) -> str:
+    if not m.landing:
+        return ""
+    lines = ["### Figures per CPU kind",
+             "Speedup over plain decoding of the same target, greedy, measured by `python -m playground bench "
+             "--profile landing` (`assets/bench/landing/`, one file per CPU kind; the README's table reads the same "
+             "files):"]
+    for record in m.landing:
+        machine = record["machine"]
+        lines.append(f"- **{kind_words(record['cpu_kind'])}**, {machine['cores']} cores, {record['date']}, "
+                     f"{beside_words(record)}. At k = 4, {_kind_speedups(record, False)}; at k auto, "
+                     f"{_kind_speedups(record, True)}.")
+    lines.append("")
+    lines.append(nearest_kind_line(m))
+    return "\n".join(lines) + "\n"
+
+
 def about_markdown(m: Measurements) -> str:
-    return "\n".join([_intro(m), _shipped_pair(m), ENGINES, committed_section(), _kimi(m), METRICS])
+    return "\n".join([_intro(m), _per_kind(m), _shipped_pair(m), ENGINES, committed_section(), _kimi(m), METRICS])

@@ -9,7 +9,8 @@ import gradio as gr
 import plotly.graph_objects as go
 
 from playground.bench.engines import instrumentation_note
-from playground.examples import CHAT_EXAMPLES, EXAMPLES_LABEL
+from playground.bench.landing import chat_examples_figures, landing_records
+from playground.examples import CHAT_EXAMPLES
 from playground.playback import ChartPace, Conversation, Run, chat_turn, regenerate_turn
 from playground.playback.baseline import ALONGSIDE, SHARE_IN_CHAT
 from playground.playback.run_settings import RequestError, RunSettings
@@ -211,10 +212,18 @@ def tree_of_step(step: float | None, conversation: Conversation) -> str:
     return tree_html(tree, elem_id="tree-of-step-view")
 
 
+def example_labels(records: list[dict] | None = None) -> tuple[str, list[str]]:
+    """The examples' line and button labels, their figures read from the landing file nearest to this machine
+    (bench.landing.chat_examples_figures); titles alone where no file measured them."""
+    line, lengths = chat_examples_figures(landing_records() if records is None else records)
+    return line or "Examples", [e.label(lengths.get(e.prompt)) for e in CHAT_EXAMPLES]
+
+
 def example_prompts(prompt: gr.Textbox) -> gr.Examples:
     """One click fills the prompt box with a measured example (playground.examples); Send runs it."""
-    return gr.Examples([[e.prompt] for e in CHAT_EXAMPLES], inputs=prompt, label=EXAMPLES_LABEL,
-                       example_labels=[e.label for e in CHAT_EXAMPLES], examples_per_page=len(CHAT_EXAMPLES),
+    line, labels = example_labels()
+    return gr.Examples([[e.prompt] for e in CHAT_EXAMPLES], inputs=prompt, label=line,
+                       example_labels=labels, examples_per_page=len(CHAT_EXAMPLES),
                        elem_id="chat-examples", api_visibility="private")
 
 

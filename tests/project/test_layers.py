@@ -23,7 +23,7 @@ ALLOWED: dict[str, set[str]] = {  # ARCHITECTURE.md's table, part by part
     "health": COMMANDS | {"prompt_sets", "machine"},
     "playback": BASE | {"backends", "engine", "presets", "viz", "health"},
     "flags": COMMANDS, "generate": COMMANDS | {"health"}, "serve": COMMANDS | {"health"}, "space": COMMANDS,
-    "bench": MEASURING, "train": MEASURING,
+    "bench": MEASURING | {"examples"}, "train": MEASURING,
     "ui": MEASURING | {"playback", "bench", "examples"},
 }
 

@@ -12,7 +12,7 @@ import gradio as gr
 import pytest
 
 from playground.bench import present, public
-from playground.bench.profiles import DURATIONS, measured_durations, profiles
+from playground.bench.profiles import DURATIONS, app_profiles, measured_durations, profiles
 from playground.bench.public import BenchRefused, Machine
 from playground.presets import DEFAULT, get_preset
 
@@ -99,8 +99,8 @@ def test_an_unmeasured_profile_counts_as_over_the_bound(durations, space) -> Non
 
 def test_off_a_public_host_every_profile_runs(durations, private) -> None:
     assert public.bench_bound_s() is None
-    assert public.offered_profiles(DEFAULT) == list(profiles())
-    assert public.offered_profiles("own:big@abc") == list(profiles())
+    assert public.offered_profiles(DEFAULT) == app_profiles()
+    assert public.offered_profiles("own:big@abc") == app_profiles()
     for name in profiles():
         public.check_offered(name, DEFAULT)
     assert public.public_note(DEFAULT) == ""
@@ -140,7 +140,7 @@ def test_the_bench_tab_on_a_space_lists_only_what_it_runs(durations, space) -> N
 
 def test_the_bench_tab_off_a_public_host_is_unchanged(durations, private) -> None:
     demo = _bench_tab()
-    assert [name for _, name in _component(demo, "bench-profile").choices] == list(profiles())
+    assert [name for _, name in _component(demo, "bench-profile").choices] == app_profiles()
     assert _component(demo, "bench-profile").value == "smoke"
     assert not _component(demo, "bench-public").visible
 
@@ -221,16 +221,20 @@ def test_a_space_does_not_fingerprint_a_visitors_pair(space) -> None:
 # --- the Chat tab's example prompts ------------------------------------------------------------------------------
 
 def test_the_examples_were_measured_to_show_both_sides() -> None:
-    """At least one where EAGLE-3.1 drafts well and one where it does not, each with its measured figure (at most
-    k + 1 = 5 tokens per step at k = 4) in its label."""
-    from playground.examples import CHAT_EXAMPLES, EXAMPLES_LABEL, MEASURED_ON
+    """At least one where EAGLE-3.1 drafts well and one where it does not, each with its figure (at most k + 1 = 5
+    tokens per step at k = 4) from the committed landing file in its label, the line naming the file's kind and
+    date."""
+    from playground.bench.landing import chat_examples_figures, landing_records
+    from playground.examples import CHAT_EXAMPLES
+    from playground.ui.chat import example_labels
 
-    lengths = [e.mean_acceptance_length for e in CHAT_EXAMPLES]
+    line, lengths_by_prompt = chat_examples_figures(landing_records())
+    lengths = [lengths_by_prompt[e.prompt] for e in CHAT_EXAMPLES]
     assert all(1.0 <= n <= 5.0 for n in lengths) and len({e.prompt for e in CHAT_EXAMPLES}) == len(CHAT_EXAMPLES)
     assert sum(n >= 3.0 for n in lengths) >= 2 and sum(n <= 2.0 for n in lengths) >= 1
-    assert all(e.label.endswith(f" · {e.mean_acceptance_length:.2f} tokens/step") and len(e.label) <= 60
-               for e in CHAT_EXAMPLES)  # the page cuts a longer label short
-    assert MEASURED_ON in EXAMPLES_LABEL
+    assert example_labels() == (line, [f"{e.title} · {n:.2f} tokens/step" for e, n in zip(CHAT_EXAMPLES, lengths)])
+    assert all(len(label) <= 60 for label in example_labels()[1])  # the page cuts a longer label short
+    assert " CPU (" in line and any(record["date"] in line for record in landing_records())
 
 
 def _chat_tab() -> gr.Blocks:
@@ -245,11 +249,12 @@ def test_the_examples_fill_the_chat_prompt_box() -> None:
     """The examples' dataset sits in the Chat tab, holds the prompts, and its click writes into the prompt box (and
     nothing else: the visitor presses Send); it adds no API endpoint."""
     from playground.examples import CHAT_EXAMPLES
+    from playground.ui.chat import example_labels
 
     demo = _chat_tab()
     dataset, prompt = _component(demo, "chat-examples"), _component(demo, "prompt")
     assert isinstance(dataset, gr.Dataset) and [s[0] for s in dataset.samples] == [e.prompt for e in CHAT_EXAMPLES]
-    assert dataset.sample_labels == [e.label for e in CHAT_EXAMPLES]
+    assert dataset.sample_labels == example_labels()[1]
     loads = [d for d in demo.fns.values() if any(t[0] == dataset._id for t in d.targets)]
     assert loads and all([o._id for o in d.outputs] == [prompt._id] for d in loads)
     assert all(d.api_visibility == "private" for d in loads)
@@ -259,6 +264,7 @@ def test_the_examples_fill_the_chat_prompt_box() -> None:
 def test_clicking_an_example_fills_the_prompt_box_in_chromium() -> None:
     """The same in the page: a click on the second example puts its prompt in the box."""
     from playground.examples import CHAT_EXAMPLES
+    from playground.ui.chat import example_labels
     from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
 
     if not CHROMIUM.exists():
@@ -272,7 +278,7 @@ def test_clicking_an_example_fills_the_prompt_box_in_chromium() -> None:
             browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
             page = browser.new_page()
             page.goto(demo.local_url, timeout=120_000)
-            page.locator("#chat-examples").get_by_text(CHAT_EXAMPLES[1].label).click(timeout=60_000)
+            page.locator("#chat-examples").get_by_text(example_labels()[1][1]).click(timeout=60_000)
             page.wait_for_function("(want) => document.querySelector('#prompt textarea').value === want",
                                    arg=CHAT_EXAMPLES[1].prompt, timeout=30_000)
             browser.close()
