@@ -22,7 +22,7 @@ import torch
 
 from playground.engine import costs, threads
 from playground.engine.costs import CODE_VERSION, CostProfile, machine_busy, pair_profile, profile_path
-from playground.engine.threads import other_runnable_tasks, own_running_threads, runnable_tasks
+from playground.engine.threads import other_runnable_tasks, runnable_tasks
 
 LINUX = runnable_tasks() is not None
 OTHERS_IDLE_CORES = 0.1  # CPU other processes may use, in cores, while the machine still counts as idle
@@ -69,15 +69,6 @@ def test_the_wait_for_our_helpers_is_bounded() -> None:
     pauses.clear()
     assert other_runnable_tasks(scripted([3, 3]), lambda: frozenset({"1"}), pause=pauses.append, me="1") == 2
     assert pauses == []  # only the reader runs: nothing to wait for
-
-
-def test_this_process_threads_are_read_from_proc(tmp_path: Path) -> None:
-    tasks = tmp_path / "task"
-    for tid, state in ((10, "R"), (11, "S"), (12, "R")):
-        (tasks / str(tid)).mkdir(parents=True)
-        (tasks / str(tid) / "stat").write_text(f"{tid} (pt worker (1)) {state} 1 2 3\n")  # a name with ") " in it
-    assert own_running_threads(tasks) == 2
-    assert own_running_threads(tmp_path / "none") == 1
 
 
 def _cpu_ticks() -> tuple[int, int]:

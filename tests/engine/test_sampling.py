@@ -242,17 +242,23 @@ class SamplingSetup:
     cache: dict = field(default_factory=dict)
 
 
-@pytest.fixture(scope="module")
-def setup() -> SamplingSetup:
-    torch.manual_seed(1)
+def small_target(seed: int) -> Target:
+    """A 2-layer Llama over VOCAB tokens whose distributions are spread but not flat (entropies of about 1.3-2 nats),
+    with no EOS, so every run has NEW tokens."""
+    torch.manual_seed(seed)
     config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                          num_key_value_heads=1, vocab_size=VOCAB, max_position_embeddings=64, tie_word_embeddings=False,
                          bos_token_id=None, eos_token_id=None, pad_token_id=None)
     model = LlamaForCausalLM(config).eval()
     with torch.no_grad():
-        model.lm_head.weight.mul_(8)  # spread but not flat: entropies of about 1.3-2 nats
+        model.lm_head.weight.mul_(8)
     model.generation_config.eos_token_id = None
-    target = Target(model, types.SimpleNamespace(eos_token_id=None))  # no EOS: every run has NEW tokens
+    return Target(model, types.SimpleNamespace(eos_token_id=None))
+
+
+@pytest.fixture(scope="module")
+def setup() -> SamplingSetup:
+    target = small_target(seed=1)
     assert target.eos_ids == set()
     cfg = DrafterConfig(hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
                         vocab_size=VOCAB, draft_vocab_size=len(DRAFT_VOCAB_IDS), target_hidden_size=32,

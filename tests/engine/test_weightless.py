@@ -15,12 +15,10 @@
 from __future__ import annotations
 
 import itertools
-import types
 from typing import TYPE_CHECKING
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from playground.engine import GenerationConfig, StepEvent, SuffixCache, Target, plain_generate, weightless_generate
 from playground.engine import weightless as weightless_module
@@ -29,6 +27,7 @@ from playground.engine.replay import replay_weightless, teacher_force
 from playground.engine.suffix import SuffixTrie
 from tests.engine.test_sampling import ALPHA, chi_square_pvalue, counts_of, reference_probs
 from tests.engine.test_sampling import _marginal as marginal
+from tests.engine.test_sampling import small_target as sampling_target
 from tests.support.lossless import assert_same_or_near_tie
 
 if TYPE_CHECKING:
@@ -202,15 +201,7 @@ K = 2
 
 @pytest.fixture(scope="module")
 def small_target() -> Target:
-    torch.manual_seed(11)
-    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                         num_key_value_heads=1, vocab_size=VOCAB, max_position_embeddings=64, tie_word_embeddings=False,
-                         bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(8)
-    model.generation_config.eos_token_id = None
-    return Target(model, types.SimpleNamespace(eos_token_id=None))
+    return sampling_target(seed=11)
 
 
 def exact_joint(target: Target, temperature: float) -> torch.Tensor:
