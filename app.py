@@ -31,7 +31,8 @@ log = logging.getLogger("playground")
 def _exit_on_sigterm(signum: int, frame) -> None:
     """SIGTERM (a Space restarting, `docker stop`, a test) runs the atexit callbacks, which stop vLLM's engine-core
     processes (the default action would kill this process alone and leave them running, ~3 GB each), then exits at
-    once: the interpreter's own teardown, a garbage collection over every loaded module, took 2-4 s more here."""
+    once: the interpreter's own teardown, a garbage collection over every loaded module, took 2-4 s more here. An
+    engine still starting is killed, not awaited (VllmBackend.shutdown)."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one would run the callbacks again, inside the first run
     atexit._run_exitfuncs()
     sys.stdout.flush()

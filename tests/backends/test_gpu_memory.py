@@ -502,3 +502,52 @@ def test_what_the_engines_hold_is_named_and_measured_from_their_processes(gpu_ba
     kept.prepare("eagle3.1", 4)
     assert kept.held().endswith("kept while the app runs (PLAYGROUND_VLLM_IDLE_S=0)"), kept.held()
 
+
+
+def test_shutdown_while_an_engine_starts_kills_its_processes_instead_of_waiting(gpu_backend, monkeypatch) -> None:
+    """At exit (atexit; SIGTERM in app.py) an engine still starting holds the pool's lock until its start ends, minutes
+    on a small CPU: shutdown kills the processes its start began (here a stand-in engine core that would sleep ten
+    minutes; the stand-in start, like vLLM's, fails once its process is gone), then stops the engines already up.
+    A process alive before the start began is left alone."""
+    import asyncio
+    import subprocess
+    import sys
+    import threading
+
+    backend = gpu_backend(H100)
+    backend.prepare("eagle3", 4)  # two engines up: EAGLE-3's and plain decoding's
+    up = dict(backend._engines)
+    older = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    cores, failures = [], []
+
+    async def slow_start(self, drafter, k):
+        cores.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]))
+        while cores[-1].poll() is None:
+            await asyncio.sleep(0.05)
+        raise RuntimeError("Engine core initialization failed")
+
+    def run() -> None:
+        try:
+            backend.prepare("eagle3.1", 4)
+        except RuntimeError as err:
+            failures.append(err)
+
+    monkeypatch.setattr(VllmBackend, "_start", slow_start)
+    starting = threading.Thread(target=run, daemon=True)
+    starting.start()
+    try:
+        while not cores:
+            starting.join(0.05)
+        assert "EAGLE-3.1 k=4" in backend.start_progress()
+        stopping = threading.Thread(target=backend.shutdown, daemon=True)
+        stopping.start()
+        stopping.join(60)  # a guard against a hang, not a timing: the start it would wait for lasts ten minutes
+        starting.join(60)
+        assert not stopping.is_alive() and not starting.is_alive()
+        assert cores[0].poll() is not None and older.poll() is None  # the start's process killed, the older kept
+        assert failures and not backend._engines and all(engine.stopped for engine in up.values())
+        assert backend.start_progress() is None
+    finally:
+        for process in [older, *cores]:
+            process.kill()
+            process.wait()

@@ -78,3 +78,37 @@ def test_cli_vllm_gives_the_local_engine_tokens(engines, capsys: pytest.CaptureF
     prompt_ids = local.encode([{"role": "user", "content": PROMPTS[1]}])
     assert record["token_ids"] == ids_of(local.stream(prompt_ids, "none", GenerationConfig(max_new_tokens=48)))
     assert record["metrics"]["mean_acceptance_length"] > 1 and record["prompt_tokens"] == len(prompt_ids)
+
+
+def test_shutdown_while_a_real_engine_starts_kills_it_instead_of_waiting() -> None:
+    """A backend of its own starts EAGLE-3.1's engine; once vLLM has started its engine core (a process), shutdown
+    (what app.py's SIGTERM runs) kills what the start began and the start fails, instead of waiting minutes for it
+    to finish. Only that engine core's start is paid, never the rest of it."""
+    import threading
+    import time
+
+    from playground.backends.vllm import VllmBackend
+    from playground.backends.vllm.processes import descendant_pids
+
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
+    backend = VllmBackend(real_pair_presets()[1])
+    before, failures = descendant_pids(), []
+
+    def start() -> None:
+        try:
+            backend.prepare("eagle3.1", K)
+        except Exception as err:  # noqa: BLE001 - vLLM's own error for a start whose processes died
+            failures.append(err)
+
+    starting = threading.Thread(target=start, daemon=True)
+    starting.start()
+    while not descendant_pids() - before and starting.is_alive():
+        time.sleep(0.2)
+    assert starting.is_alive(), f"the start ended before vLLM started a process: {failures}"
+    began = time.monotonic()
+    backend.shutdown()
+    starting.join(60)  # a guard against a hang, not a timing
+    print(f"shutdown while starting: {time.monotonic() - began:.1f} s until the start had failed")
+    assert not starting.is_alive() and failures and not backend._engines
+    assert not descendant_pids() - before

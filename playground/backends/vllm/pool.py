@@ -46,11 +46,13 @@ from .memory import (
     gpu_total_bytes,
     memory_need,
 )
+from .processes import child_processes_memory, descendant_pids, kill_born_since
 from .starts import PRESET, engine_id, expected, measured_on, remember_start, started_before
 from .stream import VllmError, VllmPlainProbe, VllmStream, counters_from_snapshot
 
 EngineKey = tuple[str | None, int]  # (drafter source or None for plain, k or 0)
 
+STARTING_STOP_S = 5.0  # at shutdown, how long a starting engine's killed processes and its failing start are awaited
 IDLE_DEFAULT_S = 300.0  # on every host: an engine core with its worker holds ~3 GB on the CPU
 log = logging.getLogger("playground.vllm")
 
@@ -95,6 +97,7 @@ class VllmBackend:
         self._released: dict[EngineKey, float] = {}  # engines stopped for sitting idle: how long they sat unused
         self.idle_s = idle_limit_s()
         self._current: tuple[EngineKey, float, str, str] | None = None  # starting: key, since, place, expectation
+        self._before_start: set[int] = set()  # the child processes alive when the engine starting now began
         self._gpu_plan: GpuPlan | None = None  # how the engines share the GPU (`memory_plan`), once known
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="vllm-loop", daemon=True).start()
@@ -295,6 +298,7 @@ class VllmBackend:
                 plan = self.memory_plan()
                 for victim in engines_to_stop(list(self._engines), key, self.preset.device == "cuda", plan.alone):
                     _stop(self._engines.pop(victim))
+                self._before_start = descendant_pids()
                 self._current = (key, time.monotonic(), place, self._expected(key) + self._measured_on())
                 try:
                     self._engines[key] = self.submit(self._start(*key)).result()
@@ -395,10 +399,20 @@ class VllmBackend:
 
     def shutdown(self) -> None:
         """Stop every engine, its engine-core processes killed at once: given vLLM's default 5 s to exit, an engine
-        core here was still waiting for its worker and was killed anyway (5 s per engine, one after the other)."""
-        with self._lock:
+        core here was still waiting for its worker and was killed anyway (5 s per engine, one after the other). An
+        engine still starting holds the lock until its start ends (minutes on a small CPU; SIGTERM waited 38-48 s
+        once): its processes, those born since its start began, are killed first, so that its start fails at once."""
+        locked = self._lock.acquire(timeout=0.2)
+        if not locked:
+            killed = kill_born_since(self._before_start, STARTING_STOP_S) if self._current else 0
+            locked = self._lock.acquire(timeout=STARTING_STOP_S)
+            log.info("stopped vLLM while an engine started: %d process%s killed", killed, "es" * (killed != 1))
+        try:
             while self._engines:
                 _stop(self._engines.popitem()[1], timeout=0)
+        finally:
+            if locked:
+                self._lock.release()
 
 
 def _stop(engine: Any, timeout: float | None = None) -> None:
@@ -424,21 +438,6 @@ def _cancel_output_handler(engine: Any, wait_s: float = 5.0) -> None:
 
     with contextlib.suppress(Exception):  # a loop that stops meanwhile: vLLM's shutdown cancels it as before
         asyncio.run_coroutine_threadsafe(cancel(), handler.get_loop()).result(timeout=wait_s)
-
-
-def child_processes_memory() -> tuple[int, int]:
-    """(bytes, count): the proportional set size of this process's descendants (RSS where PSS cannot be read)."""
-    import psutil
-
-    total, count = 0, 0
-    for child in psutil.Process().children(recursive=True):
-        try:
-            info = child.memory_full_info()
-            total += getattr(info, "pss", info.rss)
-            count += 1
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return total, count
 
 
 def _duration(seconds: float) -> str:
