@@ -21,7 +21,7 @@ from playground import environment
 from playground.engine.threads import thread_policy
 from playground.playback import load_preset
 from playground.presets import default_preset_name
-from playground.ui import APP_CSS, THEME, build_app
+from playground.ui import APP_CSS, THEME, build_app, session_capacity
 from playground.ui.line import ENGINE_SLOTS, StampArrival
 from playground.ui.style import TOKEN_TAP_JS
 
@@ -51,7 +51,7 @@ def main() -> None:
         log.warning("not loaded: %s", problem)
     demo = build_app(problem)
     demo.queue(default_concurrency_limit=ENGINE_SLOTS, max_size=64)
-    demo.launch(ssr_mode=False, css=APP_CSS, theme=THEME, js=TOKEN_TAP_JS,
+    demo.launch(ssr_mode=False, css=APP_CSS, theme=THEME, js=TOKEN_TAP_JS, state_session_capacity=session_capacity(),
                 app_kwargs={"middleware": [Middleware(StampArrival)]})
 
 

@@ -1,7 +1,11 @@
-"""What a measurement was taken on: CPU, cores, threads and library versions, for every committed result file."""
+"""What a measurement was taken on: CPU, cores, threads and library versions, for every committed result file; and
+giving the memory a run freed back to the system (`release_freed_memory`)."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import os
 import platform
 import re
@@ -26,3 +30,24 @@ def machine_info(device: str) -> dict:
 def cpu_name(machine: dict) -> str:
     """A result file's CPU as prose: 'Intel(R) Xeon(R) Processor' -> 'Intel Xeon'."""
     return re.sub(r"\((R|TM)\)| (CPU|Processor)\b.*", "", machine["cpu"]).strip()
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's malloc_trim, or None where the C library has none (musl, macOS)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def release_freed_memory() -> bool:
+    """Give the system back the heap pages freed since the last call (glibc's malloc_trim); whether it could. glibc
+    keeps freed small allocations (a run's tensors and Python objects below its mmap threshold) in its arenas for
+    reuse, so the app's resident size only rose: in one app process here, two chats left 138 MiB that a trim
+    returned. Called when a run, replay or benchmark ends, outside any timed step."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 
 from playground.bench.engines import instrumentation_note
 from playground.examples import CHAT_EXAMPLES, EXAMPLES_LABEL
+from playground.machine import release_freed_memory
 from playground.playback import ChartPace, Conversation, Run, chat_turn, regenerate_turn
 from playground.playback.baseline import ALONGSIDE, SHARE_IN_CHAT
 from playground.playback.run_settings import RequestError, RunSettings
@@ -158,7 +159,10 @@ def replay_last(conversation: Conversation) -> Iterator[tuple[str, list[list], g
     """The last answer replayed (ui.replay_panel), as the panel's line, table and step-cost chart."""
     if not conversation.exchanges:
         raise RequestError("nothing to replay yet: send a prompt first")
-    yield replay_view({"The answer": conversation.exchanges[-1].run})
+    try:
+        yield replay_view({"The answer": conversation.exchanges[-1].run})
+    finally:
+        release_freed_memory()  # the replay's step-cost measurement frees much of what it took
 
 
 def link_markdown(conversation: Conversation) -> str:

@@ -10,6 +10,7 @@ import gradio as gr
 import plotly.graph_objects as go
 
 from playground.backends.availability import unavailable
+from playground.machine import release_freed_memory
 from playground.playback import ChartPace, Comparison, Conversation, RequestError, Run, RunSettings, compare
 from playground.presets import ENGINE_LABELS, Preset, engine_presets, get_preset
 from playground.viz import (
@@ -120,7 +121,10 @@ def replay_comparison(comparison: Comparison | None) -> Iterator[tuple[str, list
     side's configuration set against its prediction."""
     if comparison is None:
         raise RequestError("nothing to replay yet: run a comparison first")
-    yield replay_view({"Left": comparison.left, "Right": comparison.right})
+    try:
+        yield replay_view({"Left": comparison.left, "Right": comparison.right})
+    finally:
+        release_freed_memory()  # the replay's step-cost measurement frees much of what it took
 
 
 def export(comparison: Comparison | None) -> list[str]:

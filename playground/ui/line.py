@@ -12,6 +12,7 @@ import gradio as gr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from playground import environment
+from playground.machine import release_freed_memory
 from playground.playback import (
     EngineLine,
     StopSwitches,
@@ -62,6 +63,7 @@ def stoppable(request: gr.Request | None, tab: str, what: str,
     try:
         yield from updates(stop.is_set)
     finally:
+        release_freed_memory()  # the run's freed heap, before the next one in line starts
         LINE.finish(session, tab)
 
 
