@@ -19,6 +19,7 @@ from starlette.middleware import Middleware
 
 from playground import environment
 from playground.engine.threads import thread_policy
+from playground.machine import release_freed_memory
 from playground.playback import load_preset
 from playground.presets import default_preset_name
 from playground.ui import APP_CSS, THEME, build_app, session_capacity
@@ -47,6 +48,7 @@ def main() -> None:
     if threads := environment.number("PLAYGROUND_THREADS"):
         thread_policy().fix(int(threads))
     problem = load_preset(default_preset_name())
+    release_freed_memory()  # what loading and converting the weights freed (~100 MiB of the default pair's)
     if problem:
         log.warning("not loaded: %s", problem)
     demo = build_app(problem)

@@ -45,7 +45,8 @@ def release_freed_memory() -> bool:
     """Give the system back the heap pages freed since the last call (glibc's malloc_trim); whether it could. glibc
     keeps freed small allocations (a run's tensors and Python objects below its mmap threshold) in its arenas for
     reuse, so the app's resident size only rose: in one app process here, two chats left 138 MiB that a trim
-    returned. Called when a run, replay or benchmark ends, outside any timed step."""
+    returned. Called after the weights load (app.py) and once the model is idle after a run, a replay or a benchmark
+    (ui.line.release_memory_when_idle)."""
     trim = _malloc_trim()
     if trim is None:
         return False

@@ -10,7 +10,6 @@ import plotly.graph_objects as go
 
 from playground.bench.engines import instrumentation_note
 from playground.examples import CHAT_EXAMPLES, EXAMPLES_LABEL
-from playground.machine import release_freed_memory
 from playground.playback import ChartPace, Conversation, Run, chat_turn, regenerate_turn
 from playground.playback.baseline import ALONGSIDE, SHARE_IN_CHAT
 from playground.playback.run_settings import RequestError, RunSettings
@@ -43,7 +42,7 @@ from .controls import (
     generation_controls,
 )
 from .exports import export_files
-from .line import ENGINE, in_line, stop_tab, stoppable, wire_stop
+from .line import ENGINE, in_line, release_memory_when_idle, stop_tab, stoppable, wire_stop
 from .own_pair import PairPanel, pair_panel
 from .refusals import report_user_errors, status_after_failure
 from .replay_panel import replay_panel, replay_view
@@ -162,7 +161,7 @@ def replay_last(conversation: Conversation) -> Iterator[tuple[str, list[list], g
     try:
         yield replay_view({"The answer": conversation.exchanges[-1].run})
     finally:
-        release_freed_memory()  # the replay's step-cost measurement frees much of what it took
+        release_memory_when_idle()  # the replay's step-cost measurement frees much of what it took
 
 
 def link_markdown(conversation: Conversation) -> str:

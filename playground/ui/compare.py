@@ -10,7 +10,6 @@ import gradio as gr
 import plotly.graph_objects as go
 
 from playground.backends.availability import unavailable
-from playground.machine import release_freed_memory
 from playground.playback import ChartPace, Comparison, Conversation, RequestError, Run, RunSettings, compare
 from playground.presets import ENGINE_LABELS, Preset, engine_presets, get_preset
 from playground.viz import (
@@ -40,7 +39,7 @@ from .controls import (
     generation_controls,
 )
 from .exports import export_files
-from .line import ENGINE, in_line, stoppable, wire_stop
+from .line import ENGINE, in_line, release_memory_when_idle, stoppable, wire_stop
 from .refusals import report_user_errors, status_after_failure
 from .replay_panel import replay_panel, replay_view
 from .settings_form import SettingsForm
@@ -124,7 +123,7 @@ def replay_comparison(comparison: Comparison | None) -> Iterator[tuple[str, list
     try:
         yield replay_view({"Left": comparison.left, "Right": comparison.right})
     finally:
-        release_freed_memory()  # the replay's step-cost measurement frees much of what it took
+        release_memory_when_idle()  # the replay's step-cost measurement frees much of what it took
 
 
 def export(comparison: Comparison | None) -> list[str]:

@@ -63,8 +63,32 @@ def stoppable(request: gr.Request | None, tab: str, what: str,
     try:
         yield from updates(stop.is_set)
     finally:
-        release_freed_memory()  # the run's freed heap, before the next one in line starts
         LINE.finish(session, tab)
+        release_memory_when_idle()
+
+
+TRIM_AFTER_S = 1.0  # how long after a run its freed heap is given back, if the model is idle then (else retried)
+TRIM_TRIES = 60
+
+
+def release_memory_when_idle(after_s: float = TRIM_AFTER_S, tries: int = TRIM_TRIES) -> threading.Timer:
+    """Give back the heap the last run freed (machine.release_freed_memory) `after_s` seconds from now, once no run
+    holds or waits for the model (tried again every `after_s`, `tries` times): never within a run's own time (the
+    first trim after the weights load took 0.6 s here, later ones a few ms, holding glibc's arenas meanwhile), nor
+    before a stopped run's last update has reached the page. Returns the first timer."""
+    def trim(left: int) -> None:
+        if LINE.idle:
+            release_freed_memory()
+        elif left > 1:
+            schedule(left - 1)
+
+    def schedule(left: int) -> threading.Timer:
+        timer = threading.Timer(after_s, trim, (left,))
+        timer.daemon = True
+        timer.start()
+        return timer
+
+    return schedule(tries)
 
 
 STOPPED_IN_LINE = "Stopped before it started: the queued run was cancelled."

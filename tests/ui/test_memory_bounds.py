@@ -79,3 +79,35 @@ def test_sessions_beyond_the_capacity_are_forgotten_least_recently_used_first(mo
         assert visitors[0].predict(api_name="/read") == ""  # forgotten: its session starts again empty
     finally:
         demo.close()
+
+
+def test_the_freed_heap_is_given_back_once_the_line_is_idle_not_during_a_run(monkeypatch) -> None:
+    """After a run (and a replay) the trim waits until no run holds or waits for the model: while one does, it is
+    tried again later, and given up after its tries."""
+    import time
+
+    from playground.ui import line
+
+    trims = []
+    monkeypatch.setattr(line, "release_freed_memory", lambda: trims.append(1) or True)
+    line.release_memory_when_idle(after_s=0.01).join()
+    assert trims == [1]
+    line.LINE.start("visitor", "chat", "chat answer")
+    try:
+        line.release_memory_when_idle(after_s=0.05, tries=100)
+        time.sleep(0.3)
+        assert trims == [1]  # not while the run holds the model
+    finally:
+        line.LINE.finish("visitor", "chat")
+    deadline = time.monotonic() + 30
+    while len(trims) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert trims == [1, 1]  # once the model was free
+    line.LINE.start("visitor", "chat", "chat answer")
+    try:
+        line.release_memory_when_idle(after_s=0.01, tries=3)
+        time.sleep(0.5)
+    finally:
+        line.LINE.finish("visitor", "chat")
+    time.sleep(0.2)
+    assert trims == [1, 1]  # its tries ran out while the model was held
