@@ -12,7 +12,6 @@ machine's load, the CPU and the command, so a reader can tell what ran beside.
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -68,7 +67,8 @@ def session() -> list[tuple[str, str, dict, object]]:
     return calls
 
 
-def run(url: str, pid: int, rounds: int) -> list[dict]:
+def run(url: str, pid: int, rounds: int, save) -> list[dict]:
+    """The session's readings; `save(readings)` after each, so that a session cut short leaves what it read."""
     readings = [{"label": "start", "app_mib": round(rss_mib(pid), 1), "children_mib": round(children_mib(pid), 1)}]
     print(readings[-1], flush=True)
     client = None
@@ -83,6 +83,7 @@ def run(url: str, pid: int, rounds: int) -> list[dict]:
                              "app_mib": round(rss_mib(pid), 1), "children_mib": round(children_mib(pid), 1),
                              "load_1m": round(os.getloadavg()[0], 2)})
             print(readings[-1], flush=True)
+            save(readings)
     return readings
 
 
@@ -93,24 +94,30 @@ def main() -> None:
     parser.add_argument("--log", default="app-memory.log", help="the app's log")
     parser.add_argument("--beside", default="", help="what else ran on the machine meanwhile, in words")
     args = parser.parse_args()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                            text=True).stdout.strip()
+    header = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "commit": commit,
+              "cpu": _cpu_name(), "cores": os.cpu_count(), "beside": args.beside}
+
+    def save(readings: list[dict]) -> None:
+        if not args.out:
+            return
+        first_chat = next((r["app_mib"] for r in readings if r["label"].startswith("round 1: chat 1 ")), None)
+        most = max(r["app_mib"] for r in readings)
+        result = {**header, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "after_first_chat_mib": first_chat, "most_mib": most,
+                  "growth_after_first_chat_mib": None if first_chat is None else round(most - first_chat, 1),
+                  "readings": readings}
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+
     with running_app(None, Path(args.log).resolve(), timeout_s=600) as url:
         import psutil
 
         pid = next(p.pid for p in psutil.Process().children(recursive=True)
                    if any(part.endswith("app.py") for part in p.cmdline()))
-        readings = run(url, pid, args.rounds)
-    first_chat = next(r["app_mib"] for r in readings if r["label"].startswith("round 1: chat 1 "))
-    result = {"command": " ".join([Path(sys.executable).name, *sys.argv]),
-              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                       text=True).stdout.strip(),
-              "cpu": platform.processor() or _cpu_name(), "cores": os.cpu_count(),
-              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "beside": args.beside,
-              "after_first_chat_mib": first_chat, "most_mib": max(r["app_mib"] for r in readings),
-              "growth_after_first_chat_mib": round(max(r["app_mib"] for r in readings) - first_chat, 1),
-              "readings": readings}
-    print(json.dumps({k: v for k, v in result.items() if k != "readings"}))
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        readings = run(url, pid, args.rounds, save)
+    save(readings)
+    print(json.dumps(readings))
 
 
 def _cpu_name() -> str:
