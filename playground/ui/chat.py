@@ -42,7 +42,7 @@ from .controls import (
     generation_controls,
 )
 from .exports import export_files
-from .line import ENGINE, in_line, release_memory_when_idle, stop_tab, stoppable, wire_stop
+from .line import ENGINE, in_line, replaying, stop_tab, stoppable, wire_stop
 from .own_pair import PairPanel, pair_panel
 from .refusals import report_user_errors, status_after_failure
 from .replay_panel import replay_panel, replay_view
@@ -158,10 +158,9 @@ def replay_last(conversation: Conversation) -> Iterator[tuple[str, list[list], g
     """The last answer replayed (ui.replay_panel), as the panel's line, table and step-cost chart."""
     if not conversation.exchanges:
         raise RequestError("nothing to replay yet: send a prompt first")
-    try:
-        yield replay_view({"The answer": conversation.exchanges[-1].run})
-    finally:
-        release_memory_when_idle()  # the replay's step-cost measurement frees much of what it took
+    with replaying():  # its step-cost measurement frees much of what it took: given back once the model is idle
+        view = replay_view({"The answer": conversation.exchanges[-1].run})
+    yield view
 
 
 def link_markdown(conversation: Conversation) -> str:

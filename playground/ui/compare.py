@@ -39,7 +39,7 @@ from .controls import (
     generation_controls,
 )
 from .exports import export_files
-from .line import ENGINE, in_line, release_memory_when_idle, stoppable, wire_stop
+from .line import ENGINE, in_line, replaying, stoppable, wire_stop
 from .refusals import report_user_errors, status_after_failure
 from .replay_panel import replay_panel, replay_view
 from .settings_form import SettingsForm
@@ -120,10 +120,9 @@ def replay_comparison(comparison: Comparison | None) -> Iterator[tuple[str, list
     side's configuration set against its prediction."""
     if comparison is None:
         raise RequestError("nothing to replay yet: run a comparison first")
-    try:
-        yield replay_view({"Left": comparison.left, "Right": comparison.right})
-    finally:
-        release_memory_when_idle()  # the replay's step-cost measurement frees much of what it took
+    with replaying():  # its step-cost measurement frees much of what it took: given back once the model is idle
+        view = replay_view({"Left": comparison.left, "Right": comparison.right})
+    yield view
 
 
 def export(comparison: Comparison | None) -> list[str]:

@@ -4,6 +4,7 @@ queued run out of the line before it starts."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -67,6 +68,29 @@ def stoppable(request: gr.Request | None, tab: str, what: str,
         release_memory_when_idle()
 
 
+_REPLAYS = [0]  # replays measuring step costs now: they hold the model outside the line (`replaying`)
+_REPLAYS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def replaying() -> Iterator[None]:
+    """A replay holds the model while its block runs (it measures step costs, which a trim would disturb), though it
+    takes no place in the line; a trim is then left for later."""
+    with _REPLAYS_LOCK:
+        _REPLAYS[0] += 1
+    try:
+        yield
+    finally:
+        with _REPLAYS_LOCK:
+            _REPLAYS[0] -= 1
+        release_memory_when_idle()
+
+
+def model_idle() -> bool:
+    """No run holds or waits for the model, and no replay holds it."""
+    return LINE.idle and not _REPLAYS[0]
+
+
 TRIM_AFTER_S = 1.0  # how long after a run its freed heap is given back, if the model is idle then (else retried)
 TRIM_TRIES = 60
 
@@ -77,7 +101,7 @@ def release_memory_when_idle(after_s: float = TRIM_AFTER_S, tries: int = TRIM_TR
     first trim after the weights load took 0.6 s here, later ones a few ms, holding glibc's arenas meanwhile), nor
     before a stopped run's last update has reached the page. Returns the first timer."""
     def trim(left: int) -> None:
-        if LINE.idle:
+        if model_idle():
             release_freed_memory()
         elif left > 1:
             schedule(left - 1)

@@ -111,3 +111,21 @@ def test_the_freed_heap_is_given_back_once_the_line_is_idle_not_during_a_run(mon
         line.LINE.finish("visitor", "chat")
     time.sleep(0.2)
     assert trims == [1, 1]  # its tries ran out while the model was held
+
+
+def test_a_replay_holds_the_trim_off_though_it_takes_no_place_in_the_line(monkeypatch) -> None:
+    """A replay measures step costs outside the line: no trim while it runs; one once it has ended."""
+    import time
+
+    from playground.ui import line
+
+    trims = []
+    monkeypatch.setattr(line, "release_freed_memory", lambda: trims.append(1) or True)
+    with line.replaying():
+        line.release_memory_when_idle(after_s=0.02, tries=100)
+        time.sleep(0.3)
+        assert trims == [] and line.LINE.idle and not line.model_idle()
+    deadline = time.monotonic() + 30
+    while not trims and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert trims and line.model_idle()
