@@ -551,3 +551,23 @@ def test_shutdown_while_an_engine_starts_kills_its_processes_instead_of_waiting(
         for process in [older, *cores]:
             process.kill()
             process.wait()
+
+
+def test_engines_a_run_waited_for_are_not_idle_when_their_starts_end(gpu_backend, monkeypatch) -> None:
+    """A start takes minutes (longer than the idle time, cold on 2 cores): the engine it brought up, and the run's own
+    engine that waited through plain decoding's start, count as just used when the run can read from them, not as
+    unused since the run asked (the idle release would stop them under the run)."""
+    import asyncio
+    import time
+
+    async def slow_start(self, drafter, k):
+        await asyncio.sleep(0.4)
+        return FakeEngine(self.engine_kwargs(drafter, k))
+
+    monkeypatch.setattr(VllmBackend, "_start", slow_start)
+    backend = gpu_backend(H100)
+    backend.idle_s = 0.3  # its own release thread sleeps a minute first: only the calls here release
+    backend.prepare("eagle3", 4)
+    assert backend.release_idle() == [] and len(backend._engines) == 2
+    time.sleep(0.4)
+    assert len(backend.release_idle()) == 2  # unused since: now they are idle

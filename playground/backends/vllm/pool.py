@@ -261,6 +261,10 @@ class VllmBackend:
             key = self._key(name, k)
             many = key in missing and len(missing) > 1
             self.engine(name, k, f" ({missing.index(key) + 1} of {len(missing)})" if many else "")
+        with self._lock:  # the run's own engine waited through plain decoding's start: not idle for it
+            now = time.monotonic()
+            self._last_used.update({self._key(name, k): now for name in self._needed(drafter)
+                                    if self._key(name, k) in self._engines})
 
     def preparing(self, drafter: str, k: int, every_s: float = 1.0) -> Iterator[str]:
         """`prepare` in a thread of its own, yielding `start_progress()` every `every_s` seconds until the engines
@@ -308,6 +312,7 @@ class VllmBackend:
                 if self.preset.device == "cpu":
                     remember_start(self._engine_id(key))
             self._engines.move_to_end(key)
+            self._last_used[key] = time.monotonic()  # not idle for the minutes its start took
             return self._engines[key]
 
     @contextlib.contextmanager
