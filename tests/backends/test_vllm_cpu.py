@@ -112,3 +112,38 @@ def test_shutdown_while_a_real_engine_starts_kills_it_instead_of_waiting() -> No
     print(f"shutdown while starting: {time.monotonic() - began:.1f} s until the start had failed")
     assert not starting.is_alive() and failures and not backend._engines
     assert not descendant_pids() - before
+
+
+def test_a_real_engine_unused_for_the_idle_time_is_stopped_and_its_next_run_says_so(monkeypatch) -> None:
+    """A backend of its own with PLAYGROUND_VLLM_IDLE_S=1: its EAGLE-3.1 engine, once up and let go, is stopped by
+    the pool's idle release on its own, its engine core and worker gone (multiprocessing's resource tracker, which
+    the start also began, stays for the process's life); the next run's status says it was stopped and starts it
+    again."""
+    import time
+
+    import psutil
+
+    from playground.backends.vllm import VllmBackend
+
+    def engine_processes() -> set[int]:
+        return {p.pid for p in psutil.Process().children(recursive=True) if p.name().startswith("VLLM::")}
+
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
+    monkeypatch.setenv("PLAYGROUND_VLLM_IDLE_S", "1")
+    backend = VllmBackend(real_pair_presets()[1])
+    before = engine_processes()
+    try:
+        with backend.holding("eagle3.1", K):
+            assert engine_processes() - before  # its engine core and worker
+        held = backend.held()
+        assert held is None or "stopped after 1 s unused" in held, held  # None: the release came first
+        deadline = time.monotonic() + 60  # the pool's own thread releases it (every 0.25 s at this idle time)
+        while (backend._engines or engine_processes() - before) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not backend._engines and not engine_processes() - before and backend.held() is None
+        starting = backend.starting("eagle3.1", K)
+        assert starting.startswith("vLLM's EAGLE-3.1 k=4 engine was stopped after "), starting
+        assert " s idle; starting it again. starting vLLM for EAGLE-3.1 k=4" in starting, starting
+    finally:
+        backend.shutdown()

@@ -46,7 +46,7 @@ from .memory import (
     gpu_total_bytes,
     memory_need,
 )
-from .processes import child_processes_memory, descendant_pids, kill_born_since
+from .processes import child_processes_memory, descendant_pids, engine_processes, kill_born_since, kill_processes
 from .starts import PRESET, engine_id, expected, measured_on, remember_start, started_before
 from .stream import VllmError, VllmPlainProbe, VllmStream, counters_from_snapshot
 
@@ -98,6 +98,7 @@ class VllmBackend:
         self.idle_s = idle_limit_s()
         self._current: tuple[EngineKey, float, str, str] | None = None  # starting: key, since, place, expectation
         self._before_start: set[int] = set()  # the child processes alive when the engine starting now began
+        self._processes: dict[EngineKey, list] = {}  # each engine's own processes (core, worker), once up
         self._gpu_plan: GpuPlan | None = None  # how the engines share the GPU (`memory_plan`), once known
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="vllm-loop", daemon=True).start()
@@ -308,6 +309,7 @@ class VllmBackend:
                     self._engines[key] = self.submit(self._start(*key)).result()
                 finally:
                     self._current = None
+                self._processes[key] = engine_processes(descendant_pids() - self._before_start)
                 self._released.pop(key, None)
                 if self.preset.device == "cpu":
                     remember_start(self._engine_id(key))
@@ -340,6 +342,7 @@ class VllmBackend:
                     and now - self._last_used.get(key, now) > self.idle_s]
             for key in idle:
                 _stop(self._engines.pop(key), timeout=0)
+                kill_processes(self._processes.pop(key, []), STARTING_STOP_S)  # a worker outlived its core
                 self._released[key] = now - self._last_used.pop(key)
         for key in idle:
             log.info("%s (PLAYGROUND_VLLM_IDLE_S=%.0f)", self._stopped_idle(key), self.idle_s)

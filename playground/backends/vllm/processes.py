@@ -26,6 +26,33 @@ def kill_born_since(before: set[int], wait_s: float) -> int:
     return len(born)
 
 
+def engine_processes(pids: set[int]) -> list:
+    """Those of `pids` that are vLLM's engine processes (named VLLM::EngineCore, VLLM::Worker; not multiprocessing's
+    resource tracker, which the first start also begins and which stays for the process's life), as psutil
+    processes: a kill then checks that the id still names the same process."""
+    import psutil
+
+    found = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            process = psutil.Process(pid)
+            if process.name().startswith("VLLM::"):
+                found.append(process)
+    return found
+
+
+def kill_processes(processes: list, wait_s: float) -> None:
+    """Kill those of `processes` still running (psutil checks each is the process it was) and wait up to `wait_s`."""
+    import psutil
+
+    left = []
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+            left.append(process)
+    psutil.wait_procs(left, timeout=wait_s)
+
+
 def child_processes_memory() -> tuple[int, int]:
     """(bytes, count): the proportional set size of this process's descendants (RSS where PSS cannot be read)."""
     import psutil
