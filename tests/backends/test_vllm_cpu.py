@@ -118,7 +118,7 @@ def test_a_real_engine_unused_for_the_idle_time_is_stopped_and_its_next_run_says
     """A backend of its own with PLAYGROUND_VLLM_IDLE_S=1: its EAGLE-3.1 engine, once up and let go, is stopped by
     the pool's idle release on its own, its engine core and worker gone (multiprocessing's resource tracker, which
     the start also began, stays for the process's life); the next run's status says it was stopped and starts it
-    again."""
+    again. Shut down with two engines up (as at exit), none of their processes is left."""
     import time
 
     import psutil
@@ -145,5 +145,9 @@ def test_a_real_engine_unused_for_the_idle_time_is_stopped_and_its_next_run_says
         starting = backend.starting("eagle3.1", K)
         assert starting.startswith("vLLM's EAGLE-3.1 k=4 engine was stopped after "), starting
         assert " s idle; starting it again. starting vLLM for EAGLE-3.1 k=4" in starting, starting
+        backend.prepare("eagle3.1", K)  # again, both engines this time: then stopped at once, as at exit
+        assert len(backend._engines) == 2 and engine_processes() - before
+        backend.shutdown()
+        assert not backend._engines and not engine_processes() - before
     finally:
         backend.shutdown()

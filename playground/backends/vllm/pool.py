@@ -417,7 +417,9 @@ class VllmBackend:
             log.info("stopped vLLM while an engine started: %d process%s killed", killed, "es" * (killed != 1))
         try:
             while self._engines:
-                _stop(self._engines.popitem()[1], timeout=0)
+                key, engine = self._engines.popitem()
+                _stop(engine, timeout=0)
+                kill_processes(self._processes.pop(key, []), STARTING_STOP_S)
         finally:
             if locked:
                 self._lock.release()
