@@ -19,9 +19,10 @@ from starlette.middleware import Middleware
 
 from playground import environment
 from playground.engine.threads import thread_policy
+from playground.machine import release_freed_memory
 from playground.playback import load_preset
 from playground.presets import default_preset_name
-from playground.ui import APP_CSS, THEME, build_app
+from playground.ui import APP_CSS, THEME, build_app, session_capacity
 from playground.ui.line import ENGINE_SLOTS, StampArrival
 from playground.ui.style import TOKEN_TAP_JS
 
@@ -31,7 +32,8 @@ log = logging.getLogger("playground")
 def _exit_on_sigterm(signum: int, frame) -> None:
     """SIGTERM (a Space restarting, `docker stop`, a test) runs the atexit callbacks, which stop vLLM's engine-core
     processes (the default action would kill this process alone and leave them running, ~3 GB each), then exits at
-    once: the interpreter's own teardown, a garbage collection over every loaded module, took 2-4 s more here."""
+    once: the interpreter's own teardown, a garbage collection over every loaded module, took 2-4 s more here. An
+    engine still starting is killed, not awaited (VllmBackend.shutdown)."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one would run the callbacks again, inside the first run
     atexit._run_exitfuncs()
     sys.stdout.flush()
@@ -46,11 +48,12 @@ def main() -> None:
     if threads := environment.number("PLAYGROUND_THREADS"):
         thread_policy().fix(int(threads))
     problem = load_preset(default_preset_name())
+    release_freed_memory()  # what loading and converting the weights freed (~100 MiB of the default pair's)
     if problem:
         log.warning("not loaded: %s", problem)
     demo = build_app(problem)
     demo.queue(default_concurrency_limit=ENGINE_SLOTS, max_size=64)
-    demo.launch(ssr_mode=False, css=APP_CSS, theme=THEME, js=TOKEN_TAP_JS,
+    demo.launch(ssr_mode=False, css=APP_CSS, theme=THEME, js=TOKEN_TAP_JS, state_session_capacity=session_capacity(),
                 app_kwargs={"middleware": [Middleware(StampArrival)]})
 
 

@@ -17,8 +17,10 @@ SETTINGS: dict[str, str] = {
     "PLAYGROUND_THREADS": "torch CPU threads for every phase of a step, in the app and the CLI (default: the "
                           "adaptive policy of docs/engine.md, which holds up when other processes share the cores)",
     "PLAYGROUND_CONCURRENCY": "model runs at once in the app (default 1, so measured speeds are not shared)",
-    "PLAYGROUND_VLLM_IDLE_S": "seconds a vLLM engine may sit unused before it is stopped, freeing its memory (default: "
-                              "600 on a public host, never elsewhere; 0 = never)",
+    "PLAYGROUND_VLLM_IDLE_S": "seconds a vLLM engine may sit unused before it is stopped, freeing its memory; the next "
+                              "run that needs it starts it again (default 300 on every host; 0 = never)",
+    "PLAYGROUND_SESSIONS": "visitors' sessions the app keeps in memory (each its chat, comparison and the last value "
+                           "Gradio sent each component), the least recently used forgotten beyond it (default 32)",
     "PLAYGROUND_PRESETS": "comma list: the presets this process offers, in order (default: all that run here)",
     "PLAYGROUND_DEFAULT_PRESET": "the preset the app starts on (default: smollm2-135m where offered)",
     "PLAYGROUND_KIMI_TINY_DIR": "the kimi-tiny pair's folder (default: assets/models/kimi-tiny)",

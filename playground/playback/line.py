@@ -54,6 +54,12 @@ class EngineLine:
             if held is not None:
                 self._running.remove(held)
 
+    @property
+    def idle(self) -> bool:
+        """No run holds a slot and none waits for one."""
+        with self._lock:
+            return not self._running and not self._waiting
+
     def leave(self, session: str, tab: str) -> bool:
         """A waiting run was cancelled before it started; whether one was waiting (`cancelled_in_line` then tells
         once)."""

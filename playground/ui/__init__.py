@@ -6,6 +6,7 @@ import html
 
 import gradio as gr
 
+from playground import environment
 from playground.presets import default_preset_name, get_preset
 
 from .about import Measurements, about_markdown
@@ -17,6 +18,7 @@ from .own_pair import wire_pair_panel
 from .style import APP_CSS
 
 THEME = gr.themes.Soft(primary_hue="teal", secondary_hue="slate")
+SESSIONS = 32  # visitors' sessions kept (PLAYGROUND_SESSIONS): Gradio's own default, 10,000, bounds nothing here
 
 ABOUT = about_markdown(Measurements.committed())  # read once, at start-up
 
@@ -44,9 +46,21 @@ def build_app(load_problem: str | None = None) -> gr.Blocks:
     return demo
 
 
+def session_capacity() -> int:
+    """How many visitors' sessions Gradio keeps (`launch(state_session_capacity=…)`), the least recently used dropped
+    beyond it: PLAYGROUND_SESSIONS, default SESSIONS. Each holds the visitor's chat and comparison and, as Gradio
+    keeps them, its own copy of every component's config with the last value sent to it (~0.3 MB as JSON after a
+    chat, more as Python objects), and Gradio drops none of them otherwise: a page closed only loses its gr.State
+    values, an hour later, and an API client's session never closes."""
+    value = environment.number("PLAYGROUND_SESSIONS", SESSIONS)
+    if value < 1 or value != int(value):
+        raise ValueError(f"PLAYGROUND_SESSIONS={value:g} must be a whole number of at least 1")
+    return int(value)
+
+
 def _forget_session(request: gr.Request) -> None:
     STOP_SWITCHES.forget(session_id(request))
     LINE.forget(session_id(request))
 
 
-__all__ = ["APP_CSS", "THEME", "build_app"]
+__all__ = ["APP_CSS", "THEME", "build_app", "session_capacity"]

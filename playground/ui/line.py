@@ -12,6 +12,7 @@ import gradio as gr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from playground import environment
+from playground.machine import release_freed_memory
 from playground.playback import (
     EngineLine,
     StopSwitches,
@@ -63,6 +64,36 @@ def stoppable(request: gr.Request | None, tab: str, what: str,
         yield from updates(stop.is_set)
     finally:
         LINE.finish(session, tab)
+        release_memory_when_idle()
+
+
+def model_idle() -> bool:
+    """No run (nor a replay: it holds a place in the line, `holding_line`) holds or waits for the model."""
+    return LINE.idle
+
+
+TRIM_AFTER_S = 1.0  # how long after a run its freed heap is given back, if the model is idle then (else retried)
+TRIM_TRIES = 60
+
+
+def release_memory_when_idle(after_s: float = TRIM_AFTER_S, tries: int = TRIM_TRIES) -> threading.Timer:
+    """Give back the heap the last run freed (machine.release_freed_memory) `after_s` seconds from now, once no run
+    holds or waits for the model (tried again every `after_s`, `tries` times): never within a run's own time (the
+    first trim after the weights load took 0.6 s here, later ones a few ms, holding glibc's arenas meanwhile), nor
+    before a stopped run's last update has reached the page. Returns the first timer."""
+    def trim(left: int) -> None:
+        if model_idle():
+            release_freed_memory()
+        elif left > 1:
+            schedule(left - 1)
+
+    def schedule(left: int) -> threading.Timer:
+        timer = threading.Timer(after_s, trim, (left,))
+        timer.daemon = True
+        timer.start()
+        return timer
+
+    return schedule(tries)
 
 
 def holding_line(request: gr.Request | None, tab: str, what: str, updates: Callable[[], Iterator]) -> Iterator:
@@ -75,6 +106,7 @@ def holding_line(request: gr.Request | None, tab: str, what: str, updates: Calla
         yield from updates()
     finally:
         LINE.finish(session, tab)
+        release_memory_when_idle()  # its step-cost measurement frees much of what it took
 
 
 STOPPED_IN_LINE = "Stopped before it started: the queued run was cancelled."

@@ -412,7 +412,7 @@ def test_the_backend_refuses_at_preload_what_no_share_can_hold(gpu_backend) -> N
 
 def test_engines_unused_for_the_idle_limit_are_stopped_and_one_in_use_is_not(gpu_backend, monkeypatch) -> None:
     """PLAYGROUND_VLLM_IDLE_S: an engine nobody has asked for that long is stopped (its memory freed), never one a
-    request is reading from; the next request starts it again. A public host gets ten minutes by default."""
+    request is reading from; the next request starts it again. Every host gets IDLE_DEFAULT_S by default."""
     import time
 
     monkeypatch.setenv("PLAYGROUND_VLLM_IDLE_S", "100")
@@ -436,8 +436,42 @@ def test_engines_unused_for_the_idle_limit_are_stopped_and_one_in_use_is_not(gpu
     monkeypatch.setenv("PLAYGROUND_VLLM_IDLE_S", "0")
     assert pool.idle_limit_s() is None
     monkeypatch.delenv("PLAYGROUND_VLLM_IDLE_S")
-    monkeypatch.setenv("PLAYGROUND_PUBLIC", "1")
-    assert pool.idle_limit_s() == pool.IDLE_ON_PUBLIC_HOST_S
+    for public in ("0", "1"):
+        monkeypatch.setenv("PLAYGROUND_PUBLIC", public)
+        assert pool.idle_limit_s() == pool.IDLE_DEFAULT_S == 300
+
+
+def test_an_engine_stopped_for_idling_says_so_when_the_next_run_starts_it_again(gpu_backend, monkeypatch) -> None:
+    """The status line of the run that needs an engine the idle release stopped: how long it had sat unused, and that
+    it starts again (before the start and while it runs); a start that was never stopped says nothing of the kind."""
+    import time
+
+    monkeypatch.delenv("PLAYGROUND_VLLM_IDLE_S", raising=False)
+    backend = gpu_backend(H100)
+    assert "again" not in backend.starting("eagle3.1", 4)
+    backend.prepare("eagle3.1", 4)
+    assert backend.starting("eagle3.1", 4) is None
+    assert set(backend.release_idle(time.monotonic() + 312.4)) == {(None, 0), backend._key("eagle3.1", 4)}
+    before = backend.starting("eagle3.1", 4)
+    assert before.startswith("vLLM's EAGLE-3.1 k=4 engine was stopped after 312 s idle; starting it again. "
+                             "vLLM's plain decoding engine was stopped after 312 s idle; starting it again. "
+                             "starting vLLM for EAGLE-3.1 k=4 ("), before
+    seen = []
+    original = pool.VllmBackend._start
+
+    async def start_and_look(self, drafter, k):
+        seen.append(self.start_progress())
+        return await original(self, drafter, k)
+
+    monkeypatch.setattr(pool.VllmBackend, "_start", start_and_look)
+    backend.prepare("eagle3.1", 4)
+    assert seen[0].startswith("vLLM's EAGLE-3.1 k=4 engine was stopped after 312 s idle; starting vLLM for EAGLE-3.1 "
+                              "k=4 (1 of 2): 0 s so far ("), seen
+    assert seen[1].startswith("vLLM's plain decoding engine was stopped after 312 s idle; starting vLLM for "
+                              "plain"), seen
+    assert backend.starting("eagle3.1", 4) is None
+    backend.shutdown()
+    assert "again" not in backend.starting("eagle3.1", 4)  # stopped at shutdown, not for idling
 
 
 def test_what_the_engines_hold_is_named_and_measured_from_their_processes(gpu_backend, monkeypatch) -> None:
@@ -462,4 +496,78 @@ def test_what_the_engines_hold_is_named_and_measured_from_their_processes(gpu_ba
     assert held.startswith("vLLM holds 2 engines (EAGLE-3.1 k=4, plain decoding): "), held
     size, where = held.split(": ")[1].split(";")[0].split(" GB in ")
     assert float(size) >= 0.3 and where.endswith("process" if where.startswith("1 ") else "processes"), held
-    assert held.endswith("each is stopped after 10 min unused"), held
+    assert held.endswith("each is stopped after 10 min unused (PLAYGROUND_VLLM_IDLE_S)"), held
+    monkeypatch.setenv("PLAYGROUND_VLLM_IDLE_S", "0")
+    kept = gpu_backend(H100)
+    kept.prepare("eagle3.1", 4)
+    assert kept.held().endswith("kept while the app runs (PLAYGROUND_VLLM_IDLE_S=0)"), kept.held()
+
+
+
+def test_shutdown_while_an_engine_starts_kills_its_processes_instead_of_waiting(gpu_backend, monkeypatch) -> None:
+    """At exit (atexit; SIGTERM in app.py) an engine still starting holds the pool's lock until its start ends, minutes
+    on a small CPU: shutdown kills the processes its start began (here a stand-in engine core that would sleep ten
+    minutes; the stand-in start, like vLLM's, fails once its process is gone), then stops the engines already up.
+    A process alive before the start began is left alone."""
+    import asyncio
+    import subprocess
+    import sys
+    import threading
+
+    backend = gpu_backend(H100)
+    backend.prepare("eagle3", 4)  # two engines up: EAGLE-3's and plain decoding's
+    up = dict(backend._engines)
+    older = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    cores, failures = [], []
+
+    async def slow_start(self, drafter, k):
+        cores.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]))
+        while cores[-1].poll() is None:
+            await asyncio.sleep(0.05)
+        raise RuntimeError("Engine core initialization failed")
+
+    def run() -> None:
+        try:
+            backend.prepare("eagle3.1", 4)
+        except RuntimeError as err:
+            failures.append(err)
+
+    monkeypatch.setattr(VllmBackend, "_start", slow_start)
+    starting = threading.Thread(target=run, daemon=True)
+    starting.start()
+    try:
+        while not cores:
+            starting.join(0.05)
+        assert "EAGLE-3.1 k=4" in backend.start_progress()
+        stopping = threading.Thread(target=backend.shutdown, daemon=True)
+        stopping.start()
+        stopping.join(60)  # a guard against a hang, not a timing: the start it would wait for lasts ten minutes
+        starting.join(60)
+        assert not stopping.is_alive() and not starting.is_alive()
+        assert cores[0].poll() is not None and older.poll() is None  # the start's process killed, the older kept
+        assert failures and not backend._engines and all(engine.stopped for engine in up.values())
+        assert backend.start_progress() is None
+    finally:
+        for process in [older, *cores]:
+            process.kill()
+            process.wait()
+
+
+def test_engines_a_run_waited_for_are_not_idle_when_their_starts_end(gpu_backend, monkeypatch) -> None:
+    """A start takes minutes (longer than the idle time, cold on 2 cores): the engine it brought up, and the run's own
+    engine that waited through plain decoding's start, count as just used when the run can read from them, not as
+    unused since the run asked (the idle release would stop them under the run)."""
+    import asyncio
+    import time
+
+    async def slow_start(self, drafter, k):
+        await asyncio.sleep(0.4)
+        return FakeEngine(self.engine_kwargs(drafter, k))
+
+    monkeypatch.setattr(VllmBackend, "_start", slow_start)
+    backend = gpu_backend(H100)
+    backend.idle_s = 0.3  # its own release thread sleeps a minute first: only the calls here release
+    backend.prepare("eagle3", 4)
+    assert backend.release_idle() == [] and len(backend._engines) == 2
+    time.sleep(0.4)
+    assert len(backend.release_idle()) == 2  # unused since: now they are idle

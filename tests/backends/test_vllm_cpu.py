@@ -78,3 +78,76 @@ def test_cli_vllm_gives_the_local_engine_tokens(engines, capsys: pytest.CaptureF
     prompt_ids = local.encode([{"role": "user", "content": PROMPTS[1]}])
     assert record["token_ids"] == ids_of(local.stream(prompt_ids, "none", GenerationConfig(max_new_tokens=48)))
     assert record["metrics"]["mean_acceptance_length"] > 1 and record["prompt_tokens"] == len(prompt_ids)
+
+
+def test_shutdown_while_a_real_engine_starts_kills_it_instead_of_waiting() -> None:
+    """A backend of its own starts EAGLE-3.1's engine; once vLLM has started its engine core (a process), shutdown
+    (what app.py's SIGTERM runs) kills what the start began and the start fails, instead of waiting minutes for it
+    to finish. Only that engine core's start is paid, never the rest of it."""
+    import threading
+    import time
+
+    from playground.backends.vllm import VllmBackend
+    from playground.backends.vllm.processes import descendant_pids
+
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
+    backend = VllmBackend(real_pair_presets()[1])
+    before, failures = descendant_pids(), []
+
+    def start() -> None:
+        try:
+            backend.prepare("eagle3.1", K)
+        except Exception as err:  # noqa: BLE001 - vLLM's own error for a start whose processes died
+            failures.append(err)
+
+    starting = threading.Thread(target=start, daemon=True)
+    starting.start()
+    while not descendant_pids() - before and starting.is_alive():
+        time.sleep(0.2)
+    assert starting.is_alive(), f"the start ended before vLLM started a process: {failures}"
+    began = time.monotonic()
+    backend.shutdown()
+    starting.join(60)  # a guard against a hang, not a timing
+    print(f"shutdown while starting: {time.monotonic() - began:.1f} s until the start had failed")
+    assert not starting.is_alive() and failures and not backend._engines
+    assert not descendant_pids() - before
+
+
+def test_a_real_engine_unused_for_the_idle_time_is_stopped_and_its_next_run_says_so(monkeypatch) -> None:
+    """A backend of its own with PLAYGROUND_VLLM_IDLE_S=1: its EAGLE-3.1 engine, once up and let go, is stopped by
+    the pool's idle release on its own, its engine core and worker gone (multiprocessing's resource tracker, which
+    the start also began, stays for the process's life); the next run's status says it was stopped and starts it
+    again. Shut down with two engines up (as at exit), none of their processes is left."""
+    import time
+
+    import psutil
+
+    from playground.backends.vllm import VllmBackend
+
+    def engine_processes() -> set[int]:
+        return {p.pid for p in psutil.Process().children(recursive=True) if p.name().startswith("VLLM::")}
+
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
+    monkeypatch.setenv("PLAYGROUND_VLLM_IDLE_S", "1")
+    backend = VllmBackend(real_pair_presets()[1])
+    before = engine_processes()
+    try:
+        with backend.holding("eagle3.1", K):
+            assert engine_processes() - before  # its engine core and worker
+        held = backend.held()
+        assert held is None or "stopped after 1 s unused" in held, held  # None: the release came first
+        deadline = time.monotonic() + 60  # the pool's own thread releases it (every 0.25 s at this idle time)
+        while (backend._engines or engine_processes() - before) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not backend._engines and not engine_processes() - before and backend.held() is None
+        starting = backend.starting("eagle3.1", K)
+        assert starting.startswith("vLLM's EAGLE-3.1 k=4 engine was stopped after "), starting
+        assert " s idle; starting it again. starting vLLM for EAGLE-3.1 k=4" in starting, starting
+        backend.prepare("eagle3.1", K)  # again, both engines this time: then stopped at once, as at exit
+        assert len(backend._engines) == 2 and engine_processes() - before
+        backend.shutdown()
+        assert not backend._engines and not engine_processes() - before
+    finally:
+        backend.shutdown()

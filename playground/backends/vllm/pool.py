@@ -2,7 +2,8 @@
 
 num_speculative_tokens is fixed per engine, so there is one engine per (drafter, k), started on first use (load and
 compile: minutes on 2 CPU cores, `starts` quotes the measured times) and kept; at most MAX_ENGINES live at once,
-the least recently used shut down first, and those unused for PLAYGROUND_VLLM_IDLE_S seconds stopped. Plain
+the least recently used shut down first, and those unused for PLAYGROUND_VLLM_IDLE_S seconds stopped (IDLE_DEFAULT_S
+on every host; the next run that needs one starts it again and says so). Plain
 decoding is an engine of its own: the live speedup's baseline (`VllmPlainProbe`). The drafter is checked against
 the target from the two config.json files before vLLM starts (vLLM would silently degrade).
 """
@@ -45,12 +46,14 @@ from .memory import (
     gpu_total_bytes,
     memory_need,
 )
+from .processes import child_processes_memory, descendant_pids, engine_processes, kill_born_since, kill_processes
 from .starts import PRESET, engine_id, expected, measured_on, remember_start, started_before
 from .stream import VllmError, VllmPlainProbe, VllmStream, counters_from_snapshot
 
 EngineKey = tuple[str | None, int]  # (drafter source or None for plain, k or 0)
 
-IDLE_ON_PUBLIC_HOST_S = 600.0
+STARTING_STOP_S = 5.0  # at shutdown, how long a starting engine's killed processes and its failing start are awaited
+IDLE_DEFAULT_S = 300.0  # on every host: an engine core with its worker holds ~3 GB on the CPU
 log = logging.getLogger("playground.vllm")
 
 
@@ -68,11 +71,11 @@ def engines_to_stop(live: list[EngineKey], key: EngineKey, on_gpu: bool, alone: 
 
 
 def idle_limit_s() -> float | None:
-    """How long an engine may sit unused before it is stopped (PLAYGROUND_VLLM_IDLE_S; a public host: ten minutes);
-    None: never. An engine core with its worker holds ~3 GB on the CPU, for as long as the app runs."""
+    """How long an engine may sit unused before it is stopped (PLAYGROUND_VLLM_IDLE_S, default IDLE_DEFAULT_S on
+    every host); None: never (0). An engine core with its worker holds ~3 GB on the CPU while it lives."""
     value = environment.number("PLAYGROUND_VLLM_IDLE_S")
     if value is None:
-        return IDLE_ON_PUBLIC_HOST_S if environment.public_host() else None
+        return IDLE_DEFAULT_S
     return value if value > 0 else None
 
 
@@ -91,8 +94,11 @@ class VllmBackend:
         self._engines: OrderedDict[EngineKey, Any] = OrderedDict()  # least recently used first
         self._last_used: dict[EngineKey, float] = {}  # monotonic time an engine was last asked for or let go
         self._in_use: Counter[EngineKey] = Counter()  # requests reading from each engine now
+        self._released: dict[EngineKey, float] = {}  # engines stopped for sitting idle: how long they sat unused
         self.idle_s = idle_limit_s()
         self._current: tuple[EngineKey, float, str, str] | None = None  # starting: key, since, place, expectation
+        self._before_start: set[int] = set()  # the child processes alive when the engine starting now began
+        self._processes: dict[EngineKey, list] = {}  # each engine's own processes (core, worker), once up
         self._gpu_plan: GpuPlan | None = None  # how the engines share the GPU (`memory_plan`), once known
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="vllm-loop", daemon=True).start()
@@ -227,7 +233,12 @@ class VllmBackend:
         names = ", then ".join(f"{self._name(key)} ({self._expected(key)})" for key in missing)
         kept = ("One engine at a time on this GPU: another drafter or k starts its own…" if self.memory_plan().alone
                 else "Engines are kept once started…")
-        return f"starting vLLM for {names}{self._measured_on()}. {kept}"
+        again = "".join(f"{self._stopped_idle(key)}; starting it again. " for key in missing if key in self._released)
+        return f"{again}starting vLLM for {names}{self._measured_on()}. {kept}"
+
+    def _stopped_idle(self, key: EngineKey) -> str:
+        """E.g. "vLLM's EAGLE-3.1 k=4 engine was stopped after 312 s idle", for an engine the idle release stopped."""
+        return f"vLLM's {self._name(key).split(',')[0]} engine was stopped after {self._released[key]:.0f} s idle"
 
     def start_progress(self) -> str | None:
         """While an engine starts: which, how long so far and what the measurements lead to expect, e.g. "starting
@@ -240,7 +251,8 @@ class VllmBackend:
         key, began, place, expectation = current
         elapsed = time.monotonic() - began
         so_far = f"{elapsed:.0f} s" if elapsed < 100 else f"{elapsed // 60:.0f} min {elapsed % 60:.0f} s"
-        return f"starting vLLM for {self._name(key)}{place}: {so_far} so far ({expectation})…"
+        what = f"vLLM for {self._name(key)}{place}: {so_far} so far ({expectation})…"
+        return f"{self._stopped_idle(key)}; starting {what}" if key in self._released else f"starting {what}"
 
     def prepare(self, drafter: str, k: int) -> None:
         """Start the engines a run needs: its own and plain decoding's (the baseline; not where the GPU has room
@@ -250,6 +262,10 @@ class VllmBackend:
             key = self._key(name, k)
             many = key in missing and len(missing) > 1
             self.engine(name, k, f" ({missing.index(key) + 1} of {len(missing)})" if many else "")
+        with self._lock:  # the run's own engine waited through plain decoding's start: not idle for it
+            now = time.monotonic()
+            self._last_used.update({self._key(name, k): now for name in self._needed(drafter)
+                                    if self._key(name, k) in self._engines})
 
     def preparing(self, drafter: str, k: int, every_s: float = 1.0) -> Iterator[str]:
         """`prepare` in a thread of its own, yielding `start_progress()` every `every_s` seconds until the engines
@@ -287,14 +303,18 @@ class VllmBackend:
                 plan = self.memory_plan()
                 for victim in engines_to_stop(list(self._engines), key, self.preset.device == "cuda", plan.alone):
                     _stop(self._engines.pop(victim))
+                self._before_start = descendant_pids()
                 self._current = (key, time.monotonic(), place, self._expected(key) + self._measured_on())
                 try:
                     self._engines[key] = self.submit(self._start(*key)).result()
                 finally:
                     self._current = None
+                self._processes[key] = engine_processes(descendant_pids() - self._before_start)
+                self._released.pop(key, None)
                 if self.preset.device == "cpu":
                     remember_start(self._engine_id(key))
             self._engines.move_to_end(key)
+            self._last_used[key] = time.monotonic()  # not idle for the minutes its start took
             return self._engines[key]
 
     @contextlib.contextmanager
@@ -322,10 +342,10 @@ class VllmBackend:
                     and now - self._last_used.get(key, now) > self.idle_s]
             for key in idle:
                 _stop(self._engines.pop(key), timeout=0)
-                self._last_used.pop(key, None)
+                kill_processes(self._processes.pop(key, []), STARTING_STOP_S)  # a worker outlived its core
+                self._released[key] = now - self._last_used.pop(key)
         for key in idle:
-            log.info("stopped vLLM's %s engine after %.0f s unused (PLAYGROUND_VLLM_IDLE_S)",
-                     DRAFTER_LABELS.get(key[0] or "", key[0] or "plain decoding"), self.idle_s)
+            log.info("%s (PLAYGROUND_VLLM_IDLE_S=%.0f)", self._stopped_idle(key), self.idle_s)
         return idle
 
     def held(self) -> str | None:
@@ -340,9 +360,9 @@ class VllmBackend:
             return None
         size, processes = child_processes_memory()
         if self.idle_s is None:
-            release = "kept while the app runs (PLAYGROUND_VLLM_IDLE_S stops unused ones)"
+            release = "kept while the app runs (PLAYGROUND_VLLM_IDLE_S=0)"
         else:
-            release = f"each is stopped after {_duration(self.idle_s)} unused"
+            release = f"each is stopped after {_duration(self.idle_s)} unused (PLAYGROUND_VLLM_IDLE_S)"
         memory = f": {size / 1e9:.1f} GB in {processes} process{'es' * (processes > 1)}" if processes else ""
         return f"vLLM holds {len(names)} engine{'s' * (len(names) > 1)} ({', '.join(names)}){memory}; {release}"
 
@@ -387,10 +407,22 @@ class VllmBackend:
 
     def shutdown(self) -> None:
         """Stop every engine, its engine-core processes killed at once: given vLLM's default 5 s to exit, an engine
-        core here was still waiting for its worker and was killed anyway (5 s per engine, one after the other)."""
-        with self._lock:
+        core here was still waiting for its worker and was killed anyway (5 s per engine, one after the other). An
+        engine still starting holds the lock until its start ends (minutes on a small CPU; SIGTERM waited 38-48 s
+        once): its processes, those born since its start began, are killed first, so that its start fails at once."""
+        locked = self._lock.acquire(timeout=0.2)
+        if not locked:
+            killed = kill_born_since(self._before_start, STARTING_STOP_S) if self._current else 0
+            locked = self._lock.acquire(timeout=STARTING_STOP_S)
+            log.info("stopped vLLM while an engine started: %d process%s killed", killed, "es" * (killed != 1))
+        try:
             while self._engines:
-                _stop(self._engines.popitem()[1], timeout=0)
+                key, engine = self._engines.popitem()
+                _stop(engine, timeout=0)
+                kill_processes(self._processes.pop(key, []), STARTING_STOP_S)
+        finally:
+            if locked:
+                self._lock.release()
 
 
 def _stop(engine: Any, timeout: float | None = None) -> None:
@@ -416,21 +448,6 @@ def _cancel_output_handler(engine: Any, wait_s: float = 5.0) -> None:
 
     with contextlib.suppress(Exception):  # a loop that stops meanwhile: vLLM's shutdown cancels it as before
         asyncio.run_coroutine_threadsafe(cancel(), handler.get_loop()).result(timeout=wait_s)
-
-
-def child_processes_memory() -> tuple[int, int]:
-    """(bytes, count): the proportional set size of this process's descendants (RSS where PSS cannot be read)."""
-    import psutil
-
-    total, count = 0, 0
-    for child in psutil.Process().children(recursive=True):
-        try:
-            info = child.memory_full_info()
-            total += getattr(info, "pss", info.rss)
-            count += 1
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return total, count
 
 
 def _duration(seconds: float) -> str:
