@@ -43,8 +43,9 @@ CHAIN_KS = tuple(range(1, 9))
 PENDING_ROWS = 3  # target features a typical step's first drafter call reads (accepted drafts + 1)
 # What `measure` times and how: a profile measured by another version is measured again. Version 2: the load of each
 # timed call read consistently (threads.other_runnable_tasks), the profile filed under the load it measured. Version
-# 3: the samples kept by round (the prediction's range) and the time of the measurement.
-CODE_VERSION = 3
+# 3: the samples kept by round (the prediction's range) and the time of the measurement. Version 4: the target's own
+# load reading taken before each timed call, never inside it.
+CODE_VERSION = 4
 BUSY_SHARE = 0.5  # a profile whose timed calls began beside another runnable task this often was measured busy
 RESAMPLES = 200  # predictions over the rounds resampled, for a prediction's range
 RANGE_QUANTILES = (0.1, 0.9)
@@ -274,9 +275,16 @@ def measure(target, drafter, aux_layers: list[int], context_ids: list[int], name
     for run in items.values():  # warm-up: first calls pay for allocation and kernel choice
         run()
     beside = []  # other runnable tasks as each timed call began
+    read_own_gauge = getattr(target.threads, "sample", None)
     for _ in range(rounds):
         for key, run in items.items():
             beside.append(load())
+            if read_own_gauge is not None:
+                # The target reads the load before a forward at most every 50 ms (threads.LoadGauge), waiting for our
+                # threads to settle; taken inside a timed call, that wait fell on whichever forward came first after
+                # the interval — most often the plain step, which follows the drafting block of each round — and a
+                # tiny pair's plain step read up to a third dearer than it is. Read now, none falls inside.
+                read_own_gauge()
             start = target.clock()
             run()
             samples[key].append((target.clock() - start) * 1000)

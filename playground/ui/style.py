@@ -38,7 +38,8 @@ LAYOUT_CSS = """
 # - Tables scroll sideways inside their block, never widening the page.
 # - Compare's prompt box takes the full width on a phone, Run both and Stop side by side under it (beside them it
 #   was squeezed to 40 % of the width).
-# - The replay panel's short table wraps its cells to fit the width, a phone's too (no sideways scroll).
+# - The replay panel's short table wraps its cells to fit the width, a phone's too (no sideways scroll): between
+#   words, and inside a word only where one alone is wider than its column (a range such as 1.39–6.18 at 390 px).
 SMALL_SCREEN_CSS = """
 @media (max-width: 640px), (hover: none) {
   .js-plotly-plot .modebar-container { display: none !important; }
@@ -54,7 +55,7 @@ SMALL_SCREEN_CSS = """
 .replay-table table { width: 100% !important; min-width: 0 !important; }
 .replay-table th, .replay-table td { white-space: normal !important; min-width: 0 !important; }
 .replay-table th, .replay-table th *, .replay-table td, .replay-table td * { word-break: normal !important;
-  overflow-wrap: normal !important; hyphens: none; }
+  overflow-wrap: anywhere !important; hyphens: none; }
 @media (max-width: 480px) {
   .replay-table th, .replay-table td { padding: 4px 6px !important; font-size: 12px !important; }
 }

@@ -454,7 +454,7 @@ def test_k_auto_runs_the_k_predicted_fastest_or_plain_decoding_and_says_so(pair_
     for rate, drafter in ((0.01, "none"), (0.99, "eagle3.1")):
         evaluation.write_text(json.dumps({"acceptance": {"eagle3.1": {"8": {"per_position_acceptance": [rate] * 8}}}}))
         run = answer(Conversation(), k_auto=True)[-1]
-        assert run.settings.drafter == drafter and run.token_ids == plain
+        assert run.settings.drafter == drafter and run.token_ids == plain, run.auto_k
         assert (run.auto_k.k is None) == (drafter == "none") and run.settings.k_auto
         chosen = "plain decoding" if drafter == "none" else f"k={run.settings.k}"
         assert f"k auto chose {chosen}" in run.status, run.status
