@@ -20,6 +20,7 @@ gives the expectation of the first draft's acceptance at each position, Σ min(p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -80,48 +81,64 @@ def teacher_force(target: Target, aux_layers: list[int], prompt_ids: list[int], 
     return Forced(ids, prompt_len, choices, out.aux)
 
 
+Propose = Callable[[list[int], int, int], tuple[list[int], int, dict]]
+
+
+def _replay_steps(forced: Forced, target: Target, limit: int, propose: Propose) -> list[StepEvent]:
+    """The loop every replay shares: step by step over the forced answer, `propose(tokens, context, budget)` drafts
+    within the live loop's budget and says how many of its drafts the target's choices accept (and the step's own
+    fields); the step emits those and the target's next choice, as a live greedy step would."""
+    answer = forced.answer
+    tokens = forced.ids[: forced.prompt_len] + answer[:1]  # the prefill's token
+    events = [StepEvent(step=0, drafted=[], accepted=0, emitted=answer[:1], total_tokens=1,
+                        finished=len(answer) == 1)]
+    while len(tokens) - forced.prompt_len < len(answer):
+        generated, context = len(tokens) - forced.prompt_len, len(tokens) - 1
+        budget = min(limit - generated - 1, target.max_positions - len(tokens) - 1)
+        drafted, accepted, fields = propose(tokens, context, budget)
+        emitted = answer[generated : generated + accepted + 1]  # the live stopper ends where the answer ends
+        tokens += emitted
+        done = len(tokens) - forced.prompt_len >= len(answer)
+        events.append(StepEvent(step=len(events), drafted=drafted, accepted=accepted, emitted=emitted,
+                                total_tokens=len(tokens) - forced.prompt_len, finished=done, **fields))
+    return events
+
+
+def _chain_accepted(forced: Forced, drafted: list[int], context: int) -> int:
+    """How many of a chain's drafts the target's choices accept: the longest prefix that equals them."""
+    return next((i for i, token in enumerate(drafted) if token != forced.choice(context + i)), len(drafted))
+
+
+def _replay_limit(forced: Forced, target: Target, max_new_tokens: int | None) -> int:
+    return min(max_new_tokens or len(forced.answer), target.max_positions - forced.prompt_len)
+
+
 @torch.inference_mode()
 def replay(forced: Forced, target: Target, drafter: Eagle3Drafter, k: int, tree: TreeShape | None = None,
            max_new_tokens: int | None = None) -> list[StepEvent]:
     """The step events (drafted, accepted, emitted; no timings) a live greedy run of this drafter would produce over
     the forced answer: chains of k, or trees of `tree` (its own depth; k is then unused). Drafting stops
     where the live loop's budget does: `max_new_tokens` (the answer's length where None) and the target's context."""
-    answer = forced.answer
-    limit = min(max_new_tokens or len(answer), target.max_positions - forced.prompt_len)
+    limit = _replay_limit(forced, target, max_new_tokens)
     cfg = GenerationConfig(max_new_tokens=max(limit, 1), k=k, instrument=False)
     chains = ChainDrafter(drafter, cfg, target, None)
-    tokens = forced.ids[: forced.prompt_len] + answer[:1]  # the prefill's token
-    pending = Pending(forced.aux[: forced.prompt_len], 0)
-    events = [StepEvent(step=0, drafted=[], accepted=0, emitted=answer[:1], total_tokens=1,
-                        finished=len(answer) == 1)]
-    while len(tokens) - forced.prompt_len < len(answer):
-        generated = len(tokens) - forced.prompt_len
-        context = len(tokens) - 1
-        budget = min(limit - generated - 1, target.max_positions - len(tokens) - 1)
+    unread = [0]  # the first position whose target features the drafter has not read yet
+
+    def propose(tokens: list[int], context: int, budget: int) -> tuple[list[int], int, dict]:
+        pending = Pending(forced.aux[unread[0] : context], unread[0])  # the features of the last accepted rows
+        unread[0] = context
         if tree is None:
             drafted = chains.draft(tokens, pending, min(k, budget)).drafted.tolist()
-            accepted = next((i for i, token in enumerate(drafted) if token != forced.choice(context + i)),
-                            len(drafted))
-            fields: dict = {}
-        else:
-            depth = min(tree.depth, budget)
-            drafts = draft_tree(drafter, chains.cache, tokens, pending, replace(tree, depth=depth),
-                                chains.vocab_map) if depth > 0 else None
-            if drafts is None or not len(drafts):
-                drafted, accepted, fields = [], 0, {}
-            else:
-                path = drafts.accept([forced.choice(context)]
-                                     + [forced.choice(context + d) for d in drafts.depths])
-                branch = drafts.branch(path)
-                drafted, accepted = [drafts.tokens[i] for i in branch], len(path)
-                fields = drafts.step_fields(path)
-        emitted = answer[generated : generated + accepted + 1]  # the live stopper ends where the answer ends
-        pending = Pending(forced.aux[context : context + len(emitted)], context)
-        tokens += emitted
-        done = len(tokens) - forced.prompt_len >= len(answer)
-        events.append(StepEvent(step=len(events), drafted=drafted, accepted=accepted, emitted=emitted,
-                                total_tokens=len(tokens) - forced.prompt_len, finished=done, **fields))
-    return events
+            return drafted, _chain_accepted(forced, drafted, context), {}
+        depth = min(tree.depth, budget)
+        drafts = draft_tree(drafter, chains.cache, tokens, pending, replace(tree, depth=depth),
+                            chains.vocab_map) if depth > 0 else None
+        if drafts is None or not len(drafts):
+            return [], 0, {}
+        path = drafts.accept([forced.choice(context)] + [forced.choice(context + d) for d in drafts.depths])
+        return [drafts.tokens[i] for i in drafts.branch(path)], len(path), drafts.step_fields(path)
+
+    return _replay_steps(forced, target, limit, propose)
 
 
 @torch.inference_mode()
@@ -160,21 +177,13 @@ def replay_weightless(forced: Forced, target: Target, method: str, k: int,
     """The step events a live greedy run of a weightless method ("ngram", "suffix", with these settings) would produce
     over the forced answer, chains of up to k, drafting within the live loop's budget as `replay` does. Suffix
     decoding replays with a fresh session cache, as the local backend runs it."""
-    answer = forced.answer
-    limit = min(max_new_tokens or len(answer), target.max_positions - forced.prompt_len)
+    limit = _replay_limit(forced, target, max_new_tokens)
     proposer = proposer_for(method, GenerationConfig(max_new_tokens=max(limit, 1), k=k, instrument=False,
                                                      method_settings=method_settings))
-    tokens = forced.ids[: forced.prompt_len] + answer[:1]
-    events = [StepEvent(step=0, drafted=[], accepted=0, emitted=answer[:1], total_tokens=1,
-                        finished=len(answer) == 1)]
-    while len(tokens) - forced.prompt_len < len(answer):
-        generated, context = len(tokens) - forced.prompt_len, len(tokens) - 1
-        budget = min(k, limit - generated - 1, target.max_positions - len(tokens) - 1)
+
+    def propose(tokens: list[int], context: int, budget: int) -> tuple[list[int], int, dict]:
+        budget = min(k, budget)
         drafted = proposer.propose(tokens, budget)[:budget] if budget > 0 else []
-        accepted = next((i for i, token in enumerate(drafted) if token != forced.choice(context + i)), len(drafted))
-        emitted = answer[generated : generated + accepted + 1]
-        tokens += emitted
-        events.append(StepEvent(step=len(events), drafted=drafted, accepted=accepted, emitted=emitted,
-                                total_tokens=len(tokens) - forced.prompt_len,
-                                finished=len(tokens) - forced.prompt_len >= len(answer)))
-    return events
+        return drafted, _chain_accepted(forced, drafted, context), {}
+
+    return _replay_steps(forced, target, limit, propose)
