@@ -217,14 +217,21 @@ def _on_the_default_pair(what: str, root: Path) -> dict:
 def test_the_default_pair_on_every_core_reads_idle_on_an_idle_machine_and_busy_beside_a_busy_loop(
         tmp_path: Path) -> None:
     """Right after a two-thread verification (where the reading before issue 55 said busy in 10 of 10 reads on an
-    idle 2-core Zen 5): idle in at least 9 of 10 reads; beside one busy loop, busy in at least 9 of 10."""
+    idle 2-core Zen 5): idle in at least 9 of 10 reads; beside one busy loop, busy in at least 9 of 10. A shared CI
+    host once read 8 of 10 idle with other processes under 0.1 cores (a short task of its own landing in two reads),
+    so the idle half is read a second time before it fails: the fault this guards against read busy every time."""
     with busy_loop():
         busy = _on_the_default_pair("reads", tmp_path)["reads"]
     assert sum(v is not None and v > 0 for v in busy) >= 9, busy
-    with others_cpu() as used:
-        idle = _on_the_default_pair("reads", tmp_path)["reads"]
-    _skip_unless_idle(used[0])
-    assert sum(v == 0 for v in idle) >= 9, idle
+    tries = []
+    for _ in range(2):
+        with others_cpu() as used:
+            idle = _on_the_default_pair("reads", tmp_path)["reads"]
+        _skip_unless_idle(used[0])
+        tries.append(idle)
+        if sum(v == 0 for v in idle) >= 9:
+            break
+    assert sum(v == 0 for v in tries[-1]) >= 9, tries
 
 
 @pytest.mark.slow
