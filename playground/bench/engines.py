@@ -1,4 +1,5 @@
-"""``python -m playground bench-engines``: our engine and vLLM on the same pair, at several concurrency levels.
+"""``python -m playground bench-engines``: our engine, vLLM and llama.cpp on the same pair, at several concurrency
+levels.
 
 For each engine (local, vllm), method (plain, EAGLE-3, EAGLE-3.1) and concurrency C, the same prompts run with C
 requests in flight at a time (a new one starts when one ends). Metric definitions:
@@ -13,6 +14,10 @@ requests in flight at a time (a new one starts when one ends). Metric definition
 - instrumented rows (our engine, each EAGLE method, at the lowest C): the same requests with attention, hidden-state
   RMS and draft probabilities recorded, as the app records them; `instrumentation_cost` = 1 - their per-user
   tokens/s / the uninstrumented row's;
+- `against_llamacpp` = per-user tokens/s / llama.cpp's plain decoding of the default target's own GGUF file at the
+  same C and condition (`bench/llamacpp.py`: optional, skipped in one line where not installed; one request at a
+  time, plain and prompt lookup): the strongest plain baseline on a CPU, where `--weights int4` gives our engine the
+  same 4-bit weights;
 - `--neighbours 0,1,2`: every level again beside that many busy-loop processes (`bench/neighbours.py`), a row per
   condition; speedups compare rows of the same condition, and `kept_of_idle` is a row's per-user tokens/s over the
   same engine, method and C with no neighbour: how much of its idle speed it keeps on a shared machine.
@@ -41,8 +46,8 @@ from playground.machine import machine_info
 from playground.presets import DEFAULT, DRAFTER_LABELS, REPO_ROOT, get_preset
 from playground.prompt_sets import load_prompt_set
 
-ENGINES = ("local", "vllm")
-PRESETS = {"local": DEFAULT, "vllm": f"{DEFAULT}-vllm"}
+ENGINES = ("local", "vllm", "llamacpp")
+PRESETS = {"local": DEFAULT, "vllm": f"{DEFAULT}-vllm"}  # llama.cpp reads the default target's GGUF
 METHODS = (PLAIN, "eagle3", "eagle3.1")
 CONCURRENCY = (1, 4, 16)
 
@@ -57,6 +62,7 @@ class EngineBenchConfig:
     engines: tuple[str, ...] = ENGINES
     methods: tuple[str, ...] = METHODS
     dtype: str = "float32"  # both engines run in it
+    weights: str = "float32"  # what our engine's CPU fast path multiplies (float32, int4, auto)
     neighbours: tuple[int, ...] = (0,)  # busy-loop processes beside each level, a condition each
 
 
@@ -69,7 +75,7 @@ class Request:
 
 @dataclass
 class EngineRow:
-    engine: str  # local | vllm
+    engine: str  # local | vllm | llamacpp
     drafter: str  # none | eagle3 | eagle3.1
     label: str
     k: int | None
@@ -89,6 +95,7 @@ class EngineRow:
     instrumentation_cost: float | None = None  # 1 - tokens/s instrumented / uninstrumented, same C
     neighbours: int = 0  # busy-loop processes that ran beside the level
     kept_of_idle: float | None = None  # per-user tokens/s / the same row's with no neighbour
+    against_llamacpp: float | None = None  # per-user tokens/s / llama.cpp's plain decoding at the same C
     token_ids: list[list[int]] = field(default_factory=list, repr=False)  # per prompt; not written out
 
 
@@ -138,6 +145,9 @@ def compare_rows(rows: list[EngineRow]) -> None:
         local = by.get(("local", row.drafter, row.concurrency, row.neighbours))
         if local is not None and row.engine != "local":
             row.identical_to_local = row.token_ids == local.token_ids
+        peer = by.get(("llamacpp", PLAIN, row.concurrency, row.neighbours))
+        if peer is not None and not row.instrumented:
+            row.against_llamacpp = row.per_user_tokens_per_second / peer.per_user_tokens_per_second
         if row.instrumented and local is not None:
             row.instrumentation_cost = 1 - row.per_user_tokens_per_second / local.per_user_tokens_per_second
 
@@ -150,8 +160,9 @@ def run_engine_bench(config: EngineBenchConfig, log: Callable[[str], None] = pri
     rows: list[EngineRow] = []
     started, clock = time.strftime("%Y-%m-%d %H:%M:%S"), time.perf_counter()
     engines_info = {}
-    for engine in config.engines:
-        backend = open_backend(replace(get_preset(PRESETS[engine]), dtype=config.dtype))
+    for engine in [e for e in config.engines if e != "llamacpp"]:
+        backend = open_backend(replace(get_preset(PRESETS[engine]), dtype=config.dtype,
+                                       **({"weights": config.weights} if engine == "local" else {})))
         prompts = [backend.encode(r.messages([])) for r in records]
         for drafter in config.methods:
             run = request_runner(backend, drafter, cfg)
@@ -172,11 +183,48 @@ def run_engine_bench(config: EngineBenchConfig, log: Callable[[str], None] = pri
             if hasattr(backend, "shutdown"):
                 backend.shutdown()  # an idle engine-core process would share the cores with the next measurement
         engines_info[engine] = engine_info(engine, backend)
+    if "llamacpp" in config.engines:
+        rows += llamacpp_rows(config, records, log, engines_info)
     compare_rows(rows)
     machine = {**machine_info("cpu"), "engines": engines_info}
     return {"rows": [{k: v for k, v in asdict(r).items() if k != "token_ids"} for r in rows],
             "config": asdict(config), "machine": machine, "started": started,
             "seconds": time.perf_counter() - clock}
+
+
+def llamacpp_rows(config: EngineBenchConfig, records: list, log: Callable[[str], None], info: dict) -> list[EngineRow]:
+    """llama.cpp's rows: its methods at C = 1 (one `Llama` serves one sequence), on our tokenizer's ids."""
+    from playground.bench.llamacpp import METHODS as PEER_METHODS
+    from playground.bench.llamacpp import LlamaCppPeer, unavailable_reason
+    from playground.engine.templates import encode_chat
+    from playground.smollm2 import HUB_ID, local_folder
+
+    reason = unavailable_reason()
+    if reason:
+        log(reason)
+        return []
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(local_folder(HUB_ID))
+    prompts = [encode_chat(tokenizer, r.messages([])) for r in records]
+    peer, rows = LlamaCppPeer(), []
+    skipped = [m for m in config.methods if m not in PEER_METHODS]
+    if skipped or any(c != 1 for c in config.concurrency):
+        log(f"llama.cpp runs {', '.join(m for m in config.methods if m in PEER_METHODS)} at C = 1 only"
+            + (f" (not {', '.join(skipped)})" if skipped else ""))
+    for method in [m for m in config.methods if m in PEER_METHODS]:
+        def run(ids: list[int], method: str = method) -> Request:
+            return Request(*peer.run(ids, method, config.k, config.max_new_tokens))
+
+        run(prompts[0])  # load and warm up, untimed
+        for neighbours in config.neighbours:
+            with busy_neighbours(neighbours):
+                requests, seconds = run_level(run, prompts, 1)
+            rows.append(make_row("llamacpp", method, config.k, requests, seconds, 1, neighbours=neighbours))
+            log(f"llama.cpp {method:8} C=1 {f'beside {neighbours} busy ' if neighbours else ''}"
+                f"{rows[-1].per_user_tokens_per_second:6.1f} tok/s per user")
+    info["llamacpp"] = peer.info()
+    return rows
 
 
 def engine_info(engine: str, backend) -> dict:
@@ -200,8 +248,10 @@ def engine_info(engine: str, backend) -> dict:
 def table(result: dict) -> str:
     """The result as a Markdown table (README, About tab)."""
     beside = any(r.get("neighbours") for r in result["rows"])
+    peer = any(r.get("against_llamacpp") for r in result["rows"])
     head = ["engine", "method", "C", *(["busy neighbours"] if beside else []), "per-user tok/s (median)",
-            *(["kept of idle"] if beside else []), "speedup", "throughput tok/s", "AL", "same tokens as plain / local"]
+            *(["kept of idle"] if beside else []), "speedup", *(["against llama.cpp plain"] if peer else []),
+            "throughput tok/s", "AL", "same tokens as plain / local"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in result["rows"]:
         same = "/".join({True: "yes", False: "no", None: "—"}[r[key]] for key in ("identical_to_plain",
@@ -213,7 +263,9 @@ def table(result: dict) -> str:
         kept = f"{r['kept_of_idle']:.2f}× | " if r.get("kept_of_idle") else "— | "
         lines.append(f"| {r['engine']} | {label} | {r['concurrency']} | "
                      + (f"{r.get('neighbours', 0)} | " if beside else "") + f"{r['per_user_tokens_per_second']:.1f} | "
-                     + (kept if beside else "") + f"{r['speedup']:.2f}× | {r['throughput_tokens_per_second']:.1f} | "
+                     + (kept if beside else "") + f"{r['speedup']:.2f}× | "
+                     + (f"{r['against_llamacpp']:.2f}× | " if r.get("against_llamacpp") else "— | " if peer else "")
+                     + f"{r['throughput_tokens_per_second']:.1f} | "
                      f"{al} | {same} |")
     return "\n".join(lines)
 
@@ -265,7 +317,7 @@ def main(args: argparse.Namespace) -> None:
     config = EngineBenchConfig(prompt_set=args.prompts, prompts=args.limit, max_new_tokens=args.max_new_tokens,
                                k=args.k, concurrency=tuple(int(c) for c in args.concurrency.split(",")),
                                engines=tuple(args.engines.split(",")), methods=tuple(args.methods.split(",")),
-                               dtype=args.dtype, neighbours=parse_neighbours(args.neighbours))
+                               dtype=args.dtype, weights=args.weights, neighbours=parse_neighbours(args.neighbours))
     out = Path(args.out or REPO_ROOT / "runs" / "bench" / f"engines-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     result = run_engine_bench(config, lambda line: print(line, flush=True))
@@ -276,7 +328,7 @@ def main(args: argparse.Namespace) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("bench-engines", help="our engine vs vLLM: plain, EAGLE-3, EAGLE-3.1 at C=1,4,16")
+    p = subparsers.add_parser("bench-engines", help="our engine vs vLLM and llama.cpp, C=1,4,16")
     p.add_argument("--prompts", default="mt-bench", help="a built-in prompt set (first turns)")
     p.add_argument("--limit", type=int, default=16, help="prompts per level")
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -285,6 +337,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--engines", default=",".join(ENGINES))
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="both engines' weights")
+    p.add_argument("--weights", choices=["float32", "int4", "auto"], default="float32",
+                   help="what our engine's CPU fast path multiplies (int4: the GGUF's 4-bit groups, as llama.cpp)")
     p.add_argument("--neighbours", default="0", help="comma list of busy-loop process counts to run every level "
                    "beside, a row per condition (e.g. 0,1,2: idle, then beside one and two busy neighbours)")
     p.add_argument("--out", help="output folder (default: runs/bench/engines-<time>)")
