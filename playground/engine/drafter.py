@@ -24,7 +24,7 @@ from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from .cache import DrafterCache, LayerCache
-from .llama import Projection, RotaryTable, prefer_columns, rotate
+from .llama import Projection, RotaryTable, int8_rows, measured_faster, prefer_columns, rotate
 
 MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")  # DeepSeek's names
 
@@ -251,6 +251,24 @@ class DraftOutput:
     attention: torch.Tensor | None  # [b, heads, rows, keys] of the last `attention_rows` queries, averaged over layers
 
 
+INT8_GAIN = 1.2  # a drafter's products go int8 (beside an int4 target) only where measured this much faster
+
+
+class Int8Linear(nn.Module):
+    """A Linear's inference products through int8 rows, one bf16 scale a row (`int8_rows`); its input rounded to
+    bf16 and its output returned in the input's dtype. `weight` is a meta tensor: shape and dtype, no bytes."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = torch.empty(linear.weight.shape, dtype=linear.weight.dtype, device="meta")
+        self.projection = Projection(self.weight, None if linear.bias is None else linear.bias.detach())
+        self.projection.int8 = int8_rows(linear.weight.detach().float())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.projection(x.reshape(-1, self.in_features)).view(*x.shape[:-1], self.out_features)
+
+
 class Eagle3Drafter(nn.Module):
     def __init__(self, cfg: DrafterConfig, with_embeddings: bool = True) -> None:
         super().__init__()
@@ -269,12 +287,15 @@ class Eagle3Drafter(nn.Module):
         self.rotary = LlamaRotaryEmbedding(cfg.rope_config())
         self.rope = RotaryTable(self.rotary)
         self.head: Projection | None = None  # lm_head's one-row products for inference (`prepare_for_decoding`)
+        self.weights = "float32"  # what its products multiply once prepared: its own weights, or "int8" rows
 
     def new_cache(self) -> DrafterCache:
         return DrafterCache(len(self.layers))
 
-    def prepare_for_decoding(self) -> None:
-        """Once the weights are final and on their device: a draft step's one-row vocabulary product, the widest of
+    def prepare_for_decoding(self, int8: bool = False) -> None:
+        """Once the weights are final and on their device: with `int8` (beside a target on int4 weights), every
+        product in int8 rows where a draft step's products measure `INT8_GAIN` faster so (`use_int8_products`);
+        otherwise a draft step's one-row vocabulary product, the widest of
         its products, goes through lm_head's transposed weight where that is measured faster on this machine
         (`Projection.try_columns`; on a 2-core AMD EPYC, 0.55 ms instead of 1.1 ms for SmolLM2's drafters). Never
         for training: the copy would not follow weight updates.
@@ -282,6 +303,8 @@ class Eagle3Drafter(nn.Module):
         The other products of a draft step (fc, and the layer's attention and MLP projections) change their layout
         in place where one row runs faster through W^T (`prefer_columns`, timed per product; no copy: the modules'
         weights become views of W^T, and `F.linear` multiplies through it)."""
+        if int8 and self.use_int8_products():
+            return
         head = Projection(self.lm_head.weight.detach(), None)
         self.head = head if head.try_columns() else None
         if self.fc.weight.device.type != "cpu":
@@ -289,6 +312,31 @@ class Eagle3Drafter(nn.Module):
         products = [self.fc, *(m for layer in self.layers for m in layer.modules() if isinstance(m, nn.Linear))]
         for module in products:
             prefer_columns([Projection(module.weight.detach(), None, owners=[(module, 0)])], reps=7)
+
+    def use_int8_products(self, gain: float = INT8_GAIN, reps: int = 7) -> bool:
+        """Whether one row through every product of a draft step (fc, the layers', the vocabulary head) runs `gain`
+        times faster in int8 rows (`int8_rows`: a quarter of float32's bytes, PyTorch's
+        `_weight_int8pack_mm`) than in float32 on this machine; if so each product takes them from now on.
+
+        A drafter's precision changes which drafts it proposes, never the answer: the target verifies every draft.
+        Beside int4 target layers a float32 draft step costs a fifth to a quarter of a one-row target step, and its
+        products are bound by the bytes they read (about 36 MB for SmolLM2's drafters), so a quarter of the bytes is
+        what makes drafting pay there. Its acceptance on the int4 target is measured in docs/engine.md."""
+        if self.fc.weight.device.type != "cpu" or not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
+            return False
+        linears = [self.fc, self.lm_head, *(m for layer in self.layers for m in layer.modules()
+                                              if isinstance(m, nn.Linear))]
+        int8 = [Int8Linear(m) for m in linears]
+        rows = [torch.randn(1, m.in_features) for m in linears]
+        if not measured_faster(lambda: [m(x) for m, x in zip(linears, rows)],
+                               lambda: [m(x) for m, x in zip(int8, rows)], gain, reps):
+            return False
+        parents = {id(child): (parent, name) for parent in self.modules() for name, child in parent.named_children()}
+        for linear, replacement in zip(linears, int8):
+            parent, name = parents[id(linear)]
+            setattr(parent, name, replacement)
+        self.head, self.weights = None, "int8"
+        return True
 
     def use_target_embeddings(self, embedding: nn.Embedding) -> None:
         """Share the target's input embedding (drafters that ship without `embed_tokens`)."""

@@ -236,7 +236,7 @@ def _room_for_copies(weights: list[torch.Tensor]) -> bool:
             and sum(w.numel() * w.element_size() for w in weights) <= PACK_SHARE * available)
 
 
-def _measured_faster(plain: Callable[[], object], other: Callable[[], object], gain: float, reps: int) -> bool:
+def measured_faster(plain: Callable[[], object], other: Callable[[], object], gain: float, reps: int) -> bool:
     """Whether `other` runs `gain` times faster than `plain` here: one untimed call of each (first touches), then the
     two timed alternating, `reps` times each, medians compared."""
     def seconds(run: Callable[[], object]) -> float:
@@ -270,7 +270,7 @@ def prefer_columns(group: list[Projection], reps: int = 3) -> bool:
         return False
     columns = [w.detach().t().contiguous() for w in weights]
     x = torch.randn(1, weights[0].shape[1], dtype=weights[0].dtype)
-    if not _measured_faster(lambda: [F.linear(x, w) for w in weights], lambda: [x @ c for c in columns],
+    if not measured_faster(lambda: [F.linear(x, w) for w in weights], lambda: [x @ c for c in columns],
                             COLUMNS_GAIN, reps):
         return False
     for projection, copy in zip(group, columns):
@@ -295,7 +295,7 @@ def prefer_onednn(group: list[Projection], rows: int = VERIFY_ROWS, reps: int = 
     packs = [onednn_pack(w) for w in weights]
     x = torch.randn(rows, weights[0].shape[1], dtype=weights[0].dtype)
     linear = torch.ops.mkldnn._linear_pointwise
-    if not _measured_faster(lambda: [F.linear(x, w) for w in weights],
+    if not measured_faster(lambda: [F.linear(x, w) for w in weights],
                             lambda: [linear(x, pack, None, "none", [], "") for pack in packs], ONEDNN_GAIN, reps):
         return False
     for projection, pack in zip(group, packs):
@@ -476,7 +476,7 @@ class FastLlama:
                 for p, (packed, scales_zeros) in zip(layer_projections, quantised):
                     mm(x[:, : p.weight.shape[1]].to(torch.bfloat16), packed, QUANT_GROUP, scales_zeros)
             float32_pass = lambda: [p(x[:, : p.weight.shape[1]]) for p in layer_projections]  # noqa: E731
-            if not _measured_faster(float32_pass, int4_pass, INT4_GAIN, reps=3):
+            if not measured_faster(float32_pass, int4_pass, INT4_GAIN, reps=3):
                 self.weights_why = f"int4 weights: not {INT4_GAIN:g}x faster than float32 here (measured at load)"
                 return
         head = self._int4_head()

@@ -107,6 +107,36 @@ def test_int4_speculation_is_token_identical_to_int4_plain_decoding(tiny_root: P
         assert chain == plain and tree == plain
 
 
+def test_an_int8_drafter_beside_int4_layers_speculates_token_identically(tiny_root: Path, int4_target: Target) -> None:
+    """A drafter's products in int8 rows (`use_int8_products`, forced here: on this machine it is chosen by timing)
+    hold no float32 product any more, draft nearly what its float32 self drafts, and change only the drafts: chains
+    and trees on the int4 target still give its plain decoding's tokens."""
+    if not int4_target.fast.row_exact:
+        pytest.skip("this CPU's int4 products are not row-exact: speculation on them is refused (tested below)")
+    from torch import nn
+
+    full, _ = load_drafter(tiny_root / "eagle3.1")
+    int8, _ = load_drafter(tiny_root / "eagle3.1")
+    aux = int4_target.attach(full)
+    int4_target.attach(int8)
+    assert int8.use_int8_products(gain=0.0) and int8.weights == "int8" and full.weights == "float32"
+    assert not any(isinstance(m, nn.Linear) for m in int8.modules())
+    hidden = torch.randn(1, 6, 3 * int8.config.target_hidden_size, generator=torch.Generator().manual_seed(5))
+    tokens, positions = torch.tensor([ids(6, int4_target.vocab_size, 4)]), torch.arange(6)
+    with torch.inference_mode():
+        a = full(tokens, full.project(hidden), positions).logits
+        b = int8(tokens, int8.project(hidden), positions).logits
+    assert torch.corrcoef(torch.stack([a.flatten(), b.flatten()]))[0, 1] > 0.99 and not torch.equal(a, b)
+    for seed in range(3):
+        prompt = ids(24, int4_target.vocab_size, 20 + seed)
+        cfg = GenerationConfig(max_new_tokens=40, k=2 + seed)
+        plain = [t for e in plain_generate(int4_target, prompt, cfg) for t in e.emitted]
+        chain = [t for e in speculative_generate(int4_target, int8, aux, prompt, cfg) for t in e.emitted]
+        tree = [t for e in tree_generate(int4_target, int8, aux, prompt, cfg, TreeShape(depth=3, topk=2, nodes=8))
+                for t in e.emitted]
+        assert chain == plain and tree == plain
+
+
 def test_weights_int4_is_refused_in_one_line_where_the_kernel_cannot_take_a_shape(tiny_root: Path) -> None:
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
