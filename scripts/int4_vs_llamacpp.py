@@ -1,10 +1,14 @@
-"""Plain decoding of the default target's Q4_1 file: llama.cpp (llama-cpp-python, optional) against our engine with
-int4 weights and with float32, and our EAGLE-3.1 on int4, alternating on the same prompts in one process.
+"""The default target's Q4_1 file decoded by llama.cpp (llama-cpp-python, optional) and by our engine on its int4
+path, plain and speculative, alternating on the same prompts in one process, per kind of prompt: fresh writing
+(where only a trained drafter has anything to propose) and editing given text (where the answer copies the prompt,
+and prompt lookup and suffix decoding propose long runs of it).
 
     PYTHONPATH=. python scripts/int4_vs_llamacpp.py --out assets/bench/int4/vs-llamacpp.json
 
-Greedy, the GGUF's chat template, prefill included and load excluded, 2 threads for llama.cpp (our engine chooses
-its own). llama.cpp's answers need not equal ours token for token (another engine's arithmetic)."""
+Greedy, the GGUF's chat template applied by our tokenizer and the same token ids given to both engines, prefill
+included and load excluded, llama.cpp on every core with its prefix reuse off (`playground/bench/llamacpp.py`); our
+engine chooses its own threads and, beside int4 layers, its drafter's precision. llama.cpp's answers need not equal
+ours token for token (another engine's arithmetic); every one of ours must equal our int4 plain decoding's."""
 
 from __future__ import annotations
 
@@ -12,82 +16,123 @@ import argparse
 import json
 import statistics
 import time
+from dataclasses import replace
 
-from playground.engine import GenerationConfig, Target, load_drafter, plain_generate, speculative_generate
+from playground.bench.llamacpp import LlamaCppPeer, unavailable_reason
+from playground.engine import (
+    GenerationConfig,
+    Target,
+    load_drafter,
+    plain_generate,
+    speculative_generate,
+    weightless_generate,
+)
 from playground.machine import machine_info
-from playground.smollm2 import HUB_ID, available_gguf, local_folder
+from playground.smollm2 import HUB_ID, local_folder
 
-PROMPTS = ["Write a Python function that returns the n-th Fibonacci number iteratively, with a docstring.",
-           "Write a JavaScript function that debounces another function.",
-           "Explain what a hash map is to a beginner, in one paragraph."]
+CODE = '''def summarise(values):
+    total = 0
+    count = 0
+    smallest = None
+    largest = None
+    for value in values:
+        total += value
+        count += 1
+        if smallest is None or value < smallest:
+            smallest = value
+        if largest is None or value > largest:
+            largest = value
+    mean = total / count if count else 0.0
+    return {"total": total, "count": count, "mean": mean, "smallest": smallest, "largest": largest}'''
+PROMPTS = {
+    "fresh": ["Write a Python function that returns the n-th Fibonacci number iteratively, with a docstring.",
+              "Write a JavaScript function that debounces another function.",
+              "Explain what a hash map is to a beginner, in one paragraph."],
+    "editing": [f"Rename the variable `count` to `n` in this function and return the whole function:\n\n{CODE}",
+                f"Add type hints to this function and return the whole function, otherwise unchanged:\n\n{CODE}",
+                "Fix the spelling in this text and return it otherwise unchanged:\n\nThe quick brown fox jumpd over "
+                "the lazy dog. The dog did not notise, becuase it was asleep in the sun. Later the fox came back and "
+                "jumpd over the dog again, and this time the dog woke up and chased the fox across the feild."],
+}
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out")
-    p.add_argument("--tokens", type=int, default=96)
+    p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--passes", type=int, default=2)
     p.add_argument("--beside", default="nothing else known", help="what else ran on the machine, for the record")
     args = p.parse_args()
-    from llama_cpp import Llama
+    if unavailable_reason():
+        raise SystemExit(unavailable_reason())
+    peer = LlamaCppPeer()
+    target = Target.load(local_folder(HUB_ID), weights="int4")
+    drafter, _ = load_drafter("assets/models/smollm2-135m/eagle3.1")
+    aux = target.attach(drafter)
+    drafter.prepare_for_decoding(int8=True)  # as the local backend prepares it beside int4 layers
+    cfg = GenerationConfig(max_new_tokens=args.tokens, instrument=False)
 
-    llm = Llama(model_path=str(available_gguf()), n_ctx=2048, n_threads=2, verbose=False)
-    folder = local_folder(HUB_ID)
-    targets = {w: Target.load(folder, weights=w) for w in ("int4", "float32")}
-    drafters = {}
-    for w, target in targets.items():
-        drafter, _ = load_drafter("assets/models/smollm2-135m/eagle3.1")
-        drafters[w] = (drafter, target.attach(drafter))
-        drafter.prepare_for_decoding()
-    rates: dict[str, list[float]] = {}
-    accepted: dict[str, list[float]] = {}
-    loadavg = [open("/proc/loadavg").read().split()[:4]]
-    same = []
+    def ours(method: str, k: int, ids: list[int]):
+        c = replace(cfg, k=k)
+        if method == "none":
+            return plain_generate(target, ids, c)
+        if method == "eagle3.1":
+            return speculative_generate(target, drafter, aux, ids, c)
+        return weightless_generate(target, method, ids, c)
 
-    def ours(name, target, prompt, k=None):
-        ids = target.encode_chat([{"role": "user", "content": prompt}])
-        cfg = GenerationConfig(max_new_tokens=args.tokens, k=k or 1)
-        run = (plain_generate(target, ids, cfg) if k is None else
-               speculative_generate(target, *drafters[target.weights], ids, cfg))
-        start, out, steps = time.perf_counter(), [], 0
-        for event in run:
-            out += event.emitted
-            steps += event.step > 0
-        rates.setdefault(name, []).append(len(out) / (time.perf_counter() - start))
-        if k is not None:  # tokens per verification after the prefill's first
-            accepted.setdefault(name, []).append((len(out) - 1) / max(steps, 1))
+    runs = {"llama.cpp plain": ("llama.cpp", "none", 1), "llama.cpp prompt lookup k=4": ("llama.cpp", "ngram", 4),
+            "ours int4 plain": ("ours", "none", 1), "ours int4 EAGLE-3.1 k=2": ("ours", "eagle3.1", 2),
+            "ours int4 EAGLE-3.1 k=3": ("ours", "eagle3.1", 3), "ours int4 prompt lookup k=4": ("ours", "ngram", 4),
+            "ours int4 suffix k=4": ("ours", "suffix", 4)}
+    rates: dict[tuple[str, str], list[float]] = {}
+    per_forward: dict[tuple[str, str], list[float]] = {}
+    same, loadavg = [], [open("/proc/loadavg").read().split()[:4]]
+
+    def timed(name: str, kind: str, ids: list[int]) -> list[int]:
+        engine, method, k = runs[name]
+        start = time.perf_counter()
+        if engine == "llama.cpp":
+            out, _, _ = peer.run(ids, method, k, args.tokens)
+            forwards = None
+        else:
+            out, forwards = [], 0
+            for event in ours(method, k, ids):
+                out += event.emitted
+                forwards += 1
+        rates.setdefault((name, kind), []).append(len(out) / (time.perf_counter() - start))
+        if forwards:
+            per_forward.setdefault((name, kind), []).append(len(out) / forwards)
         return out
 
-    for prompt in PROMPTS:  # untimed warm-up of every path
-        llm.create_chat_completion([{"role": "user", "content": prompt}], max_tokens=4, temperature=0)
-    for w in targets:
-        ours("warm", targets[w], PROMPTS[0]), ours("warm", targets[w], PROMPTS[0], k=3)
+    encoded = {kind: [target.encode_chat([{"role": "user", "content": q}]) for q in qs] for kind, qs in PROMPTS.items()}
+    for name in runs:  # untimed warm-up of every path
+        timed(name, "warm", encoded["fresh"][0])
     for _ in range(args.passes):
-        for prompt in PROMPTS:
-            start = time.perf_counter()
-            out = llm.create_chat_completion([{"role": "user", "content": prompt}], max_tokens=args.tokens,
-                                             temperature=0)
-            rates.setdefault("llama.cpp plain", []).append(out["usage"]["completion_tokens"]
-                                                           / (time.perf_counter() - start))
-            plain = ours("ours int4 plain", targets["int4"], prompt)
-            for k in (2, 3, 4):
-                same.append(ours(f"ours int4 EAGLE-3.1 k={k}", targets["int4"], prompt, k=k) == plain)
-            ours("ours float32 plain", targets["float32"], prompt)
-            ours("ours float32 EAGLE-3.1 k=4", targets["float32"], prompt, k=4)
-    rates.pop("warm")
+        for kind, prompts in encoded.items():
+            for ids in prompts:
+                plain = None
+                for name in runs:
+                    out = timed(name, kind, ids)
+                    if name == "ours int4 plain":
+                        plain = out
+                    elif name.startswith("ours"):
+                        same.append(out == plain)
     loadavg.append(open("/proc/loadavg").read().split()[:4])
-    base = statistics.median(rates["llama.cpp plain"])
-    rows = {name: {"median_tok_s": round(statistics.median(r), 1), "range": [round(min(r), 1), round(max(r), 1)],
-                   "vs_llamacpp_plain": round(statistics.median(r) / base, 2),
-                   **({"tokens_per_step": [round(a, 2) for a in accepted[name][-len(PROMPTS):]]}
-                      if name in accepted else {})} for name, r in rates.items()}
-    result = {"machine": machine_info("cpu"), "tokens": args.tokens,
-              "passes": args.passes, "prompts": PROMPTS, "int4_speculative_equals_int4_plain": all(same),
-              "int4_weights_mb": round(targets["int4"].fast.resident_bytes() / 1e6, 1),
-              "float32_weights_mb": round(targets["float32"].fast.resident_bytes() / 1e6, 1),
-              "kernels": {w: t.fast.kernels for w, t in targets.items()},
-              "threads": {w: t.threads.describe() for w, t in targets.items() if t.threads is not None},
-              "beside": args.beside, "loadavg_before_after": loadavg, "rows": rows}
+    table = {}
+    for kind in PROMPTS:
+        base = statistics.median(rates[("llama.cpp plain", kind)])
+        table[kind] = {name: {"median_tok_s": round(statistics.median(r), 1),
+                              "range": [round(min(r), 1), round(max(r), 1)],
+                              "vs_llamacpp_plain": round(statistics.median(r) / base, 2),
+                              **({"tokens_per_forward": round(statistics.median(per_forward[(name, kind)]), 2)}
+                                 if (name, kind) in per_forward else {})}
+                       for (name, k), r in rates.items() if k == kind}
+    result = {"machine": machine_info("cpu"), "tokens": args.tokens, "passes": args.passes, "prompts": PROMPTS,
+              "ours_speculative_equals_ours_plain": all(same),
+              "int4_weights_mb": round(target.fast.resident_bytes() / 1e6, 1), "kernels": target.fast.kernels,
+              "drafter_weights": drafter.weights, "llama_cpp": peer.info(),
+              "threads": target.threads.describe() if target.threads is not None else None,
+              "beside": args.beside, "loadavg_before_after": loadavg, "rows": table}
     print(json.dumps(result, indent=1))
     if args.out:
         with open(args.out, "w") as f:
