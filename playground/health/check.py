@@ -41,6 +41,7 @@ class RunFacts:
     chat_template_sha256: str | None = None  # "raw" for no template; None: not known
     context_tokens: int = 0  # prompt + answer so far
     draft_coverage: float | None = None  # the share of the answer's tokens inside the draft vocabulary
+    weights: str | None = None  # what the target's products multiplied ("float32", "int4"); None: not known
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,9 @@ def differences(fingerprint: Fingerprint, facts: RunFacts) -> list[str]:
     if facts.target_digest and fingerprint.target_digest and facts.target_digest != fingerprint.target_digest:
         found.append(f"the target's weights differ from those the drafter was measured with (digest "
                      f"{facts.target_digest}, fingerprint {fingerprint.target_digest})")
+    if facts.weights is not None and facts.weights != fingerprint.weights:
+        found.append(f"the target ran its {facts.weights} weights; the drafter was measured on its "
+                     f"{fingerprint.weights} ones")
     if facts.chat_template_sha256 is not None and facts.chat_template_sha256 != fingerprint.chat_template_sha256:
         found.append(f"the chat template ({facts.chat_template}) differs from the one the drafter was measured with "
                      f"({fingerprint.chat_template})")

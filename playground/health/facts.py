@@ -92,7 +92,13 @@ def run_facts(preset: Preset, backend, drafter: str, cfg: GenerationConfig, chat
         target_digest=weights_digest(folder) if folder else None, chat_template=template_label(chat_template, raw),
         chat_template_sha256=template_sha256(tokenizer, chat_template, raw),
         context_tokens=prompt_tokens + len(answer_ids),
-        draft_coverage=draft_coverage(draft_vocabulary(source), answer_ids))
+        draft_coverage=draft_coverage(draft_vocabulary(source), answer_ids), weights=target_weights(backend))
+
+
+def target_weights(backend) -> str | None:
+    """What our engine's target multiplied ("float32", "int4"); None off our engine (vLLM, a remote server)."""
+    target = getattr(backend, "target", None)
+    return getattr(target, "weights", None) if target is not None else None
 
 
 def fingerprint_for(preset: Preset, drafter: str) -> Fingerprint | None:

@@ -91,6 +91,7 @@ class Fingerprint:
     sampled: Section | None
     prompts: dict = field(default_factory=dict)  # where the prompts came from, how many, how long the answers
     machine: dict = field(default_factory=dict)
+    weights: str = "float32"  # what the target's products multiplied (a fingerprint from before int4: float32)
 
     def section(self, temperature: float) -> Section:
         """The section a run at `temperature` is held against: the one measured at the nearest temperature (greedy

@@ -98,7 +98,7 @@ def build_fingerprint(backend: LocalBackend, drafter: str, sets: list[tuple[str,
                          else {}) if len(live) >= 2 else None),
         prompts={"sets": dict(sets), "answers": len(greedy[1]), "sampled_answers": len(live),
                  "max_new_tokens": max_new_tokens, "left_out": skipped},
-        machine=machine_info(backend.device))
+        machine=machine_info(backend.device), weights=target.weights)
 
 
 APP_SETS = "held-out:8,mt-bench:4,humaneval:4"  # the app's fingerprint of an own pair: a few minutes, not 25

@@ -127,6 +127,10 @@ def test_each_difference_from_the_fingerprint_is_named_most_likely_first(usual) 
     assert differences(fp, facts(temperature=0.9)) == []  # near the sampled section's 0.7
     assert differences(fp, facts(draft_coverage=0.87)) == []  # within the slack of the fingerprint's lowest 0.9
     assert differences(fp, facts(draft_coverage=0.7, temperature=0.7)) == []  # measured on greedy answers only
+    assert differences(fp, facts(weights="float32")) == [] and fp.weights == "float32"
+    assert differences(fp, facts(weights="int4")) == [
+        "the target ran its int4 weights; the drafter was measured on its float32 ones"]
+    assert differences(replace(fp, weights="int4"), facts(weights="int4")) == []  # a fingerprint of the fast path
     rng = random.Random(4)
     low = check_health(fp, facts(target_digest="bbbb"), steps([0 if rng.random() < 0.8 else 1 for _ in range(64)]))
     assert low.flagged and low.causes[0].startswith("the target's weights differ")
