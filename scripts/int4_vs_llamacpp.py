@@ -3,7 +3,9 @@ path, plain and speculative, alternating on the same prompts in one process, per
 (where only a trained drafter has anything to propose) and editing given text (where the answer copies the prompt,
 and prompt lookup and suffix decoding propose long runs of it).
 
-    PYTHONPATH=. python scripts/int4_vs_llamacpp.py --out assets/bench/int4/vs-llamacpp.json
+    PYTHONPATH=. python scripts/int4_vs_llamacpp.py   # writes assets/bench/int4/<CPU kind>.json
+
+The README's "Faster than what?" table is rendered from those files (`python scripts/render_readme.py`).
 
 Greedy, the GGUF's chat template applied by our tokenizer and the same token ids given to both engines, prefill
 included and load excluded, llama.cpp on every core with its prefix reuse off (`playground/bench/llamacpp.py`); our
@@ -18,6 +20,7 @@ import statistics
 import time
 from dataclasses import replace
 
+from playground.bench.against_llamacpp import INT4_DIR
 from playground.bench.llamacpp import LlamaCppPeer, unavailable_reason
 from playground.engine import (
     GenerationConfig,
@@ -27,7 +30,7 @@ from playground.engine import (
     speculative_generate,
     weightless_generate,
 )
-from playground.machine import machine_info
+from playground.machine import cpu_kind, machine_info
 from playground.smollm2 import HUB_ID, local_folder
 
 CODE = '''def summarise(values):
@@ -58,7 +61,7 @@ PROMPTS = {
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--out")
+    p.add_argument("--out", help="the result file (default: assets/bench/int4/<this CPU's kind>.json)")
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--passes", type=int, default=2)
     p.add_argument("--beside", default="nothing else known", help="what else ran on the machine, for the record")
@@ -127,17 +130,17 @@ def main() -> None:
                               **({"tokens_per_forward": round(statistics.median(per_forward[(name, kind)]), 2)}
                                  if (name, kind) in per_forward else {})}
                        for (name, k), r in rates.items() if k == kind}
-    result = {"machine": machine_info("cpu"), "tokens": args.tokens, "passes": args.passes, "prompts": PROMPTS,
+    result = {"machine": machine_info("cpu"), "date": time.strftime("%Y-%m-%d"), "tokens": args.tokens,
+              "passes": args.passes, "prompts": PROMPTS,
               "ours_speculative_equals_ours_plain": all(same),
               "int4_weights_mb": round(target.fast.resident_bytes() / 1e6, 1), "kernels": target.fast.kernels,
               "drafter_weights": drafter.weights, "llama_cpp": peer.info(),
               "threads": target.threads.describe() if target.threads is not None else None,
               "beside": args.beside, "loadavg_before_after": loadavg, "rows": table}
     print(json.dumps(result, indent=1))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
-            f.write("\n")
+    with open(args.out or INT4_DIR / f"{cpu_kind()}.json", "w") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
 
 
 if __name__ == "__main__":

@@ -254,9 +254,11 @@ def speedup_table(folder: Path = LANDING_DIR) -> str:
 
 
 def with_table(readme: str, folder: Path = LANDING_DIR) -> str:
-    """`readme` with the rendered table between its markers."""
+    """`readme` with the rendered tables between their markers: this speedup table and the llama.cpp one."""
+    from .against_llamacpp import with_llamacpp_table
+
     start, end = readme.index(BEGIN) + len(BEGIN), readme.index(END)
-    return readme[:start] + "\n" + speedup_table(folder) + "\n" + readme[end:]
+    return with_llamacpp_table(readme[:start] + "\n" + speedup_table(folder) + "\n" + readme[end:])
 
 
 def chat_examples_figures(records: list[dict], kind: str | None = None) -> tuple[str, dict[str, float]]:
