@@ -139,6 +139,22 @@ def _smollm2_bf16() -> Preset:
     )
 
 
+def _smollm2_int4() -> Preset:
+    return replace(
+        _smollm2(),
+        name=f"{DEFAULT}-int4",
+        title="SmolLM2-135M-Instruct's 4-bit weights with our drafters (CPU): the baseline llama.cpp users run",
+        weights="int4",
+        description="The default target from its GGUF file's own 4-bit groups (Q4_1, the weights llama.cpp reads; "
+        "about a sixth of float32's bytes), multiplied by PyTorch's int4 kernel, the drafters' products in int8 rows "
+        "where that measures faster. Plain decoding here is the strong baseline on a CPU: every speedup this preset "
+        "shows is over it. Greedy speculation stays token-identical to its plain decoding where its products keep "
+        "rows apart (probed at load); its answers differ from float32's.",
+        notes="On a CPU whose int4 products mix rows, speculation on this preset is refused in one line and plain "
+              "decoding still runs. No vLLM twin: vLLM reads the float32 folder.",
+    )
+
+
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
 LLAMA_8B_EAGLE3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 NO_PUBLIC_LLAMA_EAGLE31 = (
@@ -254,7 +270,8 @@ def _remote() -> Preset:
 # remote server's variables) as it is built, so a changed variable shows in the next lookup, and a lookup builds
 # only the preset it names.
 BUILT_IN: dict[str, Callable[[], Preset]] = {
-    "smollm2-135m": _smollm2, "smollm2-135m-bf16": _smollm2_bf16, "smollm2-135m-vllm": _smollm2_vllm,
+    "smollm2-135m": _smollm2, "smollm2-135m-int4": _smollm2_int4, "smollm2-135m-bf16": _smollm2_bf16,
+    "smollm2-135m-vllm": _smollm2_vllm,
     "llama-3.1-8b": lambda: _llama("llama-3.1-8b", "local"),
     "llama-3.1-8b-vllm": lambda: _llama("llama-3.1-8b-vllm", "vllm"),
     "kimi-k2.6": _kimi, "kimi-tiny": _kimi_tiny, "kimi-tiny-vllm": _kimi_tiny_vllm, "remote": _remote,
@@ -270,11 +287,12 @@ ENGINE_LABELS = {"local": "our engine", "vllm": "vLLM"}
 
 
 def engine_presets(preset: Preset) -> dict[str, str]:
-    """The same pair (target, drafters and dtype) on each engine that has a preset for it: backend -> preset name.
+    """The same pair (target, drafters, dtype and weights) on each engine that has a preset for it: backend -> preset
+    name.
     The Compare tab puts them side by side (e.g. smollm2-135m and smollm2-135m-vllm)."""
     twins = {p.backend: p.name for p in all_presets().values()
              if p.backend in ENGINE_LABELS and p.target == preset.target and p.drafters == preset.drafters
-             and p.dtype == preset.dtype}
+             and p.dtype == preset.dtype and p.weights == preset.weights}
     return {backend: twins[backend] for backend in ENGINE_LABELS if backend in twins} or {preset.backend: preset.name}
 
 

@@ -22,7 +22,7 @@ from playground.health.stats import LOOKS
 from playground.viz import ProvenanceBuilder, RunView, TokenPiece, TreeStep, plain_verdict
 
 from .baseline import AFTER, SHARE, SHARE_IN_CHAT, BaselineSampler
-from .run_settings import RunSettings, precision_label
+from .run_settings import RunSettings, multiplied, precision_label
 
 RENDER_INTERVAL_S = 0.15  # at most ~7 UI updates a second; a UI update costs more than a decode step
 RENDER_SHARE = 0.1  # and UI updates take at most this share of the wall time: the interval grows with their cost
@@ -177,7 +177,7 @@ class RunDriver:
     def __init__(self, backend: Backend, settings: RunSettings, prompt_ids: list[int],
                  should_stop: Callable[[], bool], auto_k: AutoK | None = None, earlier: Sequence[Health] = ()) -> None:
         self.run = Run(settings, len(prompt_ids), missing_fields=dict(backend.missing_fields),
-                       precision=precision_label(backend.preset.dtype, backend.exact_speculation, settings.plain),
+                       precision=precision_label(multiplied(backend), backend.exact_speculation, settings.plain),
                        engine=backend.name, compute=backend.compute, prompt_ids=list(prompt_ids), auto_k=auto_k)
         self._backend, self._should_stop = backend, should_stop
         self._earlier = earlier  # the session's earlier answers' health with this drafter, k and way of decoding

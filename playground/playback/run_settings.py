@@ -15,6 +15,13 @@ from playground.presets import DRAFTER_LABELS, ENGINE_LABELS, Preset, default_pr
 MAX_NEW_TOKENS = 1024
 
 
+def multiplied(backend) -> str:
+    """What the run's target multiplies: our engine's fast path says ("int4", "bfloat16", "float32"), other engines
+    run the preset's dtype."""
+    target = getattr(backend, "target", None) if backend.preset.backend == "local" else None
+    return getattr(target, "weights", None) or backend.preset.dtype
+
+
 def precision_label(dtype: str, exact: bool, plain: bool) -> str:
     """Which precision ran; for a speculative run whose engine does not verify drafts bit for bit as it decodes plainly
     (`exact`), also that its tokens may differ from plain decoding's there."""

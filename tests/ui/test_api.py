@@ -68,6 +68,8 @@ def test_the_status_says_which_precision_ran(client: Client) -> None:
     status, run = (chat(client, preset="smollm2-135m-bf16")[-1][i] for i in (2, -1))
     assert "bfloat16" in status and "finished" in status
     assert native_bfloat16() or "not token-identical" in run["precision"]  # exactness claimed only with bf16 kernels
+    status, run = (chat(client, preset="smollm2-135m-int4")[-1][i] for i in (2, -1))
+    assert "int4" in status and run["precision"] == "int4" or "not be token-identical" in status, status
 
 
 def test_adaptive_drafting_reaches_the_engine(client: Client, app_url: str) -> None:
