@@ -1,7 +1,8 @@
 """`python -m playground replay RECORD.json`: what each drafter, k and tree would have bought on a finished greedy
 answer — its acceptance replayed exactly (engine/replay.py) and its speedup predicted from this machine's measured
 step costs (engine/costs.py) — without running any of them live. A weightless method (`ngram`, `suffix`) replays its
-chains exactly too; its speedup is not predicted yet (the cost profile prices a drafter's calls).
+chains exactly too, and its speedup is predicted from the target's costs alone (a plain step, verifying the rows
+each step verified; the lookup itself is not timed, so the prediction leans high by its share).
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def replay_answer(backend: LocalBackend, prompt_ids: list[int], answer_ids: list
                   ) -> tuple[list[Replayed], dict[str, CostProfile]]:
     """Every drafter × (k chains, then trees of each size in `tree_nodes`, k deep for each k of `tree_ks`, default
     `ks`) replayed over the answer, with its predicted speedup where `predict`; and the cost profiles used. A
-    weightless method replays chains of each k (with those of `method_settings` that are its own), unpredicted."""
+    weightless method replays chains of each k (with those of `method_settings` that are its own), predicted from
+    the target's costs alone (`target_profile`)."""
     target = backend.target
     eagle = [name for name in drafters if not is_weightless(name)]
     forced = teacher_force(target, backend.drafter(eagle[0]).aux_layers if eagle else [], prompt_ids, answer_ids)
@@ -64,7 +66,8 @@ def replay_answer(backend: LocalBackend, prompt_ids: list[int], answer_ids: list
     for name in drafters:
         if is_weightless(name):
             own = tuple((key, value) for key, value in method_settings if PARAMETERS[key][0].name == name)
-            rows += [weightless_row(forced, target, name, k, own, max_new_tokens) for k in ks]
+            costs = target_profile(backend, prompt_ids, answer_ids, fresh) if predict else None
+            rows += [weightless_row(forced, target, name, k, own, max_new_tokens, costs) for k in ks]
             continue
         loaded = backend.drafter(name)
         configs = [(k, None) for k in ks] + [(k, TreeShape.k_deep(k, n)) for n in tree_nodes
@@ -83,11 +86,21 @@ def replay_answer(backend: LocalBackend, prompt_ids: list[int], answer_ids: list
     return rows, profiles
 
 
+def target_profile(backend: LocalBackend, prompt_ids: list[int], answer_ids: list[int],
+                   fresh: bool = False) -> CostProfile | None:
+    """The target's step costs a weightless method's prediction reads (a plain step, verifying N rows), from the
+    profile of the preset's first drafter; None where the preset has none."""
+    first = next(iter(backend.preset.drafters), None)
+    return profile_for(backend, first, prompt_ids, answer_ids, (), fresh) if first else None
+
+
 def weightless_row(forced, target, method: str, k: int, settings: tuple[tuple[str, int | float], ...],
-                  max_new_tokens: int | None) -> Replayed:
-    metrics = summarize(replay_weightless(forced, target, method, k, settings, max_new_tokens), k)
+                   max_new_tokens: int | None, costs: CostProfile | None = None) -> Replayed:
+    events = replay_weightless(forced, target, method, k, settings, max_new_tokens)
+    metrics = summarize(events, k)
+    speedup = costs.predict(events, drafts_cost=False) if costs is not None else None
     return Replayed(method, k, 0, metrics.mean_acceptance_length, metrics.drafting_steps, metrics.accepted_tokens,
-                    metrics.verified_per_step, None, None)
+                    metrics.verified_per_step, speedup[0] if speedup else None, speedup[1:] if speedup else None)
 
 
 def replay_json(rows: list[Replayed], profiles: dict[str, CostProfile]) -> dict:

@@ -126,17 +126,18 @@ class CostProfile:
             kind][which]
 
     def predict(self, events: list[StepEvent], tree: TreeShape | None = None,
-                plain_tokens: int = 0) -> tuple[float, float, float]:
+                plain_tokens: int = 0, drafts_cost: bool = True) -> tuple[float, float, float]:
         """(speedup, low, high) of the replayed steps `events`, and `plain_tokens` more decoded plainly (k auto's
         answers where it chose plain decoding), over plain decoding of the same tokens, the prefill left out of both
-        (as the live speedup leaves it out)."""
+        (as the live speedup leaves it out). A weightless method's steps (`drafts_cost=False`) are priced at their
+        verification alone: its proposals come from a lookup in the text, which the profile does not time."""
         steps = [e for e in events if e.step > 0]
         tokens = sum(len(e.emitted) for e in steps) + plain_tokens
         if not tokens:
             return 1.0, 1.0, 1.0
         spent: dict[tuple, float] = {("plain", 0): float(plain_tokens)}
         for e in steps:
-            drafting = self._drafting_key(e, tree)
+            drafting = self._drafting_key(e, tree) if drafts_cost else None
             if drafting is not None:
                 spent[drafting] = spent.get(drafting, 0.0) + 1
             rows = len(e.tree_tokens) + 1 if e.tree_tokens is not None else len(e.drafted) + 1

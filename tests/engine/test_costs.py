@@ -248,3 +248,19 @@ def test_the_default_pair_profile_measured_beside_a_busy_loop_is_not_used_on_the
         idle = _on_the_default_pair("profile", tmp_path)
     _skip_unless_idle(used[0])
     assert idle["measured_busy"] is False and idle["plain_ms"] != busy["plain_ms"], idle
+
+
+def test_a_weightless_prediction_prices_verification_alone(tiny, tmp_path: Path) -> None:
+    """Prompt lookup's replayed steps on a repetitive answer: priced without drafting calls they predict more than
+    the same steps with a chain drafter's calls added, and each verification at the rows it verified."""
+    from playground.engine import GenerationConfig, plain_generate
+    from playground.engine.replay import replay_weightless, teacher_force
+
+    profile = _profile(tiny, tmp_path, busy=lambda: False, load=lambda: 0)
+    prompt = [5, 6, 7, 8, 9] * 6
+    answer = [t for e in plain_generate(tiny.target, prompt, GenerationConfig(max_new_tokens=40)) for t in e.emitted]
+    events = replay_weightless(teacher_force(tiny.target, [], prompt, answer), tiny.target, "ngram", 4, (), None)
+    assert any(e.drafted for e in events)  # lookup found something to propose, so drafting would have cost
+    alone, low, high = profile.predict(events, drafts_cost=False)
+    with_calls = profile.predict(events)[0]
+    assert low <= alone <= high and alone > with_calls > 0
