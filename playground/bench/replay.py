@@ -183,7 +183,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target", help="the target the record was written with, where not the preset's (a Hugging Face "
                    "model folder or Hub id)")
     p.add_argument("--drafters", help="comma list of the preset's drafters (default: all of them) and weightless "
-                   "methods (ngram, suffix: chains only, acceptance without a predicted speedup)")
+                   "methods (ngram, suffix: chains only, predicted from the target's costs alone)")
     p.add_argument("--k", help=f"comma list of k to replay (default: {','.join(map(str, DEFAULT_KS))})")
     p.add_argument("--tree-nodes", help="comma list of tree sizes to replay as k-deep trees (default: none)")
     p.add_argument("--no-predict", action="store_true", help="acceptance only: no cost profile, no speedup")
