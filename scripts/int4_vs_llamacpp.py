@@ -3,7 +3,8 @@ path, plain and speculative, alternating on the same prompts in one process, per
 (where only a trained drafter has anything to propose) and editing given text (where the answer copies the prompt,
 and prompt lookup and suffix decoding propose long runs of it).
 
-    PYTHONPATH=. python scripts/int4_vs_llamacpp.py   # writes assets/bench/int4/<CPU kind>.json
+    PYTHONPATH=. python scripts/int4_vs_llamacpp.py                 # writes assets/bench/int4/<CPU kind>.json
+    PYTHONPATH=. python scripts/int4_vs_llamacpp.py --neighbours 1  # beside a busy loop: <CPU kind>-beside-1.json
 
 The README's "Faster than what?" table is rendered from those files (`python scripts/render_readme.py`).
 
@@ -22,6 +23,7 @@ from dataclasses import replace
 
 from playground.bench.against_llamacpp import INT4_DIR
 from playground.bench.llamacpp import LlamaCppPeer, unavailable_reason
+from playground.bench.neighbours import busy_neighbours
 from playground.engine import (
     GenerationConfig,
     Target,
@@ -65,6 +67,7 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--passes", type=int, default=2)
     p.add_argument("--beside", default="nothing else known", help="what else ran on the machine, for the record")
+    p.add_argument("--neighbours", type=int, default=0, help="busy-loop processes to run beside the timed passes")
     args = p.parse_args()
     if unavailable_reason():
         raise SystemExit(unavailable_reason())
@@ -110,7 +113,15 @@ def main() -> None:
     encoded = {kind: [target.encode_chat([{"role": "user", "content": q}]) for q in qs] for kind, qs in PROMPTS.items()}
     for name in runs:  # untimed warm-up of every path
         timed(name, "warm", encoded["fresh"][0])
-    for _ in range(args.passes):
+    with busy_neighbours(args.neighbours):
+        passes(args.passes, encoded, runs, timed, same)
+    loadavg.append(open("/proc/loadavg").read().split()[:4])
+    write(args, table_of(rates, per_forward), target, drafter, peer, same, loadavg)
+
+
+def passes(count: int, encoded: dict, runs: dict, timed, same: list) -> None:
+    """Every run on every prompt, `count` times, alternating; each answer of ours checked against our plain one."""
+    for _ in range(count):
         for kind, prompts in encoded.items():
             for ids in prompts:
                 plain = None
@@ -120,7 +131,9 @@ def main() -> None:
                         plain = out
                     elif name.startswith("ours"):
                         same.append(out == plain)
-    loadavg.append(open("/proc/loadavg").read().split()[:4])
+
+
+def table_of(rates: dict, per_forward: dict) -> dict:
     table = {}
     for kind in PROMPTS:
         base = statistics.median(rates[("llama.cpp plain", kind)])
@@ -130,15 +143,20 @@ def main() -> None:
                               **({"tokens_per_forward": round(statistics.median(per_forward[(name, kind)]), 2)}
                                  if (name, kind) in per_forward else {})}
                        for (name, k), r in rates.items() if k == kind}
+    return table
+
+
+def write(args, table: dict, target, drafter, peer, same: list, loadavg: list) -> None:
     result = {"machine": machine_info("cpu"), "date": time.strftime("%Y-%m-%d"), "tokens": args.tokens,
-              "passes": args.passes, "prompts": PROMPTS,
+              "passes": args.passes, "prompts": PROMPTS, "neighbours": args.neighbours,
               "ours_speculative_equals_ours_plain": all(same),
               "int4_weights_mb": round(target.fast.resident_bytes() / 1e6, 1), "kernels": target.fast.kernels,
               "drafter_weights": drafter.weights, "llama_cpp": peer.info(),
               "threads": target.threads.describe() if target.threads is not None else None,
               "beside": args.beside, "loadavg_before_after": loadavg, "rows": table}
     print(json.dumps(result, indent=1))
-    with open(args.out or INT4_DIR / f"{cpu_kind()}.json", "w") as f:
+    beside = f"-beside-{args.neighbours}" if args.neighbours else ""
+    with open(args.out or INT4_DIR / f"{cpu_kind()}{beside}.json", "w") as f:
         json.dump(result, f, indent=1)
         f.write("\n")
 

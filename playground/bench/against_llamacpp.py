@@ -49,7 +49,9 @@ def _machine(record: dict) -> str:
     machine = record["machine"]
     kind = recorded_kind(machine)
     what = kind_words(kind) if kind else "its CPU flags not recorded"
-    return f"{machine['cores']}-core {cpu_name(machine)} ({what}), {record.get('date', 'date not recorded')}"
+    n = record.get("neighbours", 0)
+    beside = f", beside {n} busy loop{'s' if n > 1 else ''}" if n else ""
+    return f"{machine['cores']}-core {cpu_name(machine)} ({what}), {record.get('date', 'date not recorded')}{beside}"
 
 
 def llamacpp_table(folder: Path = INT4_DIR) -> str:
