@@ -58,6 +58,8 @@ class Method:
     features: bool  # drafts from the target's hidden states: attention, drift and hidden-state RMS views apply
     fingerprint: bool  # health checks a run against a fingerprint of it
     parameters: tuple[Parameter, ...] = ()
+    # (engine, why it cannot run this method) for an engine not in `engines` whose reason is known
+    not_on: tuple[tuple[str, str], ...] = ()
 
     @property
     def proposes(self) -> bool:
@@ -67,6 +69,18 @@ class Method:
     def weightless(self) -> bool:
         """Drafts from the text alone (prompt lookup, suffix decoding): nothing to load, nothing to fingerprint."""
         return self.proposes and not self.checkpoint
+
+    def engine_problem(self, engine: str) -> str | None:
+        """Why `engine` cannot run this method, in one line; None when it can."""
+        if engine in self.engines:
+            return None
+        why = dict(self.not_on).get(engine) or f"runs on our engine for now, not on the {engine} backend"
+        return f"{self.label} ({self.name}) {why}: choose a local preset"
+
+    def settings(self, given: dict[str, int | float]) -> dict[str, int | float]:
+        """Each of this method's own settings: the value given, else the registry's default (named as vLLM's
+        speculative_config names them)."""
+        return {p.name: given.get(p.name, p.default) for p in self.parameters}
 
 
 NGRAM_MIN = Parameter("prompt_lookup_min", "the shortest n-gram prompt lookup matches", 2, 1, 16)
@@ -79,15 +93,18 @@ SUFFIX_CACHE = Parameter("suffix_decoding_max_cached_tokens", "the tokens of a s
                          16384, 0, 1 << 20)
 
 ALL_ENGINES = ("local", "vllm", "remote")
+SUFFIX_ON_VLLM = ("runs on vLLM only with the arctic-inference package, which is not installed here "
+                  "(docs/vllm.md#prompt-lookup-and-suffix-decoding)")
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method(PLAIN, "none (plain decoding)", None, checkpoint=False, engines=ALL_ENGINES, features=False,
            fingerprint=False),
     Method("eagle3", "EAGLE-3", "#d62728", checkpoint=True, engines=ALL_ENGINES, features=True, fingerprint=True),
     Method("eagle3.1", "EAGLE-3.1", "#1f77b4", checkpoint=True, engines=ALL_ENGINES, features=True, fingerprint=True),
-    Method("ngram", "prompt lookup (n-gram)", "#2ca02c", checkpoint=False, engines=("local",), features=False,
+    Method("ngram", "prompt lookup (n-gram)", "#2ca02c", checkpoint=False, engines=("local", "vllm"), features=False,
            fingerprint=False, parameters=(NGRAM_MIN, NGRAM_MAX)),
     Method("suffix", "suffix decoding", "#9467bd", checkpoint=False, engines=("local",), features=False,
-           fingerprint=False, parameters=(SUFFIX_DEPTH, SUFFIX_MIN_PROB, SUFFIX_CACHE)),
+           fingerprint=False, parameters=(SUFFIX_DEPTH, SUFFIX_MIN_PROB, SUFFIX_CACHE),
+           not_on=(("vllm", SUFFIX_ON_VLLM),)),
 )}
 PARAMETERS: dict[str, tuple[Method, Parameter]] = {p.name: (m, p) for m in METHODS.values() for p in m.parameters}
 WEIGHTLESS = tuple(name for name, m in METHODS.items() if m.weightless)

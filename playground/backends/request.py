@@ -55,9 +55,9 @@ def check_weightless(preset: Preset, drafter: str, cfg: GenerationConfig) -> Non
     """RequestError where a weightless method cannot run as asked: on an engine without it, or with what needs a
     drafter's probabilities (a draft tree, adaptive draft length)."""
     method = method_of(drafter)
-    if preset.backend not in method.engines:
-        raise RequestError(f"{method.label} ({drafter}) runs on our engine for now, not on the {preset.backend} "
-                           f"backend: choose a local preset")
+    unavailable = method.engine_problem(preset.backend)
+    if unavailable:
+        raise RequestError(unavailable)
     if cfg.tree is not None:
         raise RequestError(f"{method.label} ({drafter}) drafts chains: draft trees need a drafter's probabilities, so "
                            f"set the tree's nodes to 0")

@@ -26,14 +26,16 @@ import shlex
 import socket
 import sys
 
-from playground.drafting import PLAIN
+from playground.drafting import PLAIN, is_weightless, method_of, parameters_for_other_method, parameters_problem
 from playground.flags import (
     UsageError,
+    add_method_flags,
     add_min_draft_prob_flag,
     add_pair_flags,
     add_threads_flag,
     add_tree_flags,
     listening_socket,
+    method_settings,
     target_preset,
     tcp_port,
     tree_shape,
@@ -106,11 +108,16 @@ def vllm_command(args: argparse.Namespace) -> None:
     from playground.backends.vllm import serve_command
 
     preset = get_preset(args.preset)
+    settings = method_settings(args)
+    problem = (parameters_problem(dict(settings)) or parameters_for_other_method(args.drafter, [n for n, _ in settings])
+               or (method_of(args.drafter).engine_problem("vllm") if is_weightless(args.drafter) else None))
+    if problem:
+        raise UsageError(problem)
     drafter = None if args.drafter == PLAIN else preset.drafters.get(args.drafter, args.drafter)
-    if drafter is not None and not args.no_check:
+    if drafter is not None and not is_weightless(drafter) and not args.no_check:
         for warning in check_drafter_fits(preset.target, drafter).warnings:
             print(f"warning: {warning}", file=sys.stderr)
-    print(shlex.join(serve_command(preset, drafter, args.k, args.host, args.port)))
+    print(shlex.join(serve_command(preset, drafter, args.k, args.host, args.port, settings=settings)))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -152,8 +159,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("vllm-command", help="check a preset's drafter against its target, print `vllm serve`")
     p.add_argument("--preset", default="kimi-k2.6")
-    p.add_argument("--drafter", default="eagle3.1", help="none, a drafter name of the preset, or a folder / Hub id")
+    p.add_argument("--drafter", default="eagle3.1", help="none, a drafter name of the preset, a folder / Hub id, or "
+                   "ngram (prompt lookup)")
     p.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
+    add_method_flags(p)
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=tcp_port, default=8000)
     p.add_argument("--no-check", action="store_true", help="skip reading the two config.json files")

@@ -28,6 +28,53 @@ def test_speculative_config() -> None:
         speculative_config("d", 0)
 
 
+def test_prompt_lookup_is_its_method_with_its_settings() -> None:
+    """vLLM's `ngram` takes the registry's settings under their own names, each given or its default; no drafter
+    model and no preset draft options (the tiny Kimi pair's drafter attention backend)."""
+    assert speculative_config("ngram", 4) == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2,
+                                              "prompt_lookup_max": 5}
+    assert speculative_config("ngram", 3, {"attention_backend": "CPU_MLA"}, (("prompt_lookup_max", 8),)) == {
+        "method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 8}
+    command = serve_command(get_preset("smollm2-135m-vllm"), "ngram", 4, settings=(("prompt_lookup_min", 3),))
+    spec = json.loads(command[command.index("--speculative-config") + 1])
+    assert spec == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 3, "prompt_lookup_max": 5}
+
+
+def test_vllm_command_prints_prompt_lookups_config(capsys: pytest.CaptureFixture) -> None:
+    from playground.__main__ import main
+
+    capsys.readouterr()
+    assert main(["vllm-command", "--preset", "smollm2-135m-vllm", "--drafter", "ngram", "--k", "4",
+                 "--prompt-lookup-max", "8"]) == 0
+    command = capsys.readouterr().out.split(" --")
+    assert json.loads(next(c for c in command if c.startswith("speculative-config")).split(" ", 1)[1].strip("'")) == {
+        "method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 8}
+    for flags, line in {
+        ("--drafter", "suffix"): "error: suffix decoding (suffix) runs on vLLM only with the arctic-inference "
+                                 "package, which is not installed here (docs/vllm.md#prompt-lookup-and-suffix-"
+                                 "decoding): choose a local preset",
+        ("--drafter", "ngram", "--prompt-lookup-min", "6"): "error: prompt_lookup_min (6) must not exceed "
+                                                            "prompt_lookup_max (5)",
+    }.items():
+        assert main(["vllm-command", "--preset", "smollm2-135m-vllm", *flags]) == 2
+        out = capsys.readouterr()
+        assert out.err.strip() == line and out.out == ""
+
+
+def test_a_weightless_engine_is_one_per_k_and_settings(monkeypatch) -> None:
+    """Settings left out and the same settings given are one engine; other settings, another."""
+    from playground.backends.vllm import VllmBackend
+
+    monkeypatch.setattr(VllmBackend, "model_folder", property(lambda self: "/converted/smollm2"))
+    backend = VllmBackend(get_preset("smollm2-135m-vllm"))
+    default = backend._key("ngram", 4)
+    assert default == backend._key("ngram", 4, (("prompt_lookup_max", 5),))
+    assert default != backend._key("ngram", 4, (("prompt_lookup_min", 3),)) and default != backend._key("ngram", 3)
+    assert backend._key("none", 4) == backend._key("none", 2, (("prompt_lookup_min", 3),))
+    assert backend.engine_kwargs(*default)["speculative_config"]["method"] == "ngram"
+    assert "prompt lookup (n-gram) k=4" in backend.starting("ngram", 4)
+
+
 def test_engine_kwargs() -> None:
     kimi = get_preset("kimi-k2.6")
     kwargs = engine_kwargs(kimi, kimi.drafters["eagle3.1"], 3)
@@ -224,7 +271,7 @@ def test_preparing_yields_progress_until_the_engines_are_up(tmp_path, monkeypatc
     monkeypatch.setattr(VllmBackend, "model_folder", property(lambda self: "/converted/smollm2"))
     backend = VllmBackend(get_preset("smollm2-135m-vllm"))
 
-    def prepare(drafter: str, k: int) -> None:  # an engine start, without vLLM
+    def prepare(drafter: str, k: int, settings=()) -> None:  # an engine start, without vLLM
         backend._current = (backend._key(drafter, k), time.monotonic(), " (1 of 2)", "measured")
         time.sleep(0.3)
         backend._current = None
@@ -234,7 +281,7 @@ def test_preparing_yields_progress_until_the_engines_are_up(tmp_path, monkeypatc
     assert texts and all(t.startswith("starting vLLM for EAGLE-3.1 k=4") for t in texts)
     assert any(" so far (measured)…" in t for t in texts)
 
-    def broken(drafter: str, k: int) -> None:
+    def broken(drafter: str, k: int, settings=()) -> None:
         raise VllmError("the engine died")
 
     monkeypatch.setattr(backend, "prepare", broken)

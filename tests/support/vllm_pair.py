@@ -8,6 +8,10 @@ from playground.presets import Preset, get_preset
 
 K = 4
 PROMPTS = ["Explain photosynthesis in two sentences.", "Write a short poem about a lighthouse."]
+EDIT_PROMPT = ("Rename the function total_price to order_total in this code. Reply with the code only.\n\n"
+               "def total_price(items, tax_rate):\n    subtotal = 0\n    for item in items:\n"
+               "        subtotal += item.price * item.quantity\n    tax = subtotal * tax_rate\n"
+               "    return subtotal + tax\n")  # an editing prompt: prompt lookup finds the answer in it
 
 
 def real_pair_presets() -> tuple[Preset, Preset]:

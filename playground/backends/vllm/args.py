@@ -2,7 +2,9 @@
 equivalent `vllm serve` command line, and SamplingParams for a request.
 
 EAGLE-3.1 needs no new method: `method: "eagle3"`, and vLLM reads `fc_norm` / `norm_output` from the drafter's
-config.json (vLLM #42764; speculators-format drafters need #46488).
+config.json (vLLM #42764; speculators-format drafters need #46488). A weightless method of the registry that vLLM runs
+(prompt lookup: `method: "ngram"`) is named by its method and carries its own settings, which the registry names as
+vLLM does (`prompt_lookup_min`, `prompt_lookup_max`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 from collections.abc import Container
 from typing import Any
 
+from playground.drafting import is_weightless, method_of
 from playground.engine import GenerationConfig
 from playground.presets import Preset
 
@@ -27,16 +30,22 @@ CPU_ENVIRONMENT = {  # vLLM's CPU build, where the environment does not say othe
 }
 
 
-def speculative_config(drafter: str, k: int, options: dict | None = None) -> dict:
+Settings = tuple[tuple[str, int | float], ...]  # a weightless method's settings, as GenerationConfig carries them
+
+
+def speculative_config(drafter: str, k: int, options: dict | None = None, settings: Settings = ()) -> dict:
     """vLLM's speculative_config for an EAGLE-3 or EAGLE-3.1 drafter (the drafter's config flags select 3.1), with a
-    preset's `draft_options` (e.g. the drafter's attention backend)."""
+    preset's `draft_options` (e.g. the drafter's attention backend); for a weightless method's name (`ngram`), its
+    method and each of its settings (those given in `settings`, else the registry's defaults)."""
     if k < 1:
         raise ValueError(f"num_speculative_tokens must be at least 1, got {k}")
+    if is_weightless(drafter):
+        return {"method": drafter, "num_speculative_tokens": k, **method_of(drafter).settings(dict(settings))}
     return {"model": drafter, "method": "eagle3", "num_speculative_tokens": k, **(options or {})}
 
 
 def _base_kwargs(preset: Preset, drafter: str | None, k: int, supported: Container[str] | None,
-                 model: str | None) -> dict:
+                 model: str | None, settings: Settings = ()) -> dict:
     """engine_kwargs without the app's GPU share (a `vllm serve` owns its GPUs)."""
     kwargs: dict[str, Any] = {
         "model": model or preset.target,
@@ -48,7 +57,7 @@ def _base_kwargs(preset: Preset, drafter: str | None, k: int, supported: Contain
         **preset.engine_options,
     }
     if drafter is not None:
-        kwargs["speculative_config"] = speculative_config(drafter, k, preset.draft_options)
+        kwargs["speculative_config"] = speculative_config(drafter, k, preset.draft_options, settings)
         for key, value in OPTIONAL_ENGINE_ARGS.items():
             if supported is None or key in supported:
                 kwargs[key] = value
@@ -56,21 +65,22 @@ def _base_kwargs(preset: Preset, drafter: str | None, k: int, supported: Contain
 
 
 def engine_kwargs(preset: Preset, drafter: str | None, k: int, supported: Container[str] | None = None,
-                  model: str | None = None, alone: bool = False) -> dict:
-    """AsyncEngineArgs keyword arguments. `drafter` None = plain decoding. `supported` = AsyncEngineArgs' field
-    names; optional arguments this vLLM lacks are left out (None = keep them all). `model`: the folder to load
-    instead of the preset's target id. On a GPU, the engine's share of each GPU (`gpu_shares`; `alone`: the only
-    engine on its GPUs); on the CPU, CPU_ENGINE_ARGS."""
-    kwargs = _base_kwargs(preset, drafter, k, supported, model)
+                  model: str | None = None, alone: bool = False, settings: Settings = ()) -> dict:
+    """AsyncEngineArgs keyword arguments. `drafter` None = plain decoding; a drafter source, or a weightless
+    method's name with its `settings`. `supported` = AsyncEngineArgs' field names; optional arguments this vLLM
+    lacks are left out (None = keep them all). `model`: the folder to load instead of the preset's target id. On a
+    GPU, the engine's share of each GPU (`gpu_shares`; `alone`: the only engine on its GPUs); on the CPU,
+    CPU_ENGINE_ARGS."""
+    kwargs = _base_kwargs(preset, drafter, k, supported, model, settings)
     if preset.device == "cuda":
         kwargs["gpu_memory_utilization"] = gpu_shares(preset, alone)[engine_kind(drafter)]
     return kwargs
 
 
-def offline_llm(preset: Preset, drafter: str | None, k: int, model: str | None = None) -> Any:
+def offline_llm(preset: Preset, drafter: str | None, k: int, model: str | None = None, settings: Settings = ()) -> Any:
     """vLLM's offline `LLM` for this preset (batch jobs and scripts; the app streams through AsyncLLM), built from
-    engine_kwargs, as the only engine on its GPUs. On a CPU preset, CPU_ENVIRONMENT fills what the environment does
-    not set."""
+    engine_kwargs (`settings` as there), as the only engine on its GPUs. On a CPU preset, CPU_ENVIRONMENT fills what
+    the environment does not set."""
     if preset.device == "cpu":
         for key, value in CPU_ENVIRONMENT.items():
             os.environ.setdefault(key, value)
@@ -78,14 +88,14 @@ def offline_llm(preset: Preset, drafter: str | None, k: int, model: str | None =
     from vllm.engine.arg_utils import EngineArgs
 
     supported = {f.name for f in dataclasses.fields(EngineArgs)}
-    return LLM(**engine_kwargs(preset, drafter, k, supported, model=model, alone=True))
+    return LLM(**engine_kwargs(preset, drafter, k, supported, model=model, alone=True, settings=settings))
 
 
 def serve_command(preset: Preset, drafter: str | None, k: int, host: str = "0.0.0.0", port: int = 8000,
-                  model: str | None = None) -> list[str]:
-    """The `vllm serve` command line equivalent to this preset (for a remote server); `model` as in engine_kwargs.
-    A server owns its GPUs: no share of them is set, unless the preset sets its own."""
-    kwargs = _base_kwargs(preset, drafter, k, None, model)
+                  model: str | None = None, settings: Settings = ()) -> list[str]:
+    """The `vllm serve` command line equivalent to this preset (for a remote server); `model` and `settings` as in
+    engine_kwargs. A server owns its GPUs: no share of them is set, unless the preset sets its own."""
+    kwargs = _base_kwargs(preset, drafter, k, None, model, settings)
     command = ["vllm", "serve", kwargs.pop("model")]
     kwargs.pop("disable_log_stats")  # the server logs stats by default
     spec = kwargs.pop("speculative_config", None)

@@ -1,11 +1,12 @@
 """The engine pool: `VllmBackend`, the app's vLLM backend, holding AsyncLLM engines on one asyncio loop thread.
 
-num_speculative_tokens is fixed per engine, so there is one engine per (drafter, k), started on first use (load and
-compile: minutes on 2 CPU cores, `starts` quotes the measured times) and kept; at most MAX_ENGINES live at once,
-the least recently used shut down first, and those unused for PLAYGROUND_VLLM_IDLE_S seconds stopped (IDLE_DEFAULT_S
-on every host; the next run that needs one starts it again and says so). Plain
-decoding is an engine of its own: the live speedup's baseline (`VllmPlainProbe`). The drafter is checked against
-the target from the two config.json files before vLLM starts (vLLM would silently degrade).
+num_speculative_tokens is fixed per engine, so there is one engine per (drafter, k; a weightless method: and its
+settings, prompt lookup's n-gram lengths), started on first use (load and compile: minutes on 2 CPU cores, `starts`
+quotes the measured times) and kept; at most MAX_ENGINES live at once, the least recently used shut down first, and
+those unused for PLAYGROUND_VLLM_IDLE_S seconds stopped (IDLE_DEFAULT_S on every host; the next run that needs one
+starts it again and says so). Plain decoding is an engine of its own: the live speedup's baseline (`VllmPlainProbe`).
+The drafter is checked against the target from the two config.json files before vLLM starts (vLLM would silently
+degrade).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Callable, Container, Iterator
 from typing import Any
 
 from playground import environment
-from playground.drafting import PLAIN
+from playground.drafting import PLAIN, is_weightless, method_of
 from playground.engine import GenerationConfig, SpecCounters
 from playground.engine.checkpoint import CheckpointError
 from playground.engine.templates import encode_chat
@@ -33,7 +34,7 @@ from playground.smollm2 import local_folder
 from .. import Capabilities, require_local_engine_options
 from ..fit import check_drafter_fits, read_config, stored_parameters
 from ..steps import MISSING_FIELDS
-from .args import CPU_ENVIRONMENT, engine_kwargs
+from .args import CPU_ENVIRONMENT, Settings, engine_kwargs
 from .memory import (
     GPU_SLOTS,
     MAX_ENGINES,
@@ -50,7 +51,7 @@ from .processes import child_processes_memory, descendant_pids, engine_processes
 from .starts import PRESET, engine_id, expected, measured_on, remember_start, started_before
 from .stream import VllmError, VllmPlainProbe, VllmStream, counters_from_snapshot
 
-EngineKey = tuple[str | None, int]  # (drafter source or None for plain, k or 0)
+EngineKey = tuple[str | None, int, Settings]  # (a drafter's source, a weightless method or None: plain; k; settings)
 
 STARTING_STOP_S = 5.0  # at shutdown, how long a starting engine's killed processes and its failing start are awaited
 IDLE_DEFAULT_S = 300.0  # on every host: an engine core with its worker holds ~3 GB on the CPU
@@ -186,18 +187,22 @@ class VllmBackend:
             check_drafter_fits(self.model_folder, source)
         self.memory_plan()  # on a GPU: refuse now what cannot fit
 
-    def _key(self, drafter: str, k: int) -> EngineKey:
-        source = None if drafter == PLAIN else self.preset.drafters.get(drafter, drafter)
-        return (source, k if source else 0)
+    def _key(self, drafter: str, k: int, settings: Settings = ()) -> EngineKey:
+        """An engine's identity; a weightless method's own settings, each given or its default, are part of it."""
+        if drafter == PLAIN:
+            return (None, 0, ())
+        if is_weightless(drafter):
+            return (drafter, k, tuple(method_of(drafter).settings(dict(settings)).items()))
+        return (self.preset.drafters.get(drafter, drafter), k, ())
 
     def _needed(self, drafter: str) -> list[str]:
         """The engines a run with this drafter needs: its own, then plain decoding's (the live baseline), which a GPU
         with room for one engine goes without."""
         return [drafter] if self.memory_plan().alone else list(dict.fromkeys([drafter, PLAIN]))
 
-    def _missing(self, drafter: str, k: int) -> list[EngineKey]:
-        """The engines a run with this drafter and k needs that are not up."""
-        return [key for key in dict.fromkeys(self._key(name, k) for name in self._needed(drafter))
+    def _missing(self, drafter: str, k: int, settings: Settings = ()) -> list[EngineKey]:
+        """The engines a run with this drafter, k and method settings needs that are not up."""
+        return [key for key in dict.fromkeys(self._key(name, k, settings) for name in self._needed(drafter))
                 if key not in self._engines]
 
     def _name(self, key: EngineKey) -> str:
@@ -208,7 +213,7 @@ class VllmBackend:
 
     def _engine_id(self, key: EngineKey) -> str:
         applied = {k: os.environ.get(k, v) for k, v in CPU_ENVIRONMENT.items()} if self.preset.device == "cpu" else {}
-        return engine_id(engine_kwargs(self.preset, key[0], key[1], model=self.model_folder), applied)
+        return engine_id(engine_kwargs(self.preset, key[0], key[1], model=self.model_folder, settings=key[2]), applied)
 
     def _expected(self, key: EngineKey) -> str:
         """How long this engine's start should take: measured on the CPU for the default pair (warm where it started
@@ -224,10 +229,10 @@ class VllmBackend:
         where = measured_on() if self.preset.device == "cpu" else None
         return f"; measured on {where}" if where else ""
 
-    def starting(self, drafter: str, k: int) -> str | None:
+    def starting(self, drafter: str, k: int, settings: Settings = ()) -> str | None:
         """What a run with this drafter and k waits for first (`prepare`), when an engine it needs is not up: which
         engines, and how long their starts took in the measurements (assets/bench/vllm-start-cpu.json)."""
-        missing = self._missing(drafter, k)
+        missing = self._missing(drafter, k, settings)
         if not missing:
             return None
         names = ", then ".join(f"{self._name(key)} ({self._expected(key)})" for key in missing)
@@ -254,33 +259,32 @@ class VllmBackend:
         what = f"vLLM for {self._name(key)}{place}: {so_far} so far ({expectation})…"
         return f"{self._stopped_idle(key)}; starting {what}" if key in self._released else f"starting {what}"
 
-    def prepare(self, drafter: str, k: int) -> None:
+    def prepare(self, drafter: str, k: int, settings: Settings = ()) -> None:
         """Start the engines a run needs: its own and plain decoding's (the baseline; not where the GPU has room
         for one engine)."""
-        missing = self._missing(drafter, k)
-        for name in self._needed(drafter):
-            key = self._key(name, k)
+        missing = self._missing(drafter, k, settings)
+        keys = [self._key(name, k, settings) for name in self._needed(drafter)]
+        for name, key in zip(self._needed(drafter), keys):
             many = key in missing and len(missing) > 1
-            self.engine(name, k, f" ({missing.index(key) + 1} of {len(missing)})" if many else "")
+            self.engine(name, k, f" ({missing.index(key) + 1} of {len(missing)})" if many else "", settings)
         with self._lock:  # the run's own engine waited through plain decoding's start: not idle for it
             now = time.monotonic()
-            self._last_used.update({self._key(name, k): now for name in self._needed(drafter)
-                                    if self._key(name, k) in self._engines})
+            self._last_used.update({key: now for key in keys if key in self._engines})
 
-    def preparing(self, drafter: str, k: int, every_s: float = 1.0) -> Iterator[str]:
+    def preparing(self, drafter: str, k: int, every_s: float = 1.0, settings: Settings = ()) -> Iterator[str]:
         """`prepare` in a thread of its own, yielding `start_progress()` every `every_s` seconds until the engines
         are up (then it returns; a failed start raises here). Closing it early leaves the start running."""
         failure: list[BaseException] = []
 
         def run() -> None:
             try:
-                self.prepare(drafter, k)
+                self.prepare(drafter, k, settings)
             except BaseException as err:  # noqa: BLE001 - raised in the caller's thread below
                 failure.append(err)
 
         thread = threading.Thread(target=run, name="vllm-prepare", daemon=True)
         thread.start()
-        last = self.starting(drafter, k) or ""
+        last = self.starting(drafter, k, settings) or ""
         thread.join(every_s)
         while thread.is_alive():
             last = self.start_progress() or last
@@ -289,16 +293,16 @@ class VllmBackend:
         if failure:
             raise failure[0]
 
-    def engine(self, drafter: str, k: int, place: str = "") -> Any:
-        """The engine for this drafter and k, started if needed; the drafter's fit and, on a GPU, the memory plan
-        are checked first. Engines make room as `engines_to_stop` says. `place`: where this start is among those a
-        run waits for (" (1 of 2)"), for `start_progress`."""
-        key = self._key(drafter, k)
+    def engine(self, drafter: str, k: int, place: str = "", settings: Settings = ()) -> Any:
+        """The engine for this drafter, k and method settings, started if needed; the drafter's fit and, on a GPU,
+        the memory plan are checked first. Engines make room as `engines_to_stop` says. `place`: where this start is
+        among those a run waits for (" (1 of 2)"), for `start_progress`."""
+        key = self._key(drafter, k, settings)
         self.release_idle(keep=key)
         with self._lock:
             self._last_used[key] = time.monotonic()
             if key not in self._engines:
-                if key[0] is not None:
+                if key[0] is not None and not is_weightless(key[0]):
                     check_drafter_fits(self.model_folder, key[0])
                 plan = self.memory_plan()
                 for victim in engines_to_stop(list(self._engines), key, self.preset.device == "cuda", plan.alone):
@@ -318,9 +322,10 @@ class VllmBackend:
             return self._engines[key]
 
     @contextlib.contextmanager
-    def holding(self, drafter: str, k: int) -> Iterator[Any]:
-        """The engine for this drafter and k, kept from the idle release while the block reads from it."""
-        engine, key = self.engine(drafter, k), self._key(drafter, k)
+    def holding(self, drafter: str, k: int, settings: Settings = ()) -> Iterator[Any]:
+        """The engine for this drafter, k and method settings, kept from the idle release while the block reads
+        from it."""
+        engine, key = self.engine(drafter, k, settings=settings), self._key(drafter, k, settings)
         with self._lock:
             self._in_use[key] += 1
         try:
@@ -371,7 +376,7 @@ class VllmBackend:
             time.sleep(min(60.0, self.idle_s / 4))
             self.release_idle()
 
-    async def _start(self, drafter: str | None, k: int) -> Any:
+    async def _start(self, drafter: str | None, k: int, settings: Settings) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -379,13 +384,15 @@ class VllmBackend:
             for key, value in CPU_ENVIRONMENT.items():
                 os.environ.setdefault(key, value)
         supported = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
-        return AsyncLLM.from_engine_args(AsyncEngineArgs(**self.engine_kwargs(drafter, k, supported)))
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**self.engine_kwargs(drafter, k, supported, settings)))
 
-    def engine_kwargs(self, drafter: str | None, k: int, supported: Container[str] | None = None) -> dict:
-        """This backend's arguments for the engine of `drafter` (a source, None = plain) and k (`engine_kwargs`,
-        with the GPU plan's share)."""
+    def engine_kwargs(self, drafter: str | None, k: int, supported: Container[str] | None = None,
+                      settings: Settings = ()) -> dict:
+        """This backend's arguments for the engine of `drafter` (a source or a weightless method's name, None =
+        plain), k and the method's settings (`engine_kwargs`, with the GPU plan's share)."""
         alone = self.memory_plan().alone
-        return engine_kwargs(self.preset, drafter, k, supported, model=self.model_folder, alone=alone)
+        return engine_kwargs(self.preset, drafter, k, supported, model=self.model_folder, alone=alone,
+                             settings=settings)
 
     def plain_probe(self) -> VllmPlainProbe:
         """The live baseline's probe; refused where the GPU has room for one engine (it would stop the run's)."""

@@ -93,7 +93,8 @@ class VllmStream:
 
     def _run(self, backend: VllmBackend, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
              should_stop: Callable[[], bool] | None) -> Iterator[StepEvent]:
-        with backend.holding(drafter, cfg.k) as engine:  # kept from the idle release while the request reads
+        # kept from the idle release while the request reads
+        with backend.holding(drafter, cfg.k, cfg.method_settings) as engine:
             yield from self._read(backend, engine, prompt_ids, cfg, should_stop)
 
     def _read(self, backend: VllmBackend, engine: Any, prompt_ids: list[int], cfg: GenerationConfig,
