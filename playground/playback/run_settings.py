@@ -6,7 +6,7 @@ import functools
 from dataclasses import dataclass, field
 
 from playground.backends import RequestError, check_run
-from playground.drafting import PLAIN
+from playground.drafting import PLAIN, SUFFIX_CACHE, method_of
 from playground.engine import GenerationConfig, TreeShape
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.tree_shape import MAX_NODES
@@ -39,6 +39,9 @@ class RunSettings:
     min_draft_prob: float = 0.0  # adaptive draft length (engine.GenerationConfig); 0 drafts k every step
     tree_nodes: int = 0  # a draft tree of this many nodes per step, k deep (engine/tree.py); 0 drafts a chain of k
     k_auto: bool = False  # k chosen at the run's start (backends/auto_k.py): the k predicted fastest, or plain decoding
+    # a weightless method's settings (drafting.METHODS' Parameters, by name) as (name, value) pairs; one left out
+    # takes the registry's default
+    method_settings: tuple[tuple[str, int | float], ...] = ()
 
     @property
     def plain(self) -> bool:
@@ -86,7 +89,22 @@ class RunSettings:
 
     def generation_config(self) -> GenerationConfig:
         return GenerationConfig(max_new_tokens=self.max_new_tokens, k=self.k, temperature=self.temperature,
-                                top_p=self.top_p, seed=self.seed, min_draft_prob=self.min_draft_prob, tree=self.tree)
+                                top_p=self.top_p, seed=self.seed, min_draft_prob=self.min_draft_prob, tree=self.tree,
+                                method_settings=self.method_settings)
+
+    @property
+    def features(self) -> bool:
+        """Whether the run drafts from the target's hidden states, so that its attention, drift and hidden-state RMS
+        views apply (a preset's drafter or a folder: yes; a weightless method: no)."""
+        method = method_of(self.drafter)
+        return method is None or method.features
+
+    @property
+    def keeps_session_cache(self) -> bool:
+        """Whether the method drafts from a cache of the session's earlier sequences (suffix decoding: the method
+        whose settings bound one)."""
+        method = method_of(self.drafter)
+        return method is not None and SUFFIX_CACHE in method.parameters
 
     @property
     def tree(self) -> TreeShape | None:
