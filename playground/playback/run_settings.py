@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, field
 
 from playground.backends import RequestError, check_run
@@ -55,6 +56,7 @@ class RunSettings:
             name = "plain decoding"
         else:
             name = DRAFTER_LABELS.get(self.drafter, self.drafter)
+            name = " ".join([name, *self._changed_settings()])
             name = f"{name} adaptive {self.min_draft_prob:g}" if self.min_draft_prob else name
             name = f"{name} tree {self.tree_nodes}" if self.tree_nodes else name
             name = f"{name} k auto" if self.k_auto else name
@@ -63,6 +65,18 @@ class RunSettings:
         except KeyError:
             return name
         return f"{name} ({ENGINE_LABELS[backend]})" if backend == "vllm" else name
+
+    def _changed_settings(self) -> list[str]:
+        """The method's settings given other than the registry's defaults, each named without the words all its
+        settings share ('max_tree_depth 12' for suffix decoding's suffix_decoding_max_tree_depth)."""
+        method = method_of(self.drafter)
+        if method is None or not self.method_settings:
+            return []
+        words = [p.name.split("_") for p in method.parameters]
+        shared = len(os.path.commonprefix(words)) if len(words) > 1 else 0
+        defaults = {p.name: p.default for p in method.parameters}
+        return [f"{'_'.join(name.split('_')[shared:])} {value}" for name, value in self.method_settings
+                if value != defaults.get(name)]
 
     def checked_preset(self) -> Preset:
         """The preset, after checking every field; raises RequestError with a message for the user."""

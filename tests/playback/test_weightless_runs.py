@@ -79,6 +79,9 @@ def test_an_export_names_the_method_and_its_settings(pair_models: Path, tmp_path
     assert record["settings"]["method_settings"] == [[SUFFIX_DEPTH.name, 12]]
     assert record["config"]["method_settings"] == [[SUFFIX_DEPTH.name, 12]]
     assert record["health"]["status"] == "not checked"
+    assert run.view().label == "suffix decoding max_tree_depth 12, k=4"  # two sides of one method told apart
+    ngram = RunSettings(drafter="ngram", method_settings=(("prompt_lookup_min", 3), ("prompt_lookup_max", 5)))
+    assert ngram.drafter_label == "prompt lookup (n-gram) min 3"  # the default left unsaid
     assert all(line.split(",")[1] == "suffix" for line in csv_path.read_text().splitlines()[1:])
 
 

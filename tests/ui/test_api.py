@@ -107,7 +107,7 @@ def test_a_weightless_method_and_its_settings_are_taken_by_the_api(client: Clien
     assert record["drafter"] == "suffix" and dict(record["config"]["method_settings"])[
         "suffix_decoding_max_tree_depth"] == 12
     notes = " ".join(a["text"] for a in json.loads(drift["plot"])["layout"]["annotations"]).replace("<br>", " ")
-    assert "suffix decoding, k=4: proposes from the text alone" in notes
+    assert "suffix decoding max_tree_depth 12, k=4: proposes from the text alone" in notes
     plain = chat(Client(app_url, verbose=False), drafter="none")[-1][-1]
     assert record["token_ids"] == plain["token_ids"]
 
