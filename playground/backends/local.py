@@ -15,6 +15,7 @@ from playground.engine import (
     GenerationConfig,
     PlainProbe,
     StepEvent,
+    SuffixCache,
     Target,
     TreeShape,
     load_drafter,
@@ -120,7 +121,8 @@ class LocalBackend:
             self.drafter(name)
 
     def _generate(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
-                  should_stop: Callable[[], bool] | None = None) -> Iterator[StepEvent]:
+                  should_stop: Callable[[], bool] | None = None,
+                  suffix_cache: SuffixCache | None = None) -> Iterator[StepEvent]:
         if drafter == PLAIN:
             return plain_generate(self.target, prompt_ids, cfg, should_stop)
         if self.target.quantised and not self.exact_speculation:
@@ -128,7 +130,7 @@ class LocalBackend:
                                "speculation on them would not be token-identical to plain decoding; run plain "
                                "decoding, or weights float32")
         if is_weightless(drafter):  # the proposal comes from the text: no drafter to load
-            return weightless_generate(self.target, drafter, prompt_ids, cfg, should_stop)
+            return weightless_generate(self.target, drafter, prompt_ids, cfg, should_stop, suffix_cache)
         loaded = self.drafter(drafter)
         if cfg.tree is not None:
             return tree_generate(self.target, loaded.drafter, loaded.aux_layers, prompt_ids, cfg, cfg.tree,
@@ -146,10 +148,13 @@ class LocalBackend:
             self._warmed.add(path)
 
     def stream(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
-               should_stop: Callable[[], bool] | None = None) -> Iterator[StepEvent]:
-        """Step events of one request; the path (plain or this drafter) is warmed up first, so timings are honest."""
+               should_stop: Callable[[], bool] | None = None,
+               suffix_cache: SuffixCache | None = None) -> Iterator[StepEvent]:
+        """Step events of one request; the path (plain or this drafter) is warmed up first (suffix decoding on a
+        cache of its own), so timings are honest. `suffix_cache`: the session's, which suffix decoding reads and
+        grows."""
         self.warm_up(prompt_ids, drafter, cfg.tree if drafter != PLAIN else None)
-        return self._generate(prompt_ids, drafter, cfg, should_stop)
+        return self._generate(prompt_ids, drafter, cfg, should_stop, suffix_cache)
 
 
 __all__ = ["CheckpointError", "LocalBackend", "LoadedDrafter"]

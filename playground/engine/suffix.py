@@ -6,9 +6,13 @@ speculation together at most `depth` tokens, as vLLM's suffix_decoding_max_tree_
 
 Memory is bounded: at most `depth` nodes an indexed token, and a session keeps earlier sequences only while their
 tokens total at most `max_tokens` (the oldest forgotten first, their counts taken out of the trie). The cache belongs
-to one session: its caller keeps it, and nothing here is shared between sessions."""
+to one session: its caller keeps it (the app: one per Chat conversation, emptied by its Clear), and nothing here is
+shared between sessions. A lock serialises its use, since a superseded run may take one more step while the
+session's next run begins."""
 
 from __future__ import annotations
+
+import threading
 
 
 class _Node:
@@ -102,11 +106,26 @@ class SuffixCache:
     def __init__(self) -> None:
         self.trie: SuffixTrie | None = None
         self.sequences: list[list[int]] = []  # oldest first, the running one last
+        self.lock = threading.Lock()
+
+    def clear(self) -> None:
+        """Forget every sequence (a session's Clear); a run still going indexes on into the trie it began with, which
+        no later run reads."""
+        with self.lock:
+            self.trie, self.sequences = None, []
+
+    def tokens(self) -> int:
+        """How many tokens the kept sequences hold, the running one included."""
+        return sum(map(len, self.sequences))
 
     def begin(self, depth: int, max_tokens: int) -> Growing:
         """A new run's sequence: earlier ones past `max_tokens` forgotten (oldest first), the trie rebuilt where the
         run asks another depth."""
-        while self.sequences and sum(map(len, self.sequences)) > max_tokens:
+        with self.lock:
+            return self._begin(depth, max_tokens)
+
+    def _begin(self, depth: int, max_tokens: int) -> Growing:
+        while self.sequences and self.tokens() > max_tokens:
             forgotten = self.sequences.pop(0)
             if self.trie is not None:
                 self.trie.remove(forgotten)
@@ -132,8 +151,10 @@ class SuffixProposer:
     """One run's suffix decoding over its session's cache."""
 
     def __init__(self, cache: SuffixCache, depth: int, min_prob: float, max_tokens: int) -> None:
-        self.running, self.min_prob = cache.begin(depth, max_tokens), min_prob
+        self.cache, self.min_prob = cache, min_prob
+        self.running = cache.begin(depth, max_tokens)
 
     def propose(self, tokens: list[int], k: int) -> list[int]:
-        self.running.catch_up(tokens)
-        return self.running.trie.speculate(tokens, k, self.min_prob)[0]
+        with self.cache.lock:
+            self.running.catch_up(tokens)
+            return self.running.trie.speculate(tokens, k, self.min_prob)[0]

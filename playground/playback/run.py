@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 from playground.backends import Backend, StepStream
-from playground.engine import Baseline, RunRecord, RunTally, StepEvent, emitted_ids
+from playground.engine import Baseline, RunRecord, RunTally, StepEvent, SuffixCache, emitted_ids
 from playground.engine.costs import AutoK
 from playground.engine.threads import busy_text
 from playground.health import Health, run_health
@@ -125,7 +125,7 @@ class Run:
         return RunView(s.drafter_label, s.plain, s.k, self.events, self.tally.metrics(), self.baseline,
                        dict(self.missing_fields), self.seen_tokens_per_second,
                        self.health.usual_by_position if self.health else None,
-                       self.health.usual_drift if self.health else None)
+                       self.health.usual_drift if self.health else None, s.features)
 
     def record(self, name: str, with_steps: bool = True, view: RunView | None = None) -> dict:
         """The run as JSON-ready data: text, config, metrics and (for exports) the per-step trace. Pass the `view`
@@ -175,12 +175,14 @@ class RunDriver:
     """Advances one backend stream a step at a time and keeps its Run up to date."""
 
     def __init__(self, backend: Backend, settings: RunSettings, prompt_ids: list[int],
-                 should_stop: Callable[[], bool], auto_k: AutoK | None = None, earlier: Sequence[Health] = ()) -> None:
+                 should_stop: Callable[[], bool], auto_k: AutoK | None = None, earlier: Sequence[Health] = (),
+                 suffix_cache: SuffixCache | None = None) -> None:
         self.run = Run(settings, len(prompt_ids), missing_fields=dict(backend.missing_fields),
                        precision=precision_label(multiplied(backend), backend.exact_speculation, settings.plain),
                        engine=backend.name, compute=backend.compute, prompt_ids=list(prompt_ids), auto_k=auto_k)
         self._backend, self._should_stop = backend, should_stop
         self._earlier = earlier  # the session's earlier answers' health with this drafter, k and way of decoding
+        self._suffix_cache = suffix_cache  # the session's, for suffix decoding (None: a cache of the run's own)
         self.paces_itself = backend.capabilities.paces_itself
         self._stops_itself = backend.capabilities.checks_stop  # else advance() asks should_stop between steps
         self._provenance = ProvenanceBuilder(backend.decode)
@@ -215,7 +217,10 @@ class RunDriver:
     def open(self) -> None:
         """Load the drafter (and check that it fits the target) before anything is measured."""
         s = self.run.settings
-        stream = self._backend.stream(self.run.prompt_ids, s.drafter, s.generation_config(), self._should_stop)
+        cached = self._suffix_cache is not None and s.keeps_session_cache
+        session = {"suffix_cache": self._suffix_cache} if cached else {}
+        stream = self._backend.stream(self.run.prompt_ids, s.drafter, s.generation_config(), self._should_stop,
+                                      **session)
         self._events = _ActiveTimeEvents(stream, rewrite=not self.paces_itself)
         self.run.opened = True
         self.run.starting = self._backend.starting(s.drafter, s.k)

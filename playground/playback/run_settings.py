@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, field
 
 from playground.backends import RequestError, check_run
-from playground.drafting import PLAIN
+from playground.drafting import PLAIN, SUFFIX_CACHE, method_of
 from playground.engine import GenerationConfig, TreeShape
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.tree_shape import MAX_NODES
@@ -46,6 +47,9 @@ class RunSettings:
     min_draft_prob: float = 0.0  # adaptive draft length (engine.GenerationConfig); 0 drafts k every step
     tree_nodes: int = 0  # a draft tree of this many nodes per step, k deep (engine/tree.py); 0 drafts a chain of k
     k_auto: bool = False  # k chosen at the run's start (backends/auto_k.py): the k predicted fastest, or plain decoding
+    # a weightless method's settings (drafting.METHODS' Parameters, by name) as (name, value) pairs; one left out
+    # takes the registry's default
+    method_settings: tuple[tuple[str, int | float], ...] = ()
 
     @property
     def plain(self) -> bool:
@@ -59,6 +63,7 @@ class RunSettings:
             name = "plain decoding"
         else:
             name = DRAFTER_LABELS.get(self.drafter, self.drafter)
+            name = " ".join([name, *self._changed_settings()])
             name = f"{name} adaptive {self.min_draft_prob:g}" if self.min_draft_prob else name
             name = f"{name} tree {self.tree_nodes}" if self.tree_nodes else name
             name = f"{name} k auto" if self.k_auto else name
@@ -67,6 +72,18 @@ class RunSettings:
         except KeyError:
             return name
         return f"{name} ({ENGINE_LABELS[backend]})" if backend == "vllm" else name
+
+    def _changed_settings(self) -> list[str]:
+        """The method's settings given other than the registry's defaults, each named without the words all its
+        settings share ('max_tree_depth 12' for suffix decoding's suffix_decoding_max_tree_depth)."""
+        method = method_of(self.drafter)
+        if method is None or not self.method_settings:
+            return []
+        words = [p.name.split("_") for p in method.parameters]
+        shared = len(os.path.commonprefix(words)) if len(words) > 1 else 0
+        defaults = {p.name: p.default for p in method.parameters}
+        return [f"{'_'.join(name.split('_')[shared:])} {value}" for name, value in self.method_settings
+                if value != defaults.get(name)]
 
     def checked_preset(self) -> Preset:
         """The preset, after checking every field; raises RequestError with a message for the user."""
@@ -93,7 +110,22 @@ class RunSettings:
 
     def generation_config(self) -> GenerationConfig:
         return GenerationConfig(max_new_tokens=self.max_new_tokens, k=self.k, temperature=self.temperature,
-                                top_p=self.top_p, seed=self.seed, min_draft_prob=self.min_draft_prob, tree=self.tree)
+                                top_p=self.top_p, seed=self.seed, min_draft_prob=self.min_draft_prob, tree=self.tree,
+                                method_settings=self.method_settings)
+
+    @property
+    def features(self) -> bool:
+        """Whether the run drafts from the target's hidden states, so that its attention, drift and hidden-state RMS
+        views apply (a preset's drafter or a folder: yes; a weightless method: no)."""
+        method = method_of(self.drafter)
+        return method is None or method.features
+
+    @property
+    def keeps_session_cache(self) -> bool:
+        """Whether the method drafts from a cache of the session's earlier sequences (suffix decoding: the method
+        whose settings bound one)."""
+        method = method_of(self.drafter)
+        return method is not None and SUFFIX_CACHE in method.parameters
 
     @property
     def tree(self) -> TreeShape | None:

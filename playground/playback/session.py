@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from playground.backends import Backend, shared_backend
 from playground.backends.auto_k import auto_k
 from playground.drafting import PLAIN
+from playground.engine import SuffixCache
 from playground.engine.costs import AutoK
 from playground.health import Health
 from playground.presets import ENGINE_LABELS, get_preset
@@ -78,13 +79,17 @@ class Conversation:
 
     One run owns the conversation at a time: each new turn takes it over, and Clear takes it away from whichever run
     had it. A run that no longer owns the conversation stops and writes nothing more into it, so what the model sees
-    next is what the screen shows, whatever a cancelled or superseded run was doing."""
+    next is what the screen shows, whatever a cancelled or superseded run was doing.
+
+    It also keeps suffix decoding's cache of the session's earlier prompts and answers (`suffix_cache`), its own:
+    one per conversation, so one per visitor (Gradio copies a State's default per session), emptied by Clear."""
 
     exchanges: list[Exchange] = field(default_factory=list)
 
     def __post_init__(self) -> None:  # not fields: Gradio reads a State's default with dataclasses.asdict
         self._owner = 0  # the turn that may write; take_over() and clear() move it on
         self._lock = threading.Lock()
+        self.suffix_cache = SuffixCache()
 
     def messages(self, system: str, next_user: str | None = None) -> list[dict]:
         out = [{"role": "system", "content": system}] if system.strip() else []
@@ -108,6 +113,7 @@ class Conversation:
         with self._lock:
             self._owner += 1
             self.exchanges = []
+        self.suffix_cache.clear()
 
     def append(self, turn: int, exchange: Exchange) -> bool:
         """Add `exchange` if `turn` still owns the conversation; whether it did."""
@@ -160,7 +166,7 @@ def _answer(conversation: Conversation, turn: int, prompt: str | None, settings:
     backend, prompt_ids, settings, auto = _prepare(settings, conversation.messages(settings.system, prompt),
                                                    [ex.run for ex in conversation.exchanges])
     driver = RunDriver(backend, settings, prompt_ids, lambda: should_stop() or not conversation.owned_by(turn), auto,
-                       _earlier_health(conversation, settings))
+                       _earlier_health(conversation, settings), conversation.suffix_cache)
     driver.open()
     exchange = Exchange(prompt, driver.run)
     if not conversation.append(turn, exchange):

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from urllib.parse import urlencode
 
+from playground.drafting import PARAMETERS
 from playground.presets import is_own_pair
 
 from .run_settings import RequestError, RunSettings
@@ -17,8 +18,20 @@ ALWAYS = ("preset", "drafter", "k")  # named even at their defaults: the default
 PARSERS: dict[str, Callable[[str], object]] = {  # how a link's text becomes each RunSettings field
     "drafter": str, "k": int, "preset": str, "temperature": float, "top_p": float, "max_new_tokens": int,
     "chat_template": str, "system": str, "seed": int, "min_draft_prob": float, "tree_nodes": int,
-    "k_auto": lambda text: text == "True",
+    "k_auto": lambda text: text == "True", "method_settings": lambda text: _method_settings(text),
 }
+
+
+def _method_settings(text: str) -> tuple[tuple[str, int | float], ...]:
+    """'suffix_decoding_max_tree_depth:32,…' as (name, value) pairs (a name the registry lacks is refused where the
+    settings are checked)."""
+    pairs = [item.partition(":") for item in text.split(",") if item]
+    return tuple((name, int(value) if name in PARAMETERS and PARAMETERS[name][1].whole else float(value))
+                 for name, _, value in pairs)
+
+
+def _link_text(name: str, value: object) -> object:
+    return ",".join(f"{n}:{v}" for n, v in value) if name == "method_settings" else value
 
 
 def link_problem(prompt: str, settings: RunSettings) -> str | None:
@@ -35,7 +48,7 @@ def share_query(prompt: str, settings: RunSettings) -> str | None:
     if link_problem(prompt, settings):
         return None
     defaults = asdict(RunSettings(preset=settings.preset))
-    chosen = {name: value for name, value in asdict(settings).items()
+    chosen = {name: _link_text(name, value) for name, value in asdict(settings).items()
               if value is not None and (name in ALWAYS or value != defaults[name])}
     return "?" + urlencode({"prompt": prompt, **chosen})
 

@@ -12,7 +12,7 @@ import gradio as gr
 
 from playground.backends import backend_unavailable_reason
 from playground.backends.availability import offered_presets
-from playground.drafting import MAX_K, PLAIN
+from playground.drafting import MAX_K, METHODS, PARAMETERS, PLAIN, WEIGHTLESS, Parameter, is_weightless
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.tree_shape import MAX_NODES, TreeShape
 from playground.playback import (
@@ -52,9 +52,15 @@ def follow_answer_view(control: gr.Radio, view: gr.State, show: Callable, inputs
     control.change(change, [control, view, *inputs], outputs, queue=False, api_visibility="private")
 
 
+def offered_drafters(preset: Preset) -> list[str]:
+    """The preset's drafters, the weightless methods its backend runs (drafting.METHODS), then plain decoding."""
+    weightless = [name for name in WEIGHTLESS if preset.backend in METHODS[name].engines]
+    return [*preset.drafters, *weightless, PLAIN]
+
+
 def drafter_choices(preset: Preset) -> list[tuple[str, str]]:
-    """(label, name) pairs: the preset's drafters, then plain decoding."""
-    return [(DRAFTER_LABELS.get(n, n), n) for n in [*preset.drafters, PLAIN]]
+    """(label, name) pairs of offered_drafters, labelled as the registry (or the preset) names them."""
+    return [(DRAFTER_LABELS.get(n, n), n) for n in offered_drafters(preset)]
 
 
 def compare_drafters(preset: Preset) -> tuple[str, str]:
@@ -164,7 +170,7 @@ def follow_preset(controls: GenerationControls, *drafters: tuple[gr.Radio, Calla
     def update(name: str, *chosen: str):
         preset = get_preset(name)
         radios = [gr.Radio(choices=drafter_choices(preset),
-                           value=now if now in preset.drafter_names else default(preset))
+                           value=now if now in offered_drafters(preset) else default(preset))
                   for (_, default), now in zip(drafters, chosen)]
         return preset_info(preset), *radios
 
@@ -194,10 +200,45 @@ def k_auto_control(elem_id: str, label: str = "k auto") -> gr.Checkbox:
                             "(measured once, a few seconds); plain decoding where no k pays. Our engine, chains")
 
 
-def follow_drafter(drafter: gr.Radio, *drafting: gr.components.Component) -> None:
-    """k and the adaptive stop mean nothing for plain decoding: disabled while it is chosen."""
-    drafter.change(lambda name: [gr.update(interactive=name != PLAIN) for _ in drafting], drafter, list(drafting),
-                   queue=False, api_visibility="private")
+def follow_drafter(controls: DraftingControls, settings: dict[str, gr.Row]) -> None:
+    """k and the rest mean nothing for plain decoding: disabled while it is chosen. A weightless method proposes
+    without probabilities or a shipped acceptance: the adaptive stop, trees and k auto go back to off and are
+    disabled. Each method's own settings (`settings`, a row per method) show only while it is chosen."""
+    chained = [controls.min_draft_prob, controls.tree_nodes, controls.k_auto]
+
+    def update(name: str):
+        weightless = is_weightless(name)
+        off = [gr.update(interactive=False, value=value) for value in (0.0, 0, False)]
+        return (gr.update(interactive=name != PLAIN),
+                *(off if weightless else [gr.update(interactive=name != PLAIN) for _ in chained]),
+                *(gr.update(visible=method == name) for method in settings))
+
+    controls.drafter.change(update, controls.drafter, [controls.k, *chained, *settings.values()], queue=False,
+                            api_visibility="private")
+
+
+def parameter_control(parameter: Parameter, elem_id: str, label: str) -> gr.Number:
+    """One setting of a drafting method, its range and meaning from the registry (values checked by the run)."""
+    return CheckedNumber(parameter.default, label=f"{label} ({parameter.low}–{parameter.high})",
+                         minimum=parameter.low, maximum=parameter.high, step=1 if parameter.whole else 0.05,
+                         elem_id=elem_id, info=parameter.meaning)
+
+
+def method_settings_controls(drafter: str, elem_prefix: str, side: str) -> tuple[dict[str, gr.Number],
+                                                                                  dict[str, gr.Row]]:
+    """A control per setting of each weightless method (elem ids <elem_prefix><setting name with dashes>), in a
+    row per method, shown while that method is `drafter`; (controls by setting name, rows by method name)."""
+    controls, rows = {}, {}
+    for name in WEIGHTLESS:
+        method = METHODS[name]
+        with gr.Row(visible=name == drafter, elem_id=f"{elem_prefix}{name}-settings") as rows[name]:
+            for parameter in method.parameters:
+                label = f"{method.label}: {parameter.name.replace('_', ' ')}"
+                controls[parameter.name] = parameter_control(
+                    parameter, f"{elem_prefix}{parameter.name.replace('_', '-')}",
+                    f"{side.capitalize()} {label}" if side else label)
+    assert set(controls) == set(PARAMETERS), "every setting of the registry has a control"
+    return controls, rows
 
 
 def min_draft_prob_control(elem_id: str, label: str = "Adaptive: end the chain after a draft below") -> gr.Slider:
@@ -222,12 +263,14 @@ class DraftingControls:
     min_draft_prob: gr.Slider
     tree_nodes: gr.Number
     k_auto: gr.Checkbox
+    method_settings: dict[str, gr.Number]  # one per setting of a weightless method (drafting.PARAMETERS), by name
 
 
 def drafting_controls(preset: Preset, drafter: str, elem_prefix: str = "", side: str = "") -> DraftingControls:
     """One run's drafter, k, adaptive stop, tree size and k auto (Chat's, or a Compare side's, labelled with `side` and
-    drafter and k sharing a row), with k and the others disabled while plain decoding is chosen. Elem ids:
-    <elem_prefix>drafter, -k, -min-draft-prob, -tree-nodes, -k-auto."""
+    drafter and k sharing a row), with k and the others disabled while plain decoding is chosen, and the chosen
+    weightless method's settings. Elem ids: <elem_prefix>drafter, -k, -min-draft-prob, -tree-nodes, -k-auto, and
+    -<setting> per setting (method_settings_controls)."""
     named = (lambda label: f"{side.capitalize()} {label}") if side else (lambda label: label)
     with gr.Row() if side else contextlib.nullcontext():
         choice = drafter_control(preset, drafter, elem_id=f"{elem_prefix}drafter", label=named("drafter").capitalize())
@@ -241,6 +284,8 @@ def drafting_controls(preset: Preset, drafter: str, elem_prefix: str = "", side:
         tree_nodes=tree_nodes_control(elem_id=f"{elem_prefix}tree-nodes",
                                       label=f"{side.capitalize()}: draft tree nodes" if side else "Draft tree nodes"),
         k_auto=k_auto_control(elem_id=f"{elem_prefix}k-auto", label=f"{side.capitalize()}: k auto" if side
-                              else "k auto"))
-    follow_drafter(choice, k, drafting.min_draft_prob, drafting.tree_nodes, drafting.k_auto)
+                              else "k auto"),
+        method_settings={})
+    drafting.method_settings, rows = method_settings_controls(drafter, elem_prefix, side)
+    follow_drafter(drafting, rows)
     return drafting

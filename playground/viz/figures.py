@@ -43,6 +43,9 @@ TITLES = {
 }
 
 
+FEATURE_FIELDS = ("attention", "hidden_rms")  # StepEvent fields only a drafter fed the target's hidden states fills
+
+
 def _layout(fig: go.Figure, title: str, revision: str, **extra) -> go.Figure:
     fig.update_layout(
         # plotly grows a two-line title upwards from its anchor: start it one line lower
@@ -91,6 +94,8 @@ def _why_missing(view: RunView, field: str, noun: str, event_field: str | None =
     behind it, whose reason the backend may give in `view.missing`."""
     if view.plain:
         return f"{view.label}: no drafter, so no {noun} to show"
+    if event_field in FEATURE_FIELDS and not view.features:
+        return f"{view.label}: proposes from the text alone, with no drafter, so no {noun} to show"
     if view.metrics.drafting_steps == 0:
         return f"{view.label}: waiting for the first drafting step…"
     if getattr(view.metrics, field) is None:

@@ -22,6 +22,8 @@ class RunView:
     # position, its answers' pooled acceptance and 10th-90th percentile (health.Section.by_position)
     usual_drift: dict[str, list[tuple[float, float, float]]] | None = None  # its drift by depth: "draft" (attention
     # to its own drafts) and "rms", mean and 10th-90th percentile (health.Section.drift_by_depth)
+    features: bool = True  # drafts from the target's hidden states (drafting.Method.features): attention, drift and
+    # hidden-state RMS apply; False for a weightless method, which proposes from the text alone
 
     @classmethod
     def from_events(cls, drafter: str, plain: bool, k: int, events: list[StepEvent],

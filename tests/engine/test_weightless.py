@@ -105,6 +105,17 @@ def test_suffix_cache_memory_is_bounded_and_forgetting_is_exact() -> None:
     assert cache.trie.speculate(sequences[3][:5], 3, 0.0) == alone.trie.speculate(sequences[3][:5], 3, 0.0)
 
 
+def test_a_cleared_suffix_cache_speculates_as_a_fresh_one() -> None:
+    cache, fresh = SuffixCache(), SuffixCache()
+    earlier = cache.begin(6, 100)
+    earlier.catch_up([1, 2, 3, 4, 5, 6, 7])
+    assert cache.tokens() == 7 and cache.begin(6, 100).trie.speculate([1, 2], 3, 0.0)[0] == [3, 4, 5]
+    cache.clear()
+    assert cache.tokens() == 0 and cache.nodes() == 0
+    earlier.catch_up([1, 2, 3, 4, 5, 6, 7, 8])  # a run still going indexes into the trie it began with, unread
+    assert cache.begin(6, 100).trie.speculate([1, 2], 3, 0.0) == fresh.begin(6, 100).trie.speculate([1, 2], 3, 0.0)
+
+
 def test_suffix_cache_rebuilds_for_another_depth() -> None:
     cache = SuffixCache()
     cache.begin(4, 100).catch_up([1, 2, 3, 4, 5, 6])

@@ -24,6 +24,9 @@ def test_a_link_carries_the_prompt_and_settings(pair_models: Path) -> None:
     query = share_query(prompt, settings)
     assert query.startswith("?prompt=") and " " not in query and "(" not in query  # safe inside a Markdown link
     assert read(query) == (prompt, settings)
+    suffix = RunSettings(drafter="suffix", method_settings=(("suffix_decoding_max_tree_depth", 32),
+                                                            ("suffix_decoding_min_token_prob", 0.25)))
+    assert read(share_query("hi", suffix)) == ("hi", suffix)  # a weightless method's settings go with it
     plain = share_query("hi", RunSettings())
     assert set(dict(parse_qsl(plain[1:]))) == {"prompt", "preset", "drafter", "k"}  # defaults left out, but these
 
@@ -34,7 +37,11 @@ def test_an_address_without_a_link_changes_nothing_and_a_bad_link_is_one_line(pa
     for query, message in [("?prompt=hi&k=50", r"k \(speculative tokens per step\) must be between 1 and"),
                            ("?prompt=hi&k=four", "the link's k='four' is not a number"),
                            ("?prompt=hi&preset=no-such", "no-such"),
-                           ("?prompt=hi&drafter=medusa", "unknown drafter 'medusa'")]:
+                           ("?prompt=hi&drafter=medusa", "unknown drafter 'medusa'"),
+                           ("?prompt=hi&drafter=suffix&method_settings=suffix_decoding_max_tree_depth:99",
+                            "suffix_decoding_max_tree_depth .* must be from 2 to 64, got 99"),
+                           ("?prompt=hi&drafter=ngram&method_settings=prompt_lookup_min:x",
+                            "the link's method_settings='prompt_lookup_min:x' is not a number")]:
         with pytest.raises(RequestError, match=message) as refused:
             read(query)
         assert "\n" not in str(refused.value)

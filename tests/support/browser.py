@@ -35,6 +35,11 @@ def open_page(browser, url: str):
     return page
 
 
+def plot_marks(page, elem_id: str) -> int:
+    """Bars drawn in a plotly chart (0 while it shows a message instead)."""
+    return page.locator(f"#{elem_id} .plotly .bars path").count()
+
+
 @pytest.fixture
 def page(browser, app_url: str):
     page = open_page(browser, app_url)

@@ -102,6 +102,18 @@ def test_a_draft_tree_run_answers_as_plain_decoding_and_shows_its_tree(client: C
     assert tree["token_ids"] == plain["token_ids"]
 
 
+def test_a_weightless_method_and_its_settings_are_taken_by_the_api(client: Client, app_url: str) -> None:
+    """drafter=suffix with one of its settings by name (the others at the registry's defaults): plain decoding's
+    answer, the setting in the run's record, and the drift chart saying why it is empty."""
+    *_, drift, _, record = chat(client, drafter="suffix", suffix_decoding_max_tree_depth=12)[-1]
+    assert record["drafter"] == "suffix" and dict(record["config"]["method_settings"])[
+        "suffix_decoding_max_tree_depth"] == 12
+    notes = " ".join(a["text"] for a in json.loads(drift["plot"])["layout"]["annotations"]).replace("<br>", " ")
+    assert "suffix decoding max_tree_depth 12, k=4: proposes from the text alone" in notes
+    plain = chat(Client(app_url, verbose=False), drafter="none")[-1][-1]
+    assert record["token_ids"] == plain["token_ids"]
+
+
 def test_history_stays_plain_text_and_exports(client: Client) -> None:
     chat(client)
     chat(client, "And then?", chat_template="llama3")
@@ -361,6 +373,9 @@ def test_a_seed_repeats_a_sampled_answer(app_url: str) -> None:
     ({"preset": "remote"}, "PLAYGROUND_REMOTE_URL"),  # a preset that cannot run here (no server configured)
     ({"tree_nodes": 300}, "the draft tree's nodes must be from 0 \\(a chain\\) to 256, got 300"),
     ({"tree_nodes": 8, "min_draft_prob": 0.3}, "applies to chains, not to draft trees"),
+    ({"drafter": "suffix", "suffix_decoding_max_tree_depth": 100}, "must be from 2 to 64, got 100"),
+    ({"drafter": "ngram", "prompt_lookup_min": 6, "prompt_lookup_max": 3}, "prompt_lookup_min .* must not exceed"),
+    ({"drafter": "ngram", "tree_nodes": 8}, "prompt lookup .* drafts chains"),
 ])
 def test_bad_input_gets_a_clear_message(client: Client, app_log: Path, change: dict, message: str) -> None:
     args = {"prompt": PROMPT, **CHAT_DEFAULTS, "max_new_tokens": 4, **change}

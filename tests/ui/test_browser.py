@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.appserver import long_answer_prompt
-from tests.support.browser import TIMEOUT_MS, needs_chromium, open_page
+from tests.support.browser import TIMEOUT_MS, needs_chromium, open_page, plot_marks
 
 PROMPT = long_answer_prompt()
 pytestmark = needs_chromium
@@ -46,11 +46,6 @@ FITS = """(blocks) => {
   }
   return {overflowing, off_screen};
 }"""
-
-
-def plot_marks(page, elem_id: str) -> int:
-    """Bars drawn in a plotly chart (0 while it shows a message instead)."""
-    return page.locator(f"#{elem_id} .plotly .bars path").count()
 
 
 def test_chat_streams_provenance_and_live_charts(browser, real_app_url: str) -> None:
@@ -435,3 +430,4 @@ def test_a_link_to_an_answer_opens_the_page_ready_to_repeat_it(browser, app_url:
     expect(bad.locator("#chat-status")).to_contain_text("This link cannot run here: k (speculative tokens per step)")
     assert bad.locator("#prompt textarea").input_value() == ""
     bad.close()
+
