@@ -22,10 +22,12 @@ def test_a_local_preset_offers_the_weightless_methods_beside_its_drafters_labell
         name: METHODS[name].label for name in offered_drafters(local)}
 
 
-def test_an_engine_without_them_is_not_offered_them() -> None:
+def test_an_engine_is_offered_the_methods_it_runs_and_no_other() -> None:
     served = get_preset("smollm2-135m-vllm")
     assert served.backend not in METHODS["suffix"].engines  # else this test shows nothing
-    assert not set(WEIGHTLESS) & set(offered_drafters(served))
+    offered = set(WEIGHTLESS) & set(offered_drafters(served))
+    assert offered == {m for m in WEIGHTLESS if served.backend in METHODS[m].engines} == {"ngram"}
+    assert not set(WEIGHTLESS) & set(offered_drafters(get_preset("remote")))
     assert offered_drafters(served)[-1] == "none"
 
 
