@@ -10,6 +10,7 @@ from pathlib import Path
 
 from playground.backends import check_run
 from playground.backends.auto_k import auto_k
+from playground.backends.run_record import exported_run, run_fields
 from playground.drafting import PLAIN, WEIGHTLESS, is_weightless
 from playground.engine import MAX_K, GenerationConfig, RunRecord
 from playground.engine.costs import AutoK
@@ -74,16 +75,8 @@ def generate(args: argparse.Namespace) -> dict:
                           tree.depth if tree else getattr(stream, "k", cfg.k),  # vLLM / remote: the engine's k
                           prompt_ids=prompt_ids)
     health = run_health(preset, backend, drafter, cfg, args.chat_template, args.raw, len(prompt_ids), events)
-    target = getattr(backend, "target", None)  # the local engine's: which forward ran
-    result = {"preset": preset.name, "target": preset.target, "dtype": preset.dtype,
-              "forward": target.forward_path if target is not None else preset.backend,
-              "kernels": target.fast.kernels if target is not None and target.fast is not None else None,
-              "weights": target.weights if target is not None else None,
-              "weights_mb": (round(target.fast.resident_bytes() / 1e6, 1)
-                             if target is not None and target.fast is not None else None),
-              "threads": target.threads.describe() if target is not None and target.threads is not None else None,
-              "tree": asdict(tree) if tree else None, "auto_k": auto.to_dict() if auto else None,
-              "health": health.to_dict(), **record.to_dict()}
+    result = {"preset": preset.name, "target": preset.target, "tree": asdict(tree) if tree else None,
+              **exported_run(record, run_fields(backend, drafter == PLAIN), auto, health)}
     if args.json:
         print(json.dumps(result))
     else:

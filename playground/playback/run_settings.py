@@ -15,14 +15,6 @@ from playground.presets import DRAFTER_LABELS, ENGINE_LABELS, Preset, default_pr
 MAX_NEW_TOKENS = 1024
 
 
-def precision_label(dtype: str, exact: bool, plain: bool) -> str:
-    """Which precision ran; for a speculative run whose engine does not verify drafts bit for bit as it decodes plainly
-    (`exact`), also that its tokens may differ from plain decoding's there."""
-    if exact or plain:
-        return dtype
-    return f"{dtype} (not token-identical to plain {dtype} decoding)"
-
-
 @dataclass(frozen=True)
 class RunSettings:
     """What the user picked for one run."""
