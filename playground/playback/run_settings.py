@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from playground.backends import RequestError, check_run
+from playground.backends import RequestError, ResolvedRequest, resolve_request
+from playground.backends.request import check_request
 from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, TreeShape
+from playground.engine.costs import AutoK
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.tree_shape import MAX_NODES
 from playground.presets import DRAFTER_LABELS, ENGINE_LABELS, Preset, default_preset_name, get_preset
@@ -54,7 +57,20 @@ class RunSettings:
         return f"{name} ({ENGINE_LABELS[backend]})" if backend == "vllm" else name
 
     def checked_preset(self) -> Preset:
-        """The preset, after checking every field; raises RequestError with a message for the user."""
+        """The preset, after checking every field (k auto's too, without choosing); raises RequestError with a message
+        for the user."""
+        preset, cfg = self._checked()
+        check_request(preset, self.drafter, cfg, k_auto=self.k_auto)
+        return preset
+
+    def resolved(self, choose_k: Callable[[Preset], AutoK]) -> ResolvedRequest:
+        """The run as it will go: every field checked, and with k auto, the k `choose_k` chooses for the preset (or
+        plain decoding); raises RequestError with a message for the user."""
+        preset, cfg = self._checked()
+        return resolve_request(preset, self.drafter, cfg, choose_k=(lambda: choose_k(preset)) if self.k_auto else None)
+
+    def _checked(self) -> tuple[Preset, GenerationConfig]:
+        """The preset and the decoding settings, once the fields that are the app's own are checked."""
         try:
             preset = get_preset(self.preset)
         except KeyError as err:
@@ -63,18 +79,13 @@ class RunSettings:
             raise RequestError(f"the draft tree's nodes must be from 0 (a chain) to {MAX_NODES}, got {self.tree_nodes}")
         if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
             raise RequestError(f"max new tokens must be between 1 and {MAX_NEW_TOKENS}, got {self.max_new_tokens}")
-        if self.k_auto and not self.plain and (preset.backend != "local" or self.tree_nodes):
-            raise RequestError("k auto chooses a chain's k on our engine: set draft tree nodes to 0 and pick a preset "
-                               "on our engine, or give k")
         if self.chat_template not in CHAT_TEMPLATES:
             raise RequestError(f"unknown chat template {self.chat_template!r}; "
                                f"choose one of {', '.join(CHAT_TEMPLATES)}")
         try:
-            cfg = self.generation_config()
+            return preset, self.generation_config()
         except ValueError as err:  # the decoding settings' own check
             raise RequestError(str(err)) from None
-        check_run(preset, self.drafter, cfg)
-        return preset
 
     def generation_config(self) -> GenerationConfig:
         return GenerationConfig(max_new_tokens=self.max_new_tokens, k=self.k, temperature=self.temperature,
