@@ -1,5 +1,5 @@
 """A request resolved once (backends/request.py): checked before any choice is made, k auto's "no k pays" resolved
-to plain decoding in one place."""
+to plain decoding in one place, and the bench refusing an unknown drafter in the words every entry point uses."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from playground.backends import RequestError, resolve_request
+from playground.__main__ import main
+from playground.backends import RequestError, check_run, resolve_request
 from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, TreeShape
 from playground.engine.costs import AutoK
@@ -57,3 +58,20 @@ def test_no_k_pays_is_resolved_to_plain_decoding_in_one_place() -> None:
     sites = [f"{path.relative_to(PLAYGROUND)}:{n}" for path in PLAYGROUND.rglob("*.py")
              for n, line in enumerate(path.read_text().splitlines(), 1) if "auto.k is not None" in line]
     assert sites == ["backends/request.py:" + sites[0].split(":")[1]] and len(sites) == 1, sites
+
+
+def _error_line(capsys: pytest.CaptureFixture, argv: list[str]) -> str:
+    capsys.readouterr()
+    assert main(argv) != 0
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    return line.removeprefix("error: ")
+
+
+def test_the_bench_refuses_an_unknown_drafter_in_the_same_sentence_as_generate_and_the_request_check(
+        pair_models: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(RequestError) as refused:
+        check_run(get_preset("smollm2-135m"), "medusa", GenerationConfig())
+    sentence = str(refused.value)
+    assert sentence.startswith("unknown drafter 'medusa'")
+    assert _error_line(capsys, ["generate", "--prompt", "hi", "--drafter", "medusa"]) == sentence
+    assert _error_line(capsys, ["bench", "--profile", "smoke", "--drafters", "none,medusa"]) == sentence
