@@ -151,13 +151,14 @@ def add_tree_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tree-topk", type=int, help=f"children per expanded node (default {TreeShape.topk})")
 
 
-def tree_shape(args: argparse.Namespace) -> TreeShape | None:
-    """The draft tree the tree flags ask for, or None (chains); its limits are TreeShape.problem's."""
+def tree_shape(args: argparse.Namespace, k: int) -> TreeShape | None:
+    """The draft tree the tree flags ask for at `k` (its depth unless --tree-depth says), or None (chains); its limits
+    are TreeShape.problem's."""
     if args.tree_nodes is None:
         if args.tree_depth is not None or args.tree_topk is not None:
             raise UsageError("--tree-depth and --tree-topk shape a draft tree: pass --tree-nodes too")
         return None
-    shape = TreeShape.k_deep(args.k, args.tree_nodes)  # one depth rule for the CLI, the server, the app, the bench
+    shape = TreeShape.k_deep(k, args.tree_nodes)  # one depth rule for the CLI, the server, the app, the bench
     return replace(shape, depth=args.tree_depth or shape.depth, topk=args.tree_topk or shape.topk)
 
 

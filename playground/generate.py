@@ -8,9 +8,10 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from playground.backends import check_run
+from playground.backends import resolve_request
 from playground.backends.auto_k import auto_k
-from playground.drafting import PLAIN, WEIGHTLESS, is_weightless
+from playground.backends.run_record import exported_run, run_fields
+from playground.drafting import PLAIN, WEIGHTLESS
 from playground.engine import MAX_K, GenerationConfig, RunRecord
 from playground.engine.costs import AutoK
 from playground.engine.templates import CHAT_TEMPLATES
@@ -43,22 +44,20 @@ def _messages(args: argparse.Namespace) -> list[dict]:
 def generate(args: argparse.Namespace) -> dict:
     preset = resolve_preset(args)
     drafter = args.drafter_path or args.drafter or preset.default_drafter
-    auto = None
-    if args.k == "auto":
-        auto = choose_auto_k(args, preset, drafter)
-        drafter, args.k = (drafter, auto.k) if auto.k is not None else (PLAIN, 1)
-        print(f"--k auto: {auto.why}", file=sys.stderr)
-    else:
-        args.k = _whole_k(args.k)
-    tree = tree_shape(args)
+    k_auto = args.k == "auto"
+    k = 1 if k_auto else _whole_k(args.k)  # k auto: a chain's k, chosen once the request is checked
     try:
-        cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, temperature=args.temperature,
+        cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=k, temperature=args.temperature,
                                top_p=args.top_p, seed=args.seed, stop_strings=tuple(args.stop or ()),
-                               instrument=not args.no_instrument, min_draft_prob=args.min_draft_prob, tree=tree,
-                               method_settings=method_settings(args))
-        check_run(preset, drafter, cfg, args.drafter_path)
+                               instrument=not args.no_instrument, min_draft_prob=args.min_draft_prob,
+                               tree=tree_shape(args, k), method_settings=method_settings(args))
+        request = resolve_request(preset, drafter, cfg, args.drafter_path,
+                                  (lambda: choose_auto_k(args, preset, drafter)) if k_auto else None)
     except ValueError as err:
         raise UsageError(str(err)) from None
+    if request.auto is not None:
+        print(f"--k auto: {request.auto.why}", file=sys.stderr)
+    drafter, cfg, tree, auto = request.drafter, request.config, request.config.tree, request.auto
     backend = make_backend(args, preset)
     prompt_ids = backend.encode(_messages(args), chat_template=args.chat_template, raw=args.raw)
     events, ids = [], []
@@ -74,16 +73,8 @@ def generate(args: argparse.Namespace) -> dict:
                           tree.depth if tree else getattr(stream, "k", cfg.k),  # vLLM / remote: the engine's k
                           prompt_ids=prompt_ids)
     health = run_health(preset, backend, drafter, cfg, args.chat_template, args.raw, len(prompt_ids), events)
-    target = getattr(backend, "target", None)  # the local engine's: which forward ran
-    result = {"preset": preset.name, "target": preset.target, "dtype": preset.dtype,
-              "forward": target.forward_path if target is not None else preset.backend,
-              "kernels": target.fast.kernels if target is not None and target.fast is not None else None,
-              "weights": target.weights if target is not None else None,
-              "weights_mb": (round(target.fast.resident_bytes() / 1e6, 1)
-                             if target is not None and target.fast is not None else None),
-              "threads": target.threads.describe() if target is not None and target.threads is not None else None,
-              "tree": asdict(tree) if tree else None, "auto_k": auto.to_dict() if auto else None,
-              "health": health.to_dict(), **record.to_dict()}
+    result = {"preset": preset.name, "target": preset.target, "tree": asdict(tree) if tree else None,
+              **exported_run(record, run_fields(backend, drafter == PLAIN), auto, health)}
     if args.json:
         print(json.dumps(result))
     else:
@@ -106,17 +97,10 @@ def _whole_k(text: str) -> int:
 
 def choose_auto_k(args: argparse.Namespace, preset: Preset, drafter: str) -> AutoK:
     """--k auto (backends/auto_k.py) at the answer's likely context: the prompt and half the token budget."""
-    if is_weightless(drafter):
-        raise UsageError(f"--k auto chooses k from an EAGLE drafter's measured costs; for {drafter} pass --k N")
-    if preset.backend != "local" or args.drafter_path:
-        raise UsageError("--k auto chooses k for a preset drafter on our engine (a local preset, --drafter NAME)")
     backend = make_backend(args, preset)
     prompt = backend.encode(_messages(args), chat_template=args.chat_template, raw=args.raw)
-    try:
-        return auto_k(backend, drafter, prompt, len(prompt) + args.max_new_tokens // 2,
-                      announce=lambda message: print(f"--k auto: {message}", file=sys.stderr))
-    except ValueError as err:
-        raise UsageError(f"--k {err}") from None
+    return auto_k(backend, drafter, prompt, len(prompt) + args.max_new_tokens // 2,
+                  announce=lambda message: print(f"--k auto: {message}", file=sys.stderr))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

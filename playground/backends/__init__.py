@@ -18,7 +18,8 @@ stream runs in a GPU call that cannot see the stop switch or time plain steps, w
 `backend_unavailable_reason(preset)` says, in one sentence, why a preset cannot run on this machine. Adaptive draft
 length (`GenerationConfig.min_draft_prob`) and draft trees (`GenerationConfig.tree`) are the local engine's: vLLM drafts
 a chain of k tokens every step, so the others refuse them (`require_local_engine_options`). Every entry point
-checks a run request once with `check_run` (request.py), where each refusal of a run is worded.
+resolves a run request once with `resolve_request` (request.py: `check_run`, and k auto's choice), where each refusal
+of a run is worded.
 """
 
 from __future__ import annotations
@@ -30,7 +31,14 @@ from playground.presets import Preset
 
 from .availability import backend_unavailable_reason
 from .base import Backend, Capabilities, StepStream
-from .request import BackendUnavailable, RequestError, check_run, require_local_engine_options
+from .request import (
+    BackendUnavailable,
+    RequestError,
+    ResolvedRequest,
+    check_run,
+    require_local_engine_options,
+    resolve_request,
+)
 
 if TYPE_CHECKING:
     from .local import LocalBackend
@@ -96,6 +104,6 @@ def forget_backend(name: str) -> None:
 
 
 __all__ = ["Backend", "BackendUnavailable", "Capabilities", "RequestError", "StepStream", "backend_unavailable_reason",
-           "check_run",
+           "ResolvedRequest", "check_run", "resolve_request",
            "forget_backend", "open_backend", "open_local_backend", "require_local_engine_options", "require_local",
            "shared_backend"]

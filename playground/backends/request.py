@@ -4,9 +4,16 @@ entry point calls `check_run` once, before any work, and every refusal of a run 
 The decoding settings check themselves when made (`GenerationConfig`); this adds what depends on the preset: that it
 runs on this machine, that the drafter is one of its own (or a folder given as such), and that what only our engine
 does (draft trees, adaptive draft length) is asked of our engine, with a drafter; and that a weightless method
-(prompt lookup, suffix decoding: `drafting.METHODS`) runs on an engine that has it, with its own settings only."""
+(prompt lookup, suffix decoding: `drafting.METHODS`) runs on an engine that has it, with its own settings only.
+
+`resolve_request` is the one step from what a user asked to what runs, for every entry point: the checks above, then
+(k auto) the k chosen — or plain decoding where no k pays — so that what follows takes a `ResolvedRequest`, whose k is
+a whole number, and checks nothing again."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from playground.drafting import (
     METHODS,
@@ -17,6 +24,7 @@ from playground.drafting import (
     parameters_for_other_method,
 )
 from playground.engine import GenerationConfig
+from playground.engine.costs import AutoK
 from playground.presets import Preset
 
 from .availability import backend_unavailable_reason
@@ -28,6 +36,61 @@ class RequestError(ValueError):
 
 class BackendUnavailable(RequestError):
     """A preset that cannot run here (no GPU, no vLLM, no server URL, ...); the message says why."""
+
+
+@dataclass(frozen=True)
+class ResolvedRequest:
+    """A request checked, with its drafting method and k chosen: what the entry points hand their backend."""
+
+    preset: Preset
+    drafter: str  # as asked, or PLAIN where k auto found no k that pays
+    config: GenerationConfig  # its k a whole number, chosen where k auto was asked
+    drafter_path: str | None = None  # the drafter is a folder or Hub id given as such
+    auto: AutoK | None = None  # what k auto chose and why; None for a k given
+
+    @property
+    def k(self) -> int:
+        return self.config.k
+
+
+def resolve_request(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_path: str | None = None,
+                    choose_k: Callable[[], AutoK] | None = None) -> ResolvedRequest:
+    """The request checked (check_run; with k auto, check_auto_k) and resolved. `choose_k` asks for k auto: it makes
+    the choice (backends/auto_k.py, at the entry point's context) once the checks have passed, and `cfg`'s k is then
+    replaced by the k chosen; plain decoding has no k to choose."""
+    check_request(preset, drafter, cfg, drafter_path, k_auto=choose_k is not None)
+    if choose_k is None or drafter == PLAIN:
+        return ResolvedRequest(preset, drafter, cfg, drafter_path)
+    auto = choose_k()
+    drafter, k = (drafter, auto.k) if auto.k is not None else (PLAIN, 1)  # no k pays: plain decoding
+    return ResolvedRequest(preset, drafter, replace(cfg, k=k), drafter_path, auto)
+
+
+def check_request(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_path: str | None = None,
+                  k_auto: bool = False) -> None:
+    """RequestError where this request cannot run (check_run), or where k auto is asked of what it cannot choose k
+    for (check_auto_k); nothing is loaded."""
+    check_run(preset, drafter, cfg, drafter_path)
+    if k_auto and drafter != PLAIN:
+        check_auto_k(preset, drafter, cfg, drafter_path)
+
+
+def check_auto_k(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_path: str | None = None) -> None:
+    """RequestError where k auto cannot choose k for this drafter: it prices a chain of a preset's EAGLE drafter on
+    our engine, from the acceptance by position shipped beside it."""
+    from .auto_k import auto_k_problem  # loads our engine's backend: only where k auto is asked
+
+    if is_weightless(drafter) and not drafter_path:
+        raise RequestError(f"k auto chooses k from an EAGLE drafter's measured costs; for {drafter}, give k a number")
+    if preset.backend != "local" or drafter_path:
+        raise RequestError("k auto chooses k for a preset drafter on our engine (a local preset, a drafter it names); "
+                           "give k a number")
+    if cfg.tree is not None:
+        raise RequestError("k auto chooses a chain's k: set the draft tree's nodes to 0, or give k a number (the "
+                           "tree's depth)")
+    problem = auto_k_problem(preset, drafter)
+    if problem:
+        raise RequestError(f"k {problem}")
 
 
 def check_run(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_path: str | None = None) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from playground.backends import open_local_backend
+from playground.backends import check_run, open_local_backend
 from playground.bench import BENCH_NEEDS_WEIGHTS
 from playground.bench.config import TEMPLATES_HELP, BenchConfig, with_overrides
 from playground.bench.landing_run import PROFILE as LANDING
@@ -21,7 +21,7 @@ from playground.bench.neighbours import other_work
 from playground.bench.profiles import get_profile, measured_durations, profile_label, profiles
 from playground.bench.report import write_outputs
 from playground.bench.runner import Bench, run_bench
-from playground.drafting import PLAIN
+from playground.drafting import is_weightless, method_of
 from playground.engine import MAX_K
 from playground.flags import (
     UsageError,
@@ -40,11 +40,18 @@ def _names(text: str | None) -> tuple[str, ...] | None:
 
 
 def _check_drafters(config: BenchConfig, preset: Preset) -> None:
-    for name in {d for s in config.sweeps for d in s.drafters}:
-        if name in (PLAIN, *PEERS, *preset.drafters) or Path(name).exists() or "/" in name:
-            continue
-        raise UsageError(f"unknown drafter {name!r}: use none, {', '.join(preset.drafters) or '(no preset drafters)'}, "
-                         f"{', '.join(PEERS)}, or a drafter folder / Hub id")
+    """Each drafter the sweeps name, peers aside, checked as every entry point checks it (backends/request.py), before
+    any model loads: a path, or a name with "/", is a drafter folder or Hub id."""
+    cfg = config.generation(0, 0)
+    for name in sorted({d for s in config.sweeps for d in s.drafters} - set(PEERS)):
+        folder = Path(name).exists() or "/" in name
+        try:
+            check_run(preset, name, cfg, name if folder else None)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+        if is_weightless(name) and not folder:
+            raise UsageError(f"the bench does not run {method_of(name).label} ({name}) yet: choose EAGLE drafters, "
+                             f"none or the peers ({', '.join(PEERS)})")
 
 
 def _ks(text: str | None) -> tuple[tuple[int, ...] | None, bool | None]:

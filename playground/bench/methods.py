@@ -14,6 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM
 from transformers import GenerationConfig as HFGenerationConfig
 
+from playground.backends import ResolvedRequest, resolve_request
 from playground.backends.auto_k import auto_k, auto_k_problem
 from playground.backends.local import LocalBackend
 from playground.drafting import PLAIN
@@ -180,15 +181,20 @@ class Runner:
     def generate(self, method: Method, prompt_ids: list[int], cfg: GenerationConfig) -> Answer:
         if method.kind == "peer":
             return self._hf_generate(method, prompt_ids, cfg)
-        name, k, choice = method.name, method.k or 1, None
-        if method.auto:  # chosen before the clock starts, as `generate --k auto` chooses before it generates
-            choice = self.auto_choice(method.name, prompt_ids, cfg.max_new_tokens)
-            name, k = (name, choice.k) if choice.k is not None else (PLAIN, 1)
-        cfg = replace(cfg, k=k, tree=method.tree)
+        request = self.resolved(method, prompt_ids, cfg)  # before the clock starts, as `generate` resolves first
         start = self.target.clock()
-        events = list(self.backend.stream(prompt_ids, name, cfg, self.should_stop))
+        events = list(self.backend.stream(prompt_ids, request.drafter, request.config, self.should_stop))
         seconds = self.target.clock() - start
-        return Answer(emitted_ids(events), seconds, events, choice)
+        return Answer(emitted_ids(events), seconds, events, request.auto)
+
+    def resolved(self, method: Method, prompt_ids: list[int], cfg: GenerationConfig) -> ResolvedRequest:
+        """One of our engine's methods on one prompt as a request, checked and resolved as every entry point's is
+        (backends/request.py); k auto chooses each prompt's k (or plain decoding) here."""
+        preset = self.backend.preset
+        drafter_path = None if method.name in (PLAIN, *preset.drafters) else method.name  # a folder or Hub id
+        choose_k = (lambda: self.auto_choice(method.name, prompt_ids, cfg.max_new_tokens)) if method.auto else None
+        return resolve_request(preset, method.name, replace(cfg, k=method.k or 1, tree=method.tree), drafter_path,
+                               choose_k)
 
     def _assistant_model(self):
         if self._assistant is None:

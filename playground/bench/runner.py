@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 
+from playground.backends.run_record import run_fields
 from playground.bench.aggregate import aggregate
 from playground.bench.config import BenchConfig, ProgressCallback
 from playground.bench.execute import Executor
@@ -64,6 +65,9 @@ class Bench:
                              earlier),
                          lambda cell, method, answers: self.runner.predicted(method, cell.context_tokens or 0,
                                                                              answers))
+        for row in rows:
+            if row.kind != "peer":
+                row.run_fields = run_fields(self.runner.backend, plain=row.kind == "baseline")
         self.progress(self.status.total, self.status.total, "finished")
         return rows
 

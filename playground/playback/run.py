@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 from playground.backends import Backend, StepStream
+from playground.backends.run_record import exported_run, run_fields
 from playground.engine import Baseline, RunRecord, RunTally, StepEvent, SuffixCache, emitted_ids
 from playground.engine.costs import AutoK
 from playground.engine.threads import busy_text
@@ -22,7 +23,7 @@ from playground.health.stats import LOOKS
 from playground.viz import ProvenanceBuilder, RunView, TokenPiece, TreeStep, plain_verdict
 
 from .baseline import AFTER, SHARE, SHARE_IN_CHAT, BaselineSampler
-from .run_settings import RunSettings, multiplied, precision_label
+from .run_settings import RunSettings
 
 RENDER_INTERVAL_S = 0.15  # at most ~7 UI updates a second; a UI update costs more than a decode step
 RENDER_SHARE = 0.1  # and UI updates take at most this share of the wall time: the interval grows with their cost
@@ -47,7 +48,7 @@ class Run:
     pieces: list[TokenPiece] = field(default_factory=list)
     baseline: Baseline | None = None  # filled in by a BaselineSampler as its samples come in
     missing_fields: dict[str, str] = field(default_factory=dict)  # what the backend cannot report, and why
-    precision: str = ""  # the weights' dtype, and whether speculation is exact in it (settings.precision_label)
+    fields: dict = field(default_factory=dict)  # how it ran: precision, forward, kernels... (backends.run_record)
     opened: bool = False  # the stream is open (drafter loaded and checked): the next step is being computed
     error: str | None = None  # why the run broke off, when it did
     seen_seconds: float | None = None  # wall clock from asking for the first step to the latest one
@@ -57,7 +58,6 @@ class Run:
     measuring: bool = False  # the answer is done and plain decoding is being timed after it (BaselineSampler.finish)
     trees: list[TreeStep] = field(default_factory=list)  # each step's draft tree, for a tree run
     engine: str = "local"  # the backend that ran it (local, vllm, remote)
-    compute: str = ""  # its kernels and thread policy (Backend.compute)
     held: str | None = None  # what its backend held when it finished, beyond the app's process (Backend.held)
     prompt_ids: list[int] = field(default_factory=list)  # what the target read: its record carries them (replay)
     health: Health | None = None  # the drafter held against its fingerprint, at each look and at the end
@@ -67,6 +67,11 @@ class Run:
 
     def __post_init__(self) -> None:
         self.tally = RunTally.of(self.events, self.settings.k)
+
+    @property
+    def precision(self) -> str:
+        """The weights' dtype, and whether speculation is exact in it (run_record.precision_label)."""
+        return self.fields.get("precision", "")
 
     @property
     def tree(self) -> TreeStep | None:
@@ -135,14 +140,11 @@ class Run:
         run = RunRecord(self.text, self.token_ids, self.prompt_tokens, self.finish_reason, s.drafter,
                         s.generation_config(), view.metrics, self.events, self.prompt_ids or None)
         verdict = plain_verdict(view)
-        return {"run": name, "status": self.status, "settings": asdict(s), "precision": self.precision,
-                "compute": self.compute,
-                **run.to_dict(with_steps),
+        return {"run": name, "status": self.status, "settings": asdict(s),
+                **exported_run(run, self.fields, self.auto_k, self.health, with_steps),
                 "baseline": self.baseline.to_dict() if self.baseline else None, "speedup": view.speedup,
                 "speedup_range": view.speedup_range, "speedup_not_measured": view.too_few_steps,
-                "verdict": verdict.to_dict() if verdict else None,
-                "health": self.health.to_dict() if self.health else None,
-                "auto_k": self.auto_k.to_dict() if self.auto_k else None, "replay": self.replay,
+                "verdict": verdict.to_dict() if verdict else None, "replay": self.replay,
                 "seen_tokens_per_second": self.seen_tokens_per_second}
 
 
@@ -178,8 +180,8 @@ class RunDriver:
                  should_stop: Callable[[], bool], auto_k: AutoK | None = None, earlier: Sequence[Health] = (),
                  suffix_cache: SuffixCache | None = None) -> None:
         self.run = Run(settings, len(prompt_ids), missing_fields=dict(backend.missing_fields),
-                       precision=precision_label(multiplied(backend), backend.exact_speculation, settings.plain),
-                       engine=backend.name, compute=backend.compute, prompt_ids=list(prompt_ids), auto_k=auto_k)
+                       fields=run_fields(backend, settings.plain), engine=backend.name, prompt_ids=list(prompt_ids),
+                       auto_k=auto_k)
         self._backend, self._should_stop = backend, should_stop
         self._earlier = earlier  # the session's earlier answers' health with this drafter, k and way of decoding
         self._suffix_cache = suffix_cache  # the session's, for suffix decoding (None: a cache of the run's own)

@@ -4,31 +4,19 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from playground.backends import RequestError, check_run
+from playground.backends import RequestError, ResolvedRequest, resolve_request
+from playground.backends.request import check_request
 from playground.drafting import PLAIN, SUFFIX_CACHE, method_of
 from playground.engine import GenerationConfig, TreeShape
+from playground.engine.costs import AutoK
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.tree_shape import MAX_NODES
 from playground.presets import DRAFTER_LABELS, ENGINE_LABELS, Preset, default_preset_name, get_preset
 
 MAX_NEW_TOKENS = 1024
-
-
-def multiplied(backend) -> str:
-    """What the run's target multiplies: our engine's fast path says ("int4", "bfloat16", "float32"), other engines
-    run the preset's dtype."""
-    target = getattr(backend, "target", None) if backend.preset.backend == "local" else None
-    return getattr(target, "weights", None) or backend.preset.dtype
-
-
-def precision_label(dtype: str, exact: bool, plain: bool) -> str:
-    """Which precision ran; for a speculative run whose engine does not verify drafts bit for bit as it decodes plainly
-    (`exact`), also that its tokens may differ from plain decoding's there."""
-    if exact or plain:
-        return dtype
-    return f"{dtype} (not token-identical to plain {dtype} decoding)"
 
 
 @dataclass(frozen=True)
@@ -86,7 +74,20 @@ class RunSettings:
                 if value != defaults.get(name)]
 
     def checked_preset(self) -> Preset:
-        """The preset, after checking every field; raises RequestError with a message for the user."""
+        """The preset, after checking every field (k auto's too, without choosing); raises RequestError with a message
+        for the user."""
+        preset, cfg = self._checked()
+        check_request(preset, self.drafter, cfg, k_auto=self.k_auto)
+        return preset
+
+    def resolved(self, choose_k: Callable[[Preset], AutoK]) -> ResolvedRequest:
+        """The run as it will go: every field checked, and with k auto, the k `choose_k` chooses for the preset (or
+        plain decoding); raises RequestError with a message for the user."""
+        preset, cfg = self._checked()
+        return resolve_request(preset, self.drafter, cfg, choose_k=(lambda: choose_k(preset)) if self.k_auto else None)
+
+    def _checked(self) -> tuple[Preset, GenerationConfig]:
+        """The preset and the decoding settings, once the fields that are the app's own are checked."""
         try:
             preset = get_preset(self.preset)
         except KeyError as err:
@@ -95,18 +96,13 @@ class RunSettings:
             raise RequestError(f"the draft tree's nodes must be from 0 (a chain) to {MAX_NODES}, got {self.tree_nodes}")
         if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
             raise RequestError(f"max new tokens must be between 1 and {MAX_NEW_TOKENS}, got {self.max_new_tokens}")
-        if self.k_auto and not self.plain and (preset.backend != "local" or self.tree_nodes):
-            raise RequestError("k auto chooses a chain's k on our engine: set draft tree nodes to 0 and pick a preset "
-                               "on our engine, or give k")
         if self.chat_template not in CHAT_TEMPLATES:
             raise RequestError(f"unknown chat template {self.chat_template!r}; "
                                f"choose one of {', '.join(CHAT_TEMPLATES)}")
         try:
-            cfg = self.generation_config()
+            return preset, self.generation_config()
         except ValueError as err:  # the decoding settings' own check
             raise RequestError(str(err)) from None
-        check_run(preset, self.drafter, cfg)
-        return preset
 
     def generation_config(self) -> GenerationConfig:
         return GenerationConfig(max_new_tokens=self.max_new_tokens, k=self.k, temperature=self.temperature,

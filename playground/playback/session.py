@@ -9,11 +9,10 @@ from dataclasses import dataclass, field, replace
 
 from playground.backends import Backend, shared_backend
 from playground.backends.auto_k import auto_k
-from playground.drafting import PLAIN
 from playground.engine import SuffixCache
 from playground.engine.costs import AutoK
 from playground.health import Health
-from playground.presets import ENGINE_LABELS, get_preset
+from playground.presets import ENGINE_LABELS, Preset, get_preset
 from playground.viz import RunView, Verdict, comparison_verdict, engine_verdict
 
 from .run import Run, RunDriver, play
@@ -22,23 +21,28 @@ from .run_settings import RequestError, RunSettings
 
 def _prepare(settings: RunSettings, messages: list[dict], earlier: Sequence[Run] = ()
              ) -> tuple[Backend, list[int], RunSettings, AutoK | None]:
-    """The run's backend and prompt ids; with k auto, the settings with the k chosen (or plain decoding) and why,
-    its acceptance updated with the `earlier` runs' finished greedy answers on this pair and our engine."""
-    preset = settings.checked_preset()
-    backend = shared_backend(preset)
-    prompt_ids = backend.encode(messages, chat_template=settings.template_name)
-    if not settings.k_auto or settings.plain:
-        return backend, prompt_ids, settings, None
-    try:
+    """The run's backend, prompt ids and settings as resolved (RunSettings.resolved); with k auto, the k chosen (or
+    plain decoding) and why, its acceptance updated with the `earlier` runs' finished greedy answers on this pair and
+    our engine."""
+    opened: list[tuple[Backend, list[int]]] = []
+
+    def backend_and_prompt(preset: Preset) -> tuple[Backend, list[int]]:  # loaded once, after the checks
+        if not opened:
+            backend = shared_backend(preset)
+            opened.append((backend, backend.encode(messages, chat_template=settings.template_name)))
+        return opened[0]
+
+    def choose_k(preset: Preset) -> AutoK:
+        backend, prompt_ids = backend_and_prompt(preset)
         session = [(run.prompt_ids, run.token_ids) for run in earlier
                    if run.finished and not run.error and run.engine == "local" and run.prompt_ids
                    and run.settings.temperature == 0 and run.settings.preset == settings.preset]
-        auto = auto_k(backend, settings.drafter, prompt_ids, len(prompt_ids) + settings.max_new_tokens // 2,
+        return auto_k(backend, settings.drafter, prompt_ids, len(prompt_ids) + settings.max_new_tokens // 2,
                       session=session)
-    except ValueError as err:
-        raise RequestError(f"k {err}") from None
-    chosen = replace(settings, k=auto.k) if auto.k is not None else replace(settings, drafter=PLAIN)
-    return backend, prompt_ids, chosen, auto
+
+    request = settings.resolved(choose_k)
+    backend, prompt_ids = backend_and_prompt(request.preset)
+    return backend, prompt_ids, replace(settings, drafter=request.drafter, k=request.k), request.auto
 
 
 def _earlier_health(conversation: Conversation, settings: RunSettings) -> list[Health]:

@@ -56,17 +56,17 @@ def server_k(text: str) -> int | str:
 
 
 def serve(args: argparse.Namespace) -> None:
-    if args.k == "auto" and args.tree_nodes is not None:
-        raise UsageError("--k auto chooses a chain's k: with --tree-nodes give --k N (the tree's depth)")
+    k_auto = args.k == "auto"
+    k = 1 if k_auto else args.k  # k auto: a chain's k, chosen as the engine loads
     limits = Limits(max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout, max_running=args.max_running,
                     max_waiting=args.max_waiting, default_max_tokens=args.default_max_tokens)
-    tree, override = tree_shape(args), parse_override(args.override_generation_config)
+    tree, override = tree_shape(args, k), parse_override(args.override_generation_config)
     # the port is taken before the model loads: a busy one is refused at once, in one line, and none is lost meanwhile
     with listening_socket(args.host, args.port) as sock:
         # as `vllm serve MODEL` names the model MODEL, an own target is served by the name it was given
-        engine = load_engine(target_preset(args.preset, args.target), args.drafter, args.k,
+        engine = load_engine(target_preset(args.preset, args.target), args.drafter, k,
                              args.served_model_name or args.target, args.min_draft_prob, args.drafter_path, tree,
-                             args.generation_config, override)
+                             args.generation_config, override, k_auto)
         _serve_on(sock, engine, limits, args)
 
 

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
-from playground.backends import check_run, open_local_backend
+from playground.backends import open_local_backend, resolve_request
 from playground.backends.auto_k import auto_k
 from playground.backends.local import LocalBackend
 from playground.backends.specstats import ServedCounters, ServedSnapshot
@@ -106,25 +106,22 @@ class ServedEngine:
 AUTO_CONTEXT = 512  # the context `--k auto` prices steps at: a chat turn and its answer, as a server sees them
 
 
-def load_engine(preset: Preset, drafter: str, k: int | str, model_name: str | None, min_draft_prob: float = 0.0,
+def load_engine(preset: Preset, drafter: str, k: int, model_name: str | None, min_draft_prob: float = 0.0,
                 drafter_path: str | None = None, tree: TreeShape | None = None, generation_config: str = "auto",
-                override: dict[str, float] | None = None) -> ServedEngine:
+                override: dict[str, float] | None = None, k_auto: bool = False) -> ServedEngine:
     """Load (and warm up) the preset's target and drafter (the preset's by name, or a folder or Hub id by
-    `drafter_path`, checked against the target as it loads); refuse what cannot be served, with the reason. k
-    "auto": the k predicted fastest on this machine (backends/auto_k.py), or plain decoding where none pays."""
+    `drafter_path`, checked against the target as it loads); refuse what cannot be served, with the reason, before
+    the target loads. `k_auto`: the k predicted fastest on this machine (backends/auto_k.py) in place of `k`, or plain
+    decoding where none pays."""
     backend = open_local_backend(preset, "serve", f"for vLLM run `python -m playground vllm-command --preset "
                                                  f"{preset.name}`")
-    hello = backend.encode([{"role": "user", "content": "hello"}])  # the warm-up's prompt, and k auto's context
-    auto = None
-    if k == "auto":
-        try:
-            auto = auto_k(backend, drafter_path or drafter, hello, AUTO_CONTEXT)
-        except ValueError as err:
-            raise ValueError(f"--k {err}") from None
-        drafter, k = (drafter, auto.k) if auto.k is not None else (PLAIN, 1)
-    check_run(preset, drafter, GenerationConfig(k=k, min_draft_prob=min_draft_prob, tree=tree), drafter_path)
-    drafter = drafter_path or drafter
+    hello = [{"role": "user", "content": "hello"}]  # the warm-up's prompt, and k auto's context
+    choose_k = (lambda: auto_k(backend, drafter, backend.encode(hello), AUTO_CONTEXT)) if k_auto else None
+    request = resolve_request(preset, drafter, GenerationConfig(k=k, min_draft_prob=min_draft_prob, tree=tree),
+                              drafter_path, choose_k)
     sampling = sampling_defaults(local_folder(preset.target), preset.sampling_defaults, generation_config, override,
                                  f"{preset.name}'s model card")
-    backend.warm_up(hello, drafter)
-    return ServedEngine(backend, drafter, k, model_name or preset.name, min_draft_prob, tree, sampling, auto)
+    drafter = request.drafter_path or request.drafter
+    backend.warm_up(backend.encode(hello), drafter)
+    return ServedEngine(backend, drafter, request.k, model_name or preset.name, min_draft_prob, request.config.tree,
+                        sampling, request.auto)

@@ -203,14 +203,14 @@ def test_errors_are_one_line_on_stderr(tiny: TinyModels, broken_drafter: Path, t
 
 
 def test_the_json_is_a_run_record_that_reads_back_typed(outputs: dict[str, dict]) -> None:
-    """`--json` is `RunRecord.to_dict()` plus preset, target, dtype, forward, weights (and their MB), the fast path's
-    kernels, the thread policy, tree (None for a chain), auto_k (None for a fixed k) and the drafter's health;
+    """`--json` is `RunRecord.to_dict()` plus preset, target, precision, forward, weights (and their MB), the fast
+    path's kernels, the thread policy, tree (None for a chain), auto_k (None for a fixed k) and the drafter's health;
     `from_dict` gives back the same record, typed, prompt ids too."""
     from playground.engine import AttentionMass, GenerationConfig, RunRecord, StepEvent
 
     result = dict(outputs["eagle3.1-preset"])
     assert {result.pop("preset"), result.pop("target")} and "metrics" in result
-    assert (result.pop("dtype"), result.pop("forward"), result.pop("tree")) == ("float32", "fast", None)
+    assert (result.pop("precision"), result.pop("forward"), result.pop("tree")) == ("float32", "fast", None)
     assert result.pop("weights") == "float32" and result.pop("weights_mb") > 0  # the weights the products read
     assert result.pop("kernels").split(" + ")[0] in ("mkl-packed", "plain")
     assert "thread" in result.pop("threads")  # the tests fix the threads: "1 thread (set by the user)"

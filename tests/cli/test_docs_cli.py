@@ -177,6 +177,14 @@ def test_the_checks_can_fail() -> None:
 class _StandIn:
     """A backend with no model behind it: a prefill and one drafting step."""
 
+    name, exact_speculation = "local", True
+
+    @property
+    def preset(self):
+        from playground.presets import get_preset
+
+        return get_preset("smollm2-135m")
+
     def encode(self, messages: list[dict], chat_template: str | None = None, raw: bool = False) -> list[int]:
         return [1, 2, 3]
 

@@ -51,7 +51,7 @@ def test_refusals_are_one_line(capsys: pytest.CaptureFixture, pair_models: Path)
         ("--drafter", "ngram", "--prompt-lookup-max", "17"): "from 1 to 16, got 17",
         ("--drafter", "suffix", "--suffix-decoding-min-token-prob", "2"): "suffix_decoding_min_token_prob",
         ("--drafter", "eagle3.1", "--suffix-decoding-max-tree-depth", "8"): "a setting of suffix, not of eagle3.1",
-        ("--drafter", "ngram", "--k", "auto"): "pass --k N",
+        ("--drafter", "ngram", "--k", "auto"): "give k a number",
         ("--drafter", "ngram", "--tree-nodes", "8"): "drafts chains",
         ("--drafter", "suffix", "--min-draft-prob", "0.3"): "set it to 0",
         ("--drafter", "lookahead"): "choose one of none, eagle3, eagle3.1, ngram, suffix",

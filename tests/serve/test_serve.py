@@ -483,7 +483,7 @@ def test_serve_k_auto_serves_the_k_predicted_fastest_or_plain_decoding_and_says_
         for rate, served in ((0.01, "none"), (0.99, "eagle3.1")):
             evaluation.write_text(json.dumps({"acceptance": {"eagle3.1": {"8": {
                 "per_position_acceptance": [rate] * 8}}}}))
-            engine = load_engine(preset, "eagle3.1", "auto", None)
+            engine = load_engine(preset, "eagle3.1", 1, None, k_auto=True)
             assert engine.drafter == served and engine.speculating == (served != "none")
             with TestClient(build_app(engine)) as client:
                 card = client.get("/v1/models").json()["data"][0]["speculative"]
@@ -491,6 +491,6 @@ def test_serve_k_auto_serves_the_k_predicted_fastest_or_plain_decoding_and_says_
             assert card["k"] == (engine.auto.k if served != "none" else None)
             assert ("plain decoding" in engine.auto.why) == (served == "none")
         with pytest.raises(ValueError, match="auto chooses k for a preset drafter"):
-            load_engine(preset, "eagle3.1", "auto", None, drafter_path=str(pair_models / "eagle3.1"))
+            load_engine(preset, "eagle3.1", 1, None, drafter_path=str(pair_models / "eagle3.1"), k_auto=True)
     finally:
         evaluation.unlink(missing_ok=True)

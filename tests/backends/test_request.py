@@ -1,0 +1,77 @@
+"""A request resolved once (backends/request.py): checked before any choice is made, k auto's "no k pays" resolved
+to plain decoding in one place, and the bench refusing an unknown drafter in the words every entry point uses."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from playground.__main__ import main
+from playground.backends import RequestError, check_run, resolve_request
+from playground.drafting import PLAIN
+from playground.engine import GenerationConfig, TreeShape
+from playground.engine.costs import AutoK
+from playground.presets import get_preset
+
+PLAYGROUND = Path(__file__).resolve().parents[2] / "playground"
+
+
+def chooser(k: int | None, calls: list[str]):
+    def choose_k() -> AutoK:
+        calls.append("chose")
+        return AutoK(k, {}, "a test's choice")
+
+    return choose_k
+
+
+def test_k_auto_resolves_to_its_k_or_to_plain_decoding() -> None:
+    preset, calls = get_preset("smollm2-135m"), []
+    chosen = resolve_request(preset, "eagle3.1", GenerationConfig(k=1), choose_k=chooser(3, calls))
+    assert (chosen.drafter, chosen.k, chosen.auto.k) == ("eagle3.1", 3, 3) and isinstance(chosen.config.k, int)
+    plain = resolve_request(preset, "eagle3.1", GenerationConfig(k=1), choose_k=chooser(None, calls))
+    assert (plain.drafter, plain.k, plain.auto.k) == (PLAIN, 1, None)
+    fixed = resolve_request(preset, "eagle3", GenerationConfig(k=5))
+    assert (fixed.drafter, fixed.k, fixed.auto) == ("eagle3", 5, None)
+    assert calls == ["chose", "chose"]
+
+
+def test_what_k_auto_cannot_choose_for_is_refused_before_the_choice_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    import playground.backends.auto_k as auto_k_module
+
+    monkeypatch.setattr(auto_k_module, "auto_k_problem", lambda preset, drafter: None)  # as if shipped
+    preset, calls = get_preset("smollm2-135m"), []
+    refusals = {
+        "unknown drafter 'medusa'": ("medusa", GenerationConfig(k=1), None),
+        "k auto chooses a chain's k": ("eagle3.1", GenerationConfig(k=1, tree=TreeShape.k_deep(1, 8)), None),
+        "give k a number": ("ngram", GenerationConfig(k=1), None),
+        "k auto chooses k for a preset drafter": ("eagle3.1", GenerationConfig(k=1), "/a/drafter/folder"),
+    }
+    for words, (drafter, cfg, drafter_path) in refusals.items():
+        with pytest.raises(RequestError, match=re.escape(words)):
+            resolve_request(preset, drafter, cfg, drafter_path, chooser(4, calls))
+    assert calls == []  # no choice (no model work) for a refused request
+
+
+def test_no_k_pays_is_resolved_to_plain_decoding_in_one_place() -> None:
+    sites = [f"{path.relative_to(PLAYGROUND)}:{n}" for path in PLAYGROUND.rglob("*.py")
+             for n, line in enumerate(path.read_text().splitlines(), 1) if re.search(r"auto\.k is not None", line)]
+    assert sites == ["backends/request.py:" + sites[0].split(":")[1]] and len(sites) == 1, sites
+
+
+def _error_line(capsys: pytest.CaptureFixture, argv: list[str]) -> str:
+    capsys.readouterr()
+    assert main(argv) != 0
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    return line.removeprefix("error: ")
+
+
+def test_the_bench_refuses_an_unknown_drafter_in_the_same_sentence_as_generate_and_the_request_check(
+        pair_models: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(RequestError) as refused:
+        check_run(get_preset("smollm2-135m"), "medusa", GenerationConfig())
+    sentence = str(refused.value)
+    assert sentence.startswith("unknown drafter 'medusa'")
+    assert _error_line(capsys, ["generate", "--prompt", "hi", "--drafter", "medusa"]) == sentence
+    assert _error_line(capsys, ["bench", "--profile", "smoke", "--drafters", "none,medusa"]) == sentence
