@@ -26,7 +26,11 @@ def chooser(k: int | None, calls: list[str]):
     return choose_k
 
 
-def test_k_auto_resolves_to_its_k_or_to_plain_decoding() -> None:
+def test_k_auto_resolves_to_its_k_or_to_plain_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    import playground.backends.auto_k as auto_k_module
+
+    # as if shipped: the default preset's drafters are the tests' tiny pair once a module before this one set it so
+    monkeypatch.setattr(auto_k_module, "auto_k_problem", lambda preset, drafter: None)
     preset, calls = get_preset("smollm2-135m"), []
     chosen = resolve_request(preset, "eagle3.1", GenerationConfig(k=1), choose_k=chooser(3, calls))
     assert (chosen.drafter, chosen.k, chosen.auto.k) == ("eagle3.1", 3, 3) and isinstance(chosen.config.k, int)
