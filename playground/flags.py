@@ -76,7 +76,7 @@ def add_pair_flags(parser: argparse.ArgumentParser) -> None:
 def resolve_preset(args: argparse.Namespace) -> Preset:
     """The preset, with --target / --backend / --device / --dtype applied (unset flags keep the preset's values);
     UsageError where --device cuda finds no GPU (said of the flag, before the preset's own reason)."""
-    from playground.backends.availability import visible_gpus
+    from playground.request.availability import visible_gpus
 
     preset = _resolved(args)
     if getattr(args, "device", None) == "cuda" and preset.backend == "local" and visible_gpus() == 0:
@@ -102,7 +102,8 @@ def _resolved(args: argparse.Namespace) -> Preset:
 
 def make_backend(args: argparse.Namespace, preset: Preset):
     """The preset's backend, or a UsageError saying in one line why it cannot run here."""
-    from playground.backends import BackendUnavailable, shared_backend
+    from playground.backends import shared_backend
+    from playground.request import BackendUnavailable
 
     try:
         return shared_backend(preset)  # one per process: a second call in the same process reuses its engines

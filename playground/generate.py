@@ -8,9 +8,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from playground.backends import resolve_request
-from playground.backends.auto_k import auto_k
-from playground.backends.run_record import exported_run, run_fields
+from playground.auto_k import auto_k
 from playground.drafting import PLAIN, WEIGHTLESS
 from playground.engine import MAX_K, GenerationConfig, RunRecord
 from playground.engine.costs import AutoK
@@ -31,6 +29,8 @@ from playground.flags import (
 )
 from playground.health import run_health
 from playground.presets import Preset
+from playground.request import resolve_request
+from playground.run_record import exported_run, run_fields
 
 
 def _messages(args: argparse.Namespace) -> list[dict]:
@@ -96,7 +96,7 @@ def _whole_k(text: str) -> int:
 
 
 def choose_auto_k(args: argparse.Namespace, preset: Preset, drafter: str) -> AutoK:
-    """--k auto (backends/auto_k.py) at the answer's likely context: the prompt and half the token budget."""
+    """--k auto (auto_k.py) at the answer's likely context: the prompt and half the token budget."""
     backend = make_backend(args, preset)
     prompt = backend.encode(_messages(args), chat_template=args.chat_template, raw=args.raw)
     return auto_k(backend, drafter, prompt, len(prompt) + args.max_new_tokens // 2,

@@ -330,14 +330,14 @@ def with_drafters(preset: Preset, folder: Path | None) -> Preset:
     return replace(preset, drafters={name: str(Path(folder) / name) for name in preset.drafters})
 
 
-_OWN_PAIRS: dict[str, Preset] = {}  # pairs users loaded while the app runs (backends.own_pair), by name
+_OWN_PAIRS: dict[str, Preset] = {}  # pairs users loaded while the app runs (own_pair), by name
 
 
 def register_pair(preset: Preset) -> None:
     _OWN_PAIRS[preset.name] = preset
 
 
-OWN_PAIR_PREFIX = "own:"  # the preset names of pairs loaded in the app (backends.own_pair names them)
+OWN_PAIR_PREFIX = "own:"  # the preset names of pairs loaded in the app (own_pair names them)
 
 
 def is_own_pair(name: str) -> bool:

@@ -74,9 +74,9 @@ def default_preset():
 
 
 def measure_local(preset, drafters: list[str], k: int, max_new_tokens: int, repeats: int) -> list[Row]:
-    from playground.backends import backend_unavailable_reason
     from playground.backends.local import LocalBackend
     from playground.engine import GenerationConfig
+    from playground.request import backend_unavailable_reason
 
     reason = backend_unavailable_reason(preset)
     if reason:
@@ -118,9 +118,9 @@ def part_env(_: argparse.Namespace) -> None:
     import torch
     import transformers
 
-    from playground.backends import backend_unavailable_reason
-    from playground.backends.availability import vllm_installed
     from playground.presets import all_presets
+    from playground.request import backend_unavailable_reason
+    from playground.request.availability import vllm_installed
 
     print(f"python {sys.version.split()[0]}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
           f"transformers {transformers.__version__}")
@@ -162,9 +162,9 @@ def part_local_llama(args: argparse.Namespace) -> None:
 
 
 def measure_vllm(preset, drafter: str, k: int, max_new_tokens: int, repeats: int) -> list[Row]:
-    from playground.backends import backend_unavailable_reason
     from playground.backends.vllm import VllmBackend
     from playground.engine import GenerationConfig
+    from playground.request import backend_unavailable_reason
 
     reason = backend_unavailable_reason(preset)
     if reason:

@@ -18,8 +18,8 @@ stream runs in a GPU call that cannot see the stop switch or time plain steps, w
 `backend_unavailable_reason(preset)` says, in one sentence, why a preset cannot run on this machine. Adaptive draft
 length (`GenerationConfig.min_draft_prob`) and draft trees (`GenerationConfig.tree`) are the local engine's: vLLM drafts
 a chain of k tokens every step, so the others refuse them (`require_local_engine_options`). Every entry point
-resolves a run request once with `resolve_request` (request.py: `check_run`, and k auto's choice), where each refusal
-of a run is worded.
+resolves a run request once with `resolve_request` (playground/request/: `check_run`, and k auto's choice), where
+each refusal of a run is worded: this package holds backends only.
 """
 
 from __future__ import annotations
@@ -28,17 +28,10 @@ import threading
 from typing import TYPE_CHECKING
 
 from playground.presets import Preset
+from playground.request import BackendUnavailable
+from playground.request.availability import backend_unavailable_reason
 
-from .availability import backend_unavailable_reason
 from .base import Backend, Capabilities, StepStream
-from .request import (
-    BackendUnavailable,
-    RequestError,
-    ResolvedRequest,
-    check_run,
-    require_local_engine_options,
-    resolve_request,
-)
 
 if TYPE_CHECKING:
     from .local import LocalBackend
@@ -50,7 +43,8 @@ def open_backend(preset: Preset) -> Backend:
     if reason:
         raise BackendUnavailable(reason)
     if preset.backend == "local":
-        from .availability import on_zerogpu
+        from playground.request.availability import on_zerogpu
+
         from .local import LocalBackend
 
         if on_zerogpu():
@@ -103,7 +97,5 @@ def forget_backend(name: str) -> None:
         _SHARED.pop(name, None)
 
 
-__all__ = ["Backend", "BackendUnavailable", "Capabilities", "RequestError", "StepStream", "backend_unavailable_reason",
-           "ResolvedRequest", "check_run", "resolve_request",
-           "forget_backend", "open_backend", "open_local_backend", "require_local_engine_options", "require_local",
-           "shared_backend"]
+__all__ = ["Backend", "Capabilities", "StepStream", "forget_backend", "open_backend", "open_local_backend",
+           "require_local", "shared_backend"]

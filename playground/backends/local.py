@@ -25,10 +25,10 @@ from playground.engine import (
     weightless_generate,
 )
 from playground.presets import Preset
+from playground.request import RequestError
 from playground.smollm2 import local_folder
 
 from . import Capabilities
-from .request import RequestError
 
 
 @dataclass

@@ -28,11 +28,12 @@ from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, SpecCounters, StepEvent
 from playground.engine.templates import raw_prompt, resolve_template
 from playground.presets import SERVER_DRAFTER, Preset
+from playground.request import require_local_engine_options
+from playground.request.fit import check_drafter_fits
+from playground.specstats import counters_from_samples, parse_prometheus
+from playground.streamed_steps import MISSING_FIELDS, DeltaStepper, finish_reason
 
-from . import Capabilities, require_local_engine_options
-from .fit import check_drafter_fits
-from .specstats import counters_from_samples, parse_prometheus
-from .steps import MISSING_FIELDS, DeltaStepper, finish_reason
+from . import Capabilities
 
 
 class RemoteError(ValueError):

@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from playground.engine import GenerationConfig, StepEvent
 from playground.presets import get_preset
-
-from .availability import on_zerogpu
+from playground.request.availability import on_zerogpu
 
 if TYPE_CHECKING:
     from .local import LocalBackend

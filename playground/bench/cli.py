@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from playground.backends import check_run, open_local_backend
+from playground.backends import open_local_backend
 from playground.bench import BENCH_NEEDS_WEIGHTS
 from playground.bench.config import TEMPLATES_HELP, BenchConfig, with_overrides
 from playground.bench.landing_run import PROFILE as LANDING
@@ -33,6 +33,7 @@ from playground.flags import (
 )
 from playground.presets import DEVICES, DTYPES, REPO_ROOT, Preset
 from playground.prompt_sets import builtin_sets
+from playground.request import check_run
 
 
 def _names(text: str | None) -> tuple[str, ...] | None:
@@ -40,7 +41,7 @@ def _names(text: str | None) -> tuple[str, ...] | None:
 
 
 def _check_drafters(config: BenchConfig, preset: Preset) -> None:
-    """Each drafter the sweeps name, peers aside, checked as every entry point checks it (backends/request.py), before
+    """Each drafter the sweeps name, peers aside, checked as every entry point checks it (request/check.py), before
     any model loads: a path, or a name with "/", is a drafter folder or Hub id."""
     cfg = config.generation(0, 0)
     for name in sorted({d for s in config.sweeps for d in s.drafters} - set(PEERS)):

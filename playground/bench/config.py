@@ -23,7 +23,7 @@ class Sweep:
     templates: tuple[str, ...] = ("default",)
     study: str = "sweep"  # speed | k | context | template | sweep
     tree_nodes: tuple[int, ...] = ()  # beside each EAGLE drafter's chain at k, a draft tree of N nodes, k deep
-    k_auto: bool = False  # beside the fixed ks, each preset EAGLE drafter at `k auto` (backends/auto_k.py)
+    k_auto: bool = False  # beside the fixed ks, each preset EAGLE drafter at `k auto` (auto_k.py)
 
 
 @dataclass

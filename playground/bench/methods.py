@@ -14,14 +14,15 @@ import torch
 from transformers import AutoModelForCausalLM
 from transformers import GenerationConfig as HFGenerationConfig
 
-from playground.backends import ResolvedRequest, resolve_request
-from playground.backends.auto_k import auto_k, auto_k_problem
+from playground.auto_k import auto_k
 from playground.backends.local import LocalBackend
 from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, StepEvent, TreeShape, emitted_ids
 from playground.engine.costs import AutoK, CostProfile, context_bucket, pair_profile
 from playground.health import Health, run_health
 from playground.presets import DRAFTER_LABELS
+from playground.request import ResolvedRequest, resolve_request
+from playground.request.check import auto_k_problem
 from playground.smollm2 import cache_root
 
 PEERS = {
@@ -61,7 +62,7 @@ class Method:
     name: str  # PLAIN, a preset drafter name or folder, or a key of PEERS
     k: int | None = None
     tree_nodes: int | None = None
-    auto: bool = False  # k auto: each answer's k chosen at its start (backends/auto_k.py); k is then None
+    auto: bool = False  # k auto: each answer's k chosen at its start (auto_k.py); k is then None
 
     @property
     def kind(self) -> str:
@@ -189,7 +190,7 @@ class Runner:
 
     def resolved(self, method: Method, prompt_ids: list[int], cfg: GenerationConfig) -> ResolvedRequest:
         """One of our engine's methods on one prompt as a request, checked and resolved as every entry point's is
-        (backends/request.py); k auto chooses each prompt's k (or plain decoding) here."""
+        (request/check.py); k auto chooses each prompt's k (or plain decoding) here."""
         preset = self.backend.preset
         drafter_path = None if method.name in (PLAIN, *preset.drafters) else method.name  # a folder or Hub id
         choose_k = (lambda: self.auto_choice(method.name, prompt_ids, cfg.max_new_tokens)) if method.auto else None

@@ -49,7 +49,7 @@ class BenchRow:
     mismatched_prompts: list[str] = field(default_factory=list)
     health: dict | None = None  # the drafter held against its fingerprint: checked, flagged, flags, differences
     note: str | None = None  # why a method has no numbers here
-    # how its runs ran (backends/run_record.py: precision, forward, kernels, weights, threads), under the names
+    # how its runs ran (run_record.py: precision, forward, kernels, weights, threads), under the names
     # generate --json and the app's exports use; None for peers, which run transformers' generate
     run_fields: dict | None = None
 

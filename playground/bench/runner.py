@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 
-from playground.backends.run_record import run_fields
 from playground.bench.aggregate import aggregate
 from playground.bench.config import BenchConfig, ProgressCallback
 from playground.bench.execute import Executor
@@ -18,6 +17,7 @@ from playground.bench.plan import PromptEncoder, make_plan
 from playground.bench.progress import BenchProgress, Run, format_duration
 from playground.bench.rows import BenchResult, BenchRow
 from playground.machine import machine_info
+from playground.run_record import run_fields
 
 
 class BenchStopped(Exception):

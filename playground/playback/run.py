@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 from playground.backends import Backend, StepStream
-from playground.backends.run_record import exported_run, run_fields
 from playground.engine import Baseline, RunRecord, RunTally, StepEvent, SuffixCache, emitted_ids
 from playground.engine.costs import AutoK
 from playground.engine.threads import busy_text
 from playground.health import Health, run_health
 from playground.health.stats import LOOKS
+from playground.run_record import exported_run, run_fields
 from playground.viz import ProvenanceBuilder, RunView, TokenPiece, TreeStep, plain_verdict
 
 from .baseline import AFTER, SHARE, SHARE_IN_CHAT, BaselineSampler
@@ -48,7 +48,7 @@ class Run:
     pieces: list[TokenPiece] = field(default_factory=list)
     baseline: Baseline | None = None  # filled in by a BaselineSampler as its samples come in
     missing_fields: dict[str, str] = field(default_factory=dict)  # what the backend cannot report, and why
-    fields: dict = field(default_factory=dict)  # how it ran: precision, forward, kernels... (backends.run_record)
+    fields: dict = field(default_factory=dict)  # how it ran: precision, forward, kernels... (run_record)
     opened: bool = False  # the stream is open (drafter loaded and checked): the next step is being computed
     error: str | None = None  # why the run broke off, when it did
     seen_seconds: float | None = None  # wall clock from asking for the first step to the latest one

@@ -7,14 +7,13 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from playground.backends import RequestError, ResolvedRequest, resolve_request
-from playground.backends.request import check_request
 from playground.drafting import PLAIN, SUFFIX_CACHE, method_of
 from playground.engine import GenerationConfig, TreeShape
 from playground.engine.costs import AutoK
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.tree_shape import MAX_NODES
 from playground.presets import DRAFTER_LABELS, ENGINE_LABELS, Preset, default_preset_name, get_preset
+from playground.request import RequestError, ResolvedRequest, check_request, resolve_request
 
 MAX_NEW_TOKENS = 1024
 
@@ -34,7 +33,7 @@ class RunSettings:
     seed: int | None = None  # sampling only: the same seed repeats the same answer
     min_draft_prob: float = 0.0  # adaptive draft length (engine.GenerationConfig); 0 drafts k every step
     tree_nodes: int = 0  # a draft tree of this many nodes per step, k deep (engine/tree.py); 0 drafts a chain of k
-    k_auto: bool = False  # k chosen at the run's start (backends/auto_k.py): the k predicted fastest, or plain decoding
+    k_auto: bool = False  # k chosen at the run's start (auto_k.py): the k predicted fastest, or plain decoding
     # a weightless method's settings (drafting.METHODS' Parameters, by name) as (name, value) pairs; one left out
     # takes the registry's default
     method_settings: tuple[tuple[str, int | float], ...] = ()

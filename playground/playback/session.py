@@ -7,8 +7,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
+from playground.auto_k import auto_k
 from playground.backends import Backend, shared_backend
-from playground.backends.auto_k import auto_k
 from playground.engine import SuffixCache
 from playground.engine.costs import AutoK
 from playground.health import Health

@@ -30,10 +30,10 @@ from jinja2 import TemplateError
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from playground.backends.specstats import render_prometheus
 from playground.engine import GenerationConfig, StepEvent
 from playground.engine.text import IncrementalDecoder
 from playground.health import run_health
+from playground.specstats import render_prometheus
 
 from .engine import Limits, ServedEngine
 from .requests import ChatCompletionRequest, CompletionRequest, DetokenizeRequest, Sampling, TokenizeRequest

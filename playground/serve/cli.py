@@ -104,8 +104,8 @@ def _serve_on(sock: socket.socket, engine, limits: Limits, args: argparse.Namesp
 
 
 def vllm_command(args: argparse.Namespace) -> None:
-    from playground.backends.fit import check_drafter_fits
     from playground.backends.vllm import serve_command
+    from playground.request.fit import check_drafter_fits
 
     preset = get_preset(args.preset)
     settings = method_settings(args)

@@ -7,15 +7,16 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
-from playground.backends import open_local_backend, resolve_request
-from playground.backends.auto_k import auto_k
+from playground.auto_k import auto_k
+from playground.backends import open_local_backend
 from playground.backends.local import LocalBackend
-from playground.backends.specstats import ServedCounters, ServedSnapshot
 from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, SpecCounters, StepEvent, TreeShape
 from playground.engine.costs import AutoK
 from playground.presets import Preset
+from playground.request import resolve_request
 from playground.smollm2 import local_folder
+from playground.specstats import ServedCounters, ServedSnapshot
 
 from .defaults import OPENAI, SamplingDefaults, sampling_defaults
 
@@ -111,7 +112,7 @@ def load_engine(preset: Preset, drafter: str, k: int, model_name: str | None, mi
                 override: dict[str, float] | None = None, k_auto: bool = False) -> ServedEngine:
     """Load (and warm up) the preset's target and drafter (the preset's by name, or a folder or Hub id by
     `drafter_path`, checked against the target as it loads); refuse what cannot be served, with the reason, before
-    the target loads. `k_auto`: the k predicted fastest on this machine (backends/auto_k.py) in place of `k`, or plain
+    the target loads. `k_auto`: the k predicted fastest on this machine (auto_k.py) in place of `k`, or plain
     decoding where none pays."""
     backend = open_local_backend(preset, "serve", f"for vLLM run `python -m playground vllm-command --preset "
                                                  f"{preset.name}`")

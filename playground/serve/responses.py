@@ -7,8 +7,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from playground.backends.specstats import request_metrics
 from playground.engine import StepEvent, emitted_ids
+from playground.specstats import request_metrics
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "cancelled": "abort"}
 

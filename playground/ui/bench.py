@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import gradio as gr
 
-from playground.backends.availability import offered_presets
 from playground.bench import BenchStopped
 from playground.bench.present import TAB_HEADERS, TAB_PROFILES, BenchView, load_view, stream_run
 from playground.bench.public import bench_bound_s, offered_profiles, public_note
 from playground.presets import Preset
+from playground.request.availability import offered_presets
 
 from .controls import CheckedDropdown, min_draft_prob_control
 from .line import ENGINE, in_line, stoppable, wire_stop

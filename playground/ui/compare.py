@@ -9,9 +9,9 @@ from dataclasses import replace
 import gradio as gr
 import plotly.graph_objects as go
 
-from playground.backends.availability import unavailable
 from playground.playback import ChartPace, Comparison, Conversation, RequestError, Run, RunSettings, compare
 from playground.presets import ENGINE_LABELS, Preset, engine_presets, get_preset
+from playground.request.availability import unavailable
 from playground.viz import (
     SUMMARY_COLUMNS,
     TITLES,

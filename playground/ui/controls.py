@@ -10,8 +10,6 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from playground.backends import backend_unavailable_reason
-from playground.backends.availability import offered_presets
 from playground.drafting import MAX_K, METHODS, PARAMETERS, PLAIN, WEIGHTLESS, Parameter, is_weightless
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.tree_shape import MAX_NODES, TreeShape
@@ -19,6 +17,8 @@ from playground.playback import (
     MAX_NEW_TOKENS,
 )
 from playground.presets import DRAFTER_LABELS, Preset, get_preset
+from playground.request import backend_unavailable_reason
+from playground.request.availability import offered_presets
 from playground.viz import TokenPiece, legend_html, provenance_html, rendered_html
 
 ANSWER_VIEWS = {"rendered": rendered_html, "tokens": provenance_html}

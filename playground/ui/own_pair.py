@@ -1,5 +1,5 @@
 """The "your own pair" panel: name a target and EAGLE-3 / EAGLE-3.1 drafters, load them, and pick them like a preset
-in every tab of this session. The checks and loading live in `backends.own_pair`; this wires them to the page."""
+in every tab of this session. The checks and loading live in `own_pair`; this wires them to the page."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from playground.backends.own_pair import load_own_pair, size_text
-from playground.backends.request import RequestError
 from playground.environment import public_host
 from playground.health.measure import fingerprint_preset
+from playground.own_pair import load_own_pair, size_text
 from playground.presets import OWN_PAIR_PREFIX, get_preset, is_own_pair
+from playground.request import RequestError
 
 from .line import ENGINE
 from .refusals import report_user_errors

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from playground.backends.fit import stored_parameters
 from playground.backends.vllm import VllmBackend, VllmError, memory_setting, pool, serve_command
 from playground.backends.vllm.args import engine_kwargs
 from playground.backends.vllm.memory import (
@@ -31,6 +30,7 @@ from playground.backends.vllm.memory import (
 from playground.backends.vllm.pool import engines_to_stop
 from playground.engine.checkpoint import CheckpointError
 from playground.presets import Preset, get_preset
+from playground.request.fit import stored_parameters
 
 GiB = 2**30
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""A pair of one's own, checked from its configs before any weights are read (backends.own_pair): each refusal is one
+"""A pair of one's own, checked from its configs before any weights are read (own_pair): each refusal is one
 line, a public host refuses local folders, and a pair that fails to load leaves the others as they were."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from playground.backends import own_pair
-from playground.backends.own_pair import PairRefused, PairShelf, check_pair
+from playground.own_pair import PairRefused, PairShelf, check_pair
 from playground.presets import get_preset
 
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-import playground.backends.availability as availability
+import playground.request.availability as availability
 from playground.__main__ import main
-from playground.backends import BackendUnavailable, backend_unavailable_reason
-from playground.backends.fit import DrafterMismatch, check_drafter_fits, drafter_fit
 from playground.backends.vllm import VllmBackend
 from playground.presets import Preset, get_preset
+from playground.request import BackendUnavailable, backend_unavailable_reason
+from playground.request.fit import DrafterMismatch, check_drafter_fits, drafter_fit
 
 LLAMA_8B = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32, "hidden_size": 4096, "vocab_size": 128256}
 YUHUILI = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 4096, "num_hidden_layers": 1,

@@ -13,11 +13,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from playground.backends.fit import DrafterMismatch
 from playground.backends.remote import RemoteBackend, RemoteError, base_url
-from playground.backends.specstats import request_metrics
 from playground.engine import GenerationConfig, SpecCounters, speculative_generate, summarize
 from playground.presets import Preset
+from playground.request.fit import DrafterMismatch
+from playground.specstats import request_metrics
 from tests.support.appserver import running_server
 
 K = 4

@@ -1,4 +1,4 @@
-"""A request resolved once (backends/request.py): checked before any choice is made, k auto's "no k pays" resolved
+"""A request resolved once (request/check.py): checked before any choice is made, k auto's "no k pays" resolved
 to plain decoding in one place, and the bench refusing an unknown drafter in the words every entry point uses."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from playground.__main__ import main
-from playground.backends import RequestError, check_run, resolve_request
 from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, TreeShape
 from playground.engine.costs import AutoK
 from playground.presets import get_preset
+from playground.request import RequestError, check_run, resolve_request
 
 PLAYGROUND = Path(__file__).resolve().parents[2] / "playground"
 
@@ -27,7 +27,7 @@ def chooser(k: int | None, calls: list[str]):
 
 
 def test_k_auto_resolves_to_its_k_or_to_plain_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
-    import playground.backends.auto_k as auto_k_module
+    import playground.request.check as auto_k_module
 
     # as if shipped: the default preset's drafters are the tests' tiny pair once a module before this one set it so
     monkeypatch.setattr(auto_k_module, "auto_k_problem", lambda preset, drafter: None)
@@ -42,7 +42,7 @@ def test_k_auto_resolves_to_its_k_or_to_plain_decoding(monkeypatch: pytest.Monke
 
 
 def test_what_k_auto_cannot_choose_for_is_refused_before_the_choice_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
-    import playground.backends.auto_k as auto_k_module
+    import playground.request.check as auto_k_module
 
     monkeypatch.setattr(auto_k_module, "auto_k_problem", lambda preset, drafter: None)  # as if shipped
     preset, calls = get_preset("smollm2-135m"), []
@@ -61,7 +61,7 @@ def test_what_k_auto_cannot_choose_for_is_refused_before_the_choice_is_made(monk
 def test_no_k_pays_is_resolved_to_plain_decoding_in_one_place() -> None:
     sites = [f"{path.relative_to(PLAYGROUND)}:{n}" for path in PLAYGROUND.rglob("*.py")
              for n, line in enumerate(path.read_text().splitlines(), 1) if re.search(r"auto\.k is not None", line)]
-    assert sites == ["backends/request.py:" + sites[0].split(":")[1]] and len(sites) == 1, sites
+    assert sites == ["request/check.py:" + sites[0].split(":")[1]] and len(sites) == 1, sites
 
 
 def _error_line(capsys: pytest.CaptureFixture, argv: list[str]) -> str:

@@ -1,4 +1,4 @@
-"""One run record (backends/run_record.py): a run field added in one place reaches every export, under one name."""
+"""One run record (run_record.py): a run field added in one place reaches every export, under one name."""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ import math
 import pytest
 from prometheus_client.samples import Sample
 
-from playground.backends.specstats import (
+from playground.engine import SpecCounters, StepEvent, summarize
+from playground.specstats import (
     ServedCounters,
     ServedSnapshot,
     counters_from_samples,
@@ -15,7 +16,6 @@ from playground.backends.specstats import (
     render_prometheus,
     request_metrics,
 )
-from playground.engine import SpecCounters, StepEvent, summarize
 
 VLLM_TEXT = """\
 # HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.

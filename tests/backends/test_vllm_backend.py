@@ -10,13 +10,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from playground.backends.steps import UNKNOWN_DRAFT, DeltaStepper, finish_reason
 from playground.backends.vllm import CPU_ENGINE_ARGS, counters_from_snapshot, serve_command
 from playground.backends.vllm import starts as vllm_starts
 from playground.backends.vllm.args import engine_kwargs, sampling_kwargs, speculative_config
 from playground.backends.vllm.stream import read_output
 from playground.engine import GenerationConfig, SpecCounters, summarize
 from playground.presets import get_preset
+from playground.streamed_steps import UNKNOWN_DRAFT, DeltaStepper, finish_reason
 
 
 def test_speculative_config() -> None:

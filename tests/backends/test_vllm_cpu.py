@@ -16,8 +16,8 @@ import json
 
 import pytest
 
-from playground.backends.availability import vllm_installed
 from playground.engine import GenerationConfig, SpecCounters
+from playground.request.availability import vllm_installed
 from playground.smollm2 import unavailable_reason
 from tests.support.vllm_pair import EDIT_PROMPT, PROMPTS, K, ids_of, real_pair_presets
 

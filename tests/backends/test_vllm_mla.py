@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from playground.backends.availability import vllm_installed
 from playground.engine import GenerationConfig, SpecCounters
 from playground.presets import get_preset
+from playground.request.availability import vllm_installed
 
 K = 3
 PROMPTS = ["Explain how the gears of a bicycle work.", "Write a Python function that returns the median of a list."]

@@ -91,7 +91,7 @@ def test_stop_reaches_a_run_whose_engine_cannot_see_the_switch(tiny_root: Path,
 
 def test_on_zerogpu_the_local_backend_comes_wrapped(tiny_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import playground.backends as backends
-    import playground.backends.availability as availability
+    import playground.request.availability as availability
     from playground.backends import open_backend
     from playground.presets import get_preset
 

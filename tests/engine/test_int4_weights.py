@@ -152,8 +152,8 @@ def test_weights_int4_is_refused_in_one_line_where_the_kernel_cannot_take_a_shap
 
 def test_a_local_backend_refuses_speculation_on_int4_that_is_not_row_exact(tiny_root: Path) -> None:
     from playground.backends.local import LocalBackend
-    from playground.backends.request import RequestError
     from playground.presets import Preset
+    from playground.request import RequestError
 
     backend = LocalBackend(Preset(name="t", title="t", target=str(tiny_root / "target"),
                                   drafters={"eagle3.1": str(tiny_root / "eagle3.1")}, weights="int4"))

@@ -12,7 +12,6 @@ from safetensors.torch import load_file, save_file
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Attention, DeepseekV3RotaryEmbedding
 
-from playground.backends.fit import drafter_fit
 from playground.engine import (
     CheckpointError,
     DrafterConfig,
@@ -24,6 +23,7 @@ from playground.engine import (
 )
 from playground.engine.decode import plain_generate, speculative_generate
 from playground.engine.drafter import MLAttention
+from playground.request.fit import drafter_fit
 from playground.train.drafter import DrafterTrainConfig, DraftVocab, new_drafter
 from playground.train.tokenizer import train_tokenizer
 from tests.support.tiny import SAMPLE_TEXT

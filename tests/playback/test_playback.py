@@ -413,7 +413,7 @@ def test_k_auto_learns_from_the_sessions_earlier_answers_replayed(pair_models: P
     """k auto in a chat with earlier greedy answers: the shipped acceptance by position updated with those answers
     replayed under the drafter — which counts exactly what a live run at that k accepted (replay is exact) — and the
     record saying so; a sampled answer is left out."""
-    from playground.backends.auto_k import PRIOR_STEPS, updated_acceptance
+    from playground.auto_k import PRIOR_STEPS, updated_acceptance
 
     for name in ("target", "eagle3", "eagle3.1"):
         (tmp_path / "models" / name).parent.mkdir(exist_ok=True)

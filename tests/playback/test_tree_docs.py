@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from playground.backends.request import RequestError, require_local_engine_options
 from playground.playback import Conversation, RunSettings, chat_turn
+from playground.request import RequestError, require_local_engine_options
 
 APP_DOC = Path(__file__).resolve().parents[2] / "docs" / "app.md"
 TREE = {"tree_nodes": 16, "k": 4, "max_new_tokens": 12}

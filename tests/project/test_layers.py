@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "playground"
 
 BASE = {"drafting", "environment", "blas"}
-COMMANDS = BASE | {"smollm2", "engine", "presets", "backends", "flags"}
+COMMANDS = BASE | {"smollm2", "engine", "presets", "request", "backends", "auto_k", "run_record", "specstats",
+                   "flags"}
 MEASURING = COMMANDS | {"prompt_sets", "machine", "viz", "health"}
 ALLOWED: dict[str, set[str]] = {  # ARCHITECTURE.md's table, part by part
     "drafting": set(), "environment": set(), "blas": set(), "__init__": {"blas"}, "examples": set(),
@@ -18,13 +19,18 @@ ALLOWED: dict[str, set[str]] = {  # ARCHITECTURE.md's table, part by part
     "smollm2": {"environment", "blas"}, "machine": {"environment", "blas"},
     "presets": BASE | {"smollm2"},
     "prompt_sets": BASE | {"presets"},
-    "backends": BASE | {"smollm2", "engine", "presets"},
+    "request": BASE | {"smollm2", "engine", "presets"},
+    "specstats": {"engine"}, "streamed_steps": {"engine"},
+    "backends": BASE | {"smollm2", "engine", "presets", "request", "specstats", "streamed_steps"},
+    "auto_k": BASE | {"smollm2", "engine", "presets", "request", "backends"},
+    "run_record": {"engine", "backends"},
+    "own_pair": BASE | {"engine", "presets", "request", "backends"},
     "viz": {"engine", "drafting"},
     "health": COMMANDS | {"prompt_sets", "machine"},
-    "playback": BASE | {"backends", "engine", "presets", "viz", "health"},
+    "playback": BASE | {"request", "backends", "auto_k", "run_record", "engine", "presets", "viz", "health"},
     "flags": COMMANDS, "generate": COMMANDS | {"health"}, "serve": COMMANDS | {"health"}, "space": COMMANDS,
     "bench": MEASURING | {"examples"}, "train": MEASURING,
-    "ui": MEASURING | {"playback", "bench", "examples"},
+    "ui": MEASURING | {"playback", "bench", "examples", "own_pair"},
 }
 
 

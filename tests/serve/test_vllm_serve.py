@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from playground.backends.availability import vllm_installed
 from playground.engine import GenerationConfig, SpecCounters
 from playground.presets import Preset
+from playground.request.availability import vllm_installed
 from playground.smollm2 import unavailable_reason
 from tests.support.appserver import free_port, running_process
 from tests.support.vllm_pair import PROMPTS, K, ids_of, real_pair_presets

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from playground.backends.fit import drafter_fit
 from playground.engine import GenerationConfig, Target, load_drafter, plain_generate, speculative_generate
 from playground.engine.templates import encode_chat
 from playground.presets import KIMI_TINY, get_preset
+from playground.request.fit import drafter_fit
 
 pytestmark = pytest.mark.slow
 

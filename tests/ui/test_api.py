@@ -65,7 +65,7 @@ def test_the_status_says_which_precision_ran(client: Client) -> None:
     status, run = (chat(client)[-1][i] for i in (2, -1))
     assert "float32" in status and run["precision"] == "float32"
     assert run["kernels"] and "thread" in run["threads"]  # the live record names the kernels and the thread policy, as
-    # --json does, under the same names (backends/run_record.py)
+    # --json does, under the same names (run_record.py)
     status, run = (chat(client, preset="smollm2-135m-bf16")[-1][i] for i in (2, -1))
     assert "bfloat16" in status and "finished" in status
     assert native_bfloat16() or "not token-identical" in run["precision"]  # exactness claimed only with bf16 kernels

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from gradio_client import Client
 
-from playground.backends.availability import vllm_installed
+from playground.request.availability import vllm_installed
 from playground.smollm2 import unavailable_reason
 from tests.support.appserver import running_app
 from tests.support.vllm_pair import PROMPTS, K

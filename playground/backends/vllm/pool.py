@@ -29,11 +29,12 @@ from playground.engine import GenerationConfig, SpecCounters
 from playground.engine.checkpoint import CheckpointError
 from playground.engine.templates import encode_chat
 from playground.presets import DRAFTER_LABELS, Preset
+from playground.request import require_local_engine_options
+from playground.request.fit import check_drafter_fits, read_config, stored_parameters
 from playground.smollm2 import local_folder
+from playground.streamed_steps import MISSING_FIELDS
 
-from .. import Capabilities, require_local_engine_options
-from ..fit import check_drafter_fits, read_config, stored_parameters
-from ..steps import MISSING_FIELDS
+from .. import Capabilities
 from .args import CPU_ENVIRONMENT, Settings, engine_kwargs
 from .memory import (
     GPU_SLOTS,

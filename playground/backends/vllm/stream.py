@@ -1,6 +1,6 @@
 """One request through a vLLM engine, read as StepEvents, and the plain probe that times one plain step.
 
-- Per step: one DELTA output per engine step -> accepted = len(delta) - 1 (playground.backends.steps). The consumer
+- Per step: one DELTA output per engine step -> accepted = len(delta) - 1 (playground.streamed_steps). The consumer
   only moves outputs onto a queue, so vLLM does not merge steps because we fell behind.
 - Per position: vLLM's own spec-decode counters (`vllm.v1.metrics.reader.get_metrics_snapshot`), diffed around the
   request; per request: `CompletionOutput.spec_decode_metrics` on the final output, where this vLLM offers it.
@@ -13,17 +13,29 @@ import queue
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, SpecCounters, StepEvent
+from playground.specstats import Sample, counters_from_samples
+from playground.streamed_steps import DeltaStepper, finish_reason
 
-from ..specstats import Sample, counters_from_samples
-from ..steps import DeltaStepper, finish_reason
 from .args import sampling_kwargs
 
-if TYPE_CHECKING:
-    from .pool import VllmBackend
+
+class EnginePool(Protocol):
+    """What a stream asks of the backend that owns the engines (pool.VllmBackend): named here, so that the stream
+    does not import the pool that imports it."""
+
+    def holding(self, drafter: str, k: int, settings: tuple = ()) -> AbstractContextManager[Any]: ...
+
+    def engine(self, drafter: str, k: int, place: str = "", settings: tuple = ()) -> Any: ...
+
+    def submit(self, coroutine) -> Any: ...
+
+    def spec_counters(self) -> SpecCounters | None: ...
+
 
 class VllmError(RuntimeError):
     """vLLM failed while serving a request."""
@@ -73,7 +85,7 @@ class VllmStream:
     """Iterator of StepEvents for one request; after the last event `server_counters` (vLLM's spec-decode counters
     over the request) and `request_metrics` (CompletionOutput.spec_decode_metrics, if offered) are set."""
 
-    def __init__(self, backend: VllmBackend, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
+    def __init__(self, backend: EnginePool, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
                  should_stop: Callable[[], bool] | None) -> None:
         self.server_counters: SpecCounters | None = None
         self.request_metrics: dict | None = None
@@ -91,13 +103,13 @@ class VllmStream:
         """Stop reading: the request is aborted in its engine (the generator's cleanup), freeing its slot now."""
         self._events.close()
 
-    def _run(self, backend: VllmBackend, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
+    def _run(self, backend: EnginePool, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
              should_stop: Callable[[], bool] | None) -> Iterator[StepEvent]:
         # kept from the idle release while the request reads
         with backend.holding(drafter, cfg.k, cfg.method_settings) as engine:
             yield from self._read(backend, engine, prompt_ids, cfg, should_stop)
 
-    def _read(self, backend: VllmBackend, engine: Any, prompt_ids: list[int], cfg: GenerationConfig,
+    def _read(self, backend: EnginePool, engine: Any, prompt_ids: list[int], cfg: GenerationConfig,
               should_stop: Callable[[], bool] | None) -> Iterator[StepEvent]:
         from vllm.sampling_params import RequestOutputKind, SamplingParams
 
@@ -137,7 +149,7 @@ class VllmPlainProbe:
     local engine's `PlainProbe`): a request of the run's context for two tokens on the plain engine, timed from the
     first token's arrival (after the prefill, which prefix caching mostly skips) to the second's."""
 
-    def __init__(self, backend: VllmBackend) -> None:
+    def __init__(self, backend: EnginePool) -> None:
         self._backend = backend
 
     def time_step(self, context: list[int]) -> float:

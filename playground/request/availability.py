@@ -2,7 +2,7 @@
 
 Checks are local and fast (no network): GPU presence and count, the vLLM package, the default target's package, a
 token for gated models, the remote URL. Whether a drafter fits its target is checked when the backend starts
-(playground.backends.fit), since that needs the configs.
+(playground.request.fit), since that needs the configs.
 """
 
 from __future__ import annotations

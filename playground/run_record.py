@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from playground.backends.base import Backend
 from playground.engine import RunRecord
 from playground.engine.costs import AutoK
-
-from .base import Backend
 
 
 def precision_label(dtype: str, exact: bool, plain: bool) -> str:

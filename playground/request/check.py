@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from playground.drafting import (
     METHODS,
@@ -24,7 +25,7 @@ from playground.drafting import (
     parameters_for_other_method,
 )
 from playground.engine import GenerationConfig
-from playground.engine.costs import AutoK
+from playground.engine.costs import AutoK, shipped_acceptance
 from playground.presets import Preset
 
 from .availability import backend_unavailable_reason
@@ -56,7 +57,7 @@ class ResolvedRequest:
 def resolve_request(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_path: str | None = None,
                     choose_k: Callable[[], AutoK] | None = None) -> ResolvedRequest:
     """The request checked (check_run; with k auto, check_auto_k) and resolved. `choose_k` asks for k auto: it makes
-    the choice (backends/auto_k.py, at the entry point's context) once the checks have passed, and `cfg`'s k is then
+    the choice (auto_k.py, at the entry point's context) once the checks have passed, and `cfg`'s k is then
     replaced by the k chosen; plain decoding has no k to choose."""
     check_request(preset, drafter, cfg, drafter_path, k_auto=choose_k is not None)
     if choose_k is None or drafter == PLAIN:
@@ -78,8 +79,6 @@ def check_request(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_p
 def check_auto_k(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_path: str | None = None) -> None:
     """RequestError where k auto cannot choose k for this drafter: it prices a chain of a preset's EAGLE drafter on
     our engine, from the acceptance by position shipped beside it."""
-    from .auto_k import auto_k_problem  # loads our engine's backend: only where k auto is asked
-
     if is_weightless(drafter) and not drafter_path:
         raise RequestError(f"k auto chooses k from an EAGLE drafter's measured costs; for {drafter}, give k a number")
     if preset.backend != "local" or drafter_path:
@@ -138,3 +137,23 @@ def require_local_engine_options(backend: str, cfg: GenerationConfig) -> None:
     if cfg.min_draft_prob and backend != "local":
         raise BackendUnavailable(f"the {backend} backend drafts k tokens every step; adaptive draft length (minimum "
                                  f"draft probability {cfg.min_draft_prob:g}) runs on the local engine, so set it to 0")
+
+
+def shipped_rates(preset: Preset, drafter: str) -> tuple[list[float], Path]:
+    """The drafter's shipped acceptance by position and its file; ValueError worded to follow k's name."""
+    if drafter == PLAIN or drafter not in preset.drafters:
+        raise ValueError("auto chooses k for a preset drafter on our engine, named by the preset")
+    folder = Path(preset.drafters[drafter]).parent
+    try:
+        return shipped_acceptance(folder, drafter), folder / "evaluation.json"
+    except ValueError as err:
+        raise ValueError(f"auto needs {drafter}'s acceptance by position: {err}; give k a number") from None
+
+
+def auto_k_problem(preset: Preset, drafter: str) -> str | None:
+    """Why auto cannot choose k for `drafter` of `preset` (worded to follow k's name), or None."""
+    try:
+        shipped_rates(preset, drafter)
+    except ValueError as err:
+        return str(err)
+    return None

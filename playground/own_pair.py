@@ -30,8 +30,7 @@ from playground.drafting import METHODS, PLAIN
 from playground.engine.checkpoint import CheckpointError
 from playground.environment import public_host
 from playground.presets import OWN_PAIR_PREFIX, Preset, register_pair, unregister_pair
-
-from .fit import drafter_fit, hub_problem, read_config
+from playground.request.fit import drafter_fit, hub_problem, read_config
 
 SLOTS = {name: method.label for name, method in METHODS.items() if method.checkpoint}  # eagle3, eagle3.1
 HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]  # no code, no pickles
@@ -219,7 +218,7 @@ class PairShelf:
 
     def load(self, check: PairCheck, load_weights) -> Preset:
         """Register the checked pair, load it with `load_weights(preset)`, and make room for it first."""
-        from . import forget_backend
+        from playground.backends import forget_backend
 
         preset = check.preset
         with self._lock:
@@ -288,7 +287,7 @@ def load_own_pair(target: str, drafters: dict[str, str], say=lambda message, fra
     """Check the pair from its configs, download what is named by Hub id, then load its weights and warm each decode
     path up, saying each stage with `say(message, fraction done or None)`; the loaded pair is then a preset
     (`check.preset.name`)."""
-    from . import shared_backend
+    from playground.backends import shared_backend
 
     say("reading the configs (no weights yet)…", 0.0)
     check = check_pair(target, drafters, revision)

@@ -9,37 +9,14 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
-from playground.drafting import PLAIN
+from playground.backends.local import LocalBackend
 from playground.engine import SpecCounters
-from playground.engine.costs import AutoK, CostProfile, choose_k, pair_profile, shipped_acceptance
+from playground.engine.costs import AutoK, CostProfile, choose_k, pair_profile
 from playground.engine.replay import replay, teacher_force
-from playground.presets import Preset, repo_relative
+from playground.presets import repo_relative
+from playground.request.check import shipped_rates
 from playground.smollm2 import cache_root
-
-from .local import LocalBackend
-
-
-def _shipped(preset: Preset, drafter: str) -> tuple[list[float], Path]:
-    """The drafter's shipped acceptance by position and its file; ValueError worded to follow k's name."""
-    if drafter == PLAIN or drafter not in preset.drafters:
-        raise ValueError("auto chooses k for a preset drafter on our engine, named by the preset")
-    folder = Path(preset.drafters[drafter]).parent
-    try:
-        return shipped_acceptance(folder, drafter), folder / "evaluation.json"
-    except ValueError as err:
-        raise ValueError(f"auto needs {drafter}'s acceptance by position: {err}; give k a number") from None
-
-
-def auto_k_problem(preset: Preset, drafter: str) -> str | None:
-    """Why auto cannot choose k for `drafter` of `preset` (worded to follow k's name), or None."""
-    try:
-        _shipped(preset, drafter)
-    except ValueError as err:
-        return str(err)
-    return None
-
 
 PRIOR_STEPS = 64  # the shipped acceptance weighs as much as this many drafting steps of the session's own answers
 SESSION_ANSWERS = 4  # the session's latest greedy answers replayed, at most (each costs a target pass over it)
@@ -80,7 +57,7 @@ def auto_k(backend: LocalBackend, drafter: str, context_ids: list[int], tokens: 
     where it cannot choose (a drafter given as a folder, or one without an acceptance by position), worded to follow
     k's name ("--k " + message, "k " + message)."""
     preset = backend.preset
-    per_position, evaluation = _shipped(preset, drafter)
+    per_position, evaluation = shipped_rates(preset, drafter)
     source = repo_relative(evaluation)
     answers = [a for a in session if len(a[1]) > 1][-SESSION_ANSWERS:]
     if answers:
