@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from playground.backends import own_pair
+from playground import own_pair
 from playground.own_pair import PairRefused, PairShelf, check_pair
 from playground.presets import get_preset
 
@@ -170,7 +170,7 @@ def test_a_missing_folder_says_so_and_an_unreachable_hub_answers_within_seconds(
     it)."""
     import socket
 
-    from playground.backends import fit
+    from playground.request import fit
 
     for missing in ("/no/such/place", "./not-here", "runs/a/b"):
         with pytest.raises(PairRefused, match="no such folder") as refused:

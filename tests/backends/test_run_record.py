@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from playground import run_record
 from playground.__main__ import main
-from playground.backends import run_record
 from playground.bench import BenchConfig, Sweep, run_profile
 from playground.playback import Conversation, RunSettings, chat_turn, export_runs
 from playground.presets import get_preset

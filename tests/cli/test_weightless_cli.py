@@ -11,7 +11,8 @@ import pytest
 
 from playground.engine import GenerationConfig, TreeShape
 from playground.presets import get_preset
-from playground.request import RequestError, check_weightless
+from playground.request import RequestError
+from playground.request.check import check_weightless
 from tests.cli.test_cli import _one_line_error, run_in_process
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
