@@ -27,7 +27,8 @@ COLUMNS = (("ours int4 plain", "our plain"), ("ours int4 EAGLE-3.1", "our EAGLE-
 def records(folder: Path = INT4_DIR) -> list[dict]:
     """Every committed file, newest first, each with its `path`."""
     found = [{**json.loads(p.read_text()), "path": p} for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
-    return sorted(found, key=lambda r: r["machine"].get("date") or r.get("date") or "", reverse=True)
+    found.sort(key=lambda r: r.get("neighbours", 0))  # idle first, within a date
+    return sorted(found, key=lambda r: r.get("date") or "", reverse=True)
 
 
 def by_kind(record: dict) -> dict[str, dict[str, dict]]:
@@ -43,6 +44,11 @@ def _best(runs: dict[str, dict], prefix: str) -> str:
     ratio, name = max(found)
     k = re.search(r"k=(\d+)", name)
     return times_text(ratio) + (f" (k = {k.group(1)})" if k else "")
+
+
+def _threads(record: dict) -> str:
+    threads = (record.get("llama_cpp") or {}).get("threads")
+    return f" ({threads} threads)" if threads else ""
 
 
 def _machine(record: dict) -> str:
@@ -66,7 +72,8 @@ def llamacpp_table(folder: Path = INT4_DIR) -> str:
             lines.append("| " + " | ".join([
                 f"{_machine(record)}; [`{Path(relative).name}`]({relative})",
                 f"{prompts} {KINDS[kind]} × {record['tokens']} tokens",
-                f"{base['median_tok_s']:.1f} tok/s", *(_best(runs, prefix) for prefix, _ in COLUMNS)]) + " |")
+                f"{base['median_tok_s']:.1f} tok/s{_threads(record)}", *(_best(runs, prefix) for prefix, _ in COLUMNS)])
+                + " |")
     return "\n".join(lines)
 
 

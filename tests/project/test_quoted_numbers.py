@@ -335,3 +335,29 @@ def test_docs_app_quotes_the_measured_memory_sessions() -> None:
         session = _load(ROOT / "assets" / "bench" / "memory" / name)
         for key in ("after_first_chat_mib", "most_mib", "growth_after_first_chat_mib"):
             assert f"{session[key]:,.0f} MiB" in doc, (name, key, session[key])
+
+
+def test_the_readme_and_engine_doc_quote_the_llamacpp_files() -> None:
+    """README's "Faster than what?" prose and docs/engine.md quote the Zen 4 files of scripts/int4_vs_llamacpp.py and
+    scripts/llamacpp_threads.py: each figure as the file holds it."""
+    int4 = ROOT / "assets" / "bench" / "int4"
+    idle, busy = (_load(int4 / f"amd-zen4-avx512-bf16{tail}.json")["rows"] for tail in ("", "-beside-1"))
+    threads = _load(int4 / "threads" / "amd-zen4-avx512-bf16.json")["rates"]
+    ratio = {kind: {name: r["vs_llamacpp_plain"] for name, r in rows.items()} for kind, rows in idle.items()}
+    engine = (ROOT / "docs" / "engine.md").read_text()
+    one_thread = threads["beside 1 busy"]["1 threads"]["median_tok_s"]
+    plain_busy, eagle_busy = (busy["fresh"][n]["median_tok_s"] for n in ("ours int4 plain", "ours int4 EAGLE-3.1 k=2"))
+    quoted = {
+        "README.md": [f"ours {ratio['fresh']['ours int4 plain']:.2f}–{ratio['editing']['ours int4 plain']:.2f}× of it",
+                      f"EAGLE-3.1 {ratio['fresh']['ours int4 EAGLE-3.1 k=2']:.2f}× at k = 2",
+                      f"kept {plain_busy:.0f} tok/s plain and {eagle_busy:.0f}", f"kept {one_thread} tok/s",
+                      f"our plain decoding is {plain_busy / one_thread:.2f}× and "
+                      f"EAGLE-3.1 {eagle_busy / one_thread:.1f}×"],
+        "docs/engine.md": [f"llama.cpp plain {idle['fresh']['llama.cpp plain']['median_tok_s']} tok/s on fresh writing",
+                           f"and {idle['editing']['llama.cpp plain']['median_tok_s']} on editing",
+                           f"kept {plain_busy} and", f"keeps {one_thread} beside the loop",
+                           f"({threads['beside 0 busy']['1 threads']['median_tok_s']} idle"],
+    }
+    texts = {"README.md": " ".join(README.split()), "docs/engine.md": " ".join(engine.split())}
+    missing = [(doc, q) for doc, quotes in quoted.items() for q in quotes if q not in texts[doc]]
+    assert not missing, missing
