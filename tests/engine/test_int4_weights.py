@@ -97,14 +97,19 @@ def test_int4_speculation_is_token_identical_to_int4_plain_decoding(tiny_root: P
     drafter, _ = load_drafter(tiny_root / "eagle3.1")
     aux = int4_target.attach(drafter)
     drafter.prepare_for_decoding()
-    for seed in range(4):
-        prompt = ids(24, int4_target.vocab_size, 10 + seed)
-        cfg = GenerationConfig(max_new_tokens=40, k=3 + seed)
-        plain = [t for e in plain_generate(int4_target, prompt, cfg) for t in e.emitted]
-        chain = [t for e in speculative_generate(int4_target, drafter, aux, prompt, cfg) for t in e.emitted]
-        tree = [t for e in tree_generate(int4_target, drafter, aux, prompt, cfg, TreeShape(depth=4, topk=3, nodes=12))
-                for t in e.emitted]
-        assert chain == plain and tree == plain
+    assert_chains_and_trees_decode_plainly(int4_target, drafter, aux, seeds=range(10, 14), ks=range(3, 7),
+                                           tree=TreeShape(depth=4, topk=3, nodes=12))
+
+
+def assert_chains_and_trees_decode_plainly(target: Target, drafter, aux: list[int], seeds, ks, tree: TreeShape) -> None:
+    """Chains of each k and `tree` give the target's own plain greedy tokens on a prompt per seed."""
+    for seed, k in zip(seeds, ks):
+        prompt = ids(24, target.vocab_size, seed)
+        cfg = GenerationConfig(max_new_tokens=40, k=k)
+        plain = [t for e in plain_generate(target, prompt, cfg) for t in e.emitted]
+        chain = [t for e in speculative_generate(target, drafter, aux, prompt, cfg) for t in e.emitted]
+        drafted = [t for e in tree_generate(target, drafter, aux, prompt, cfg, tree) for t in e.emitted]
+        assert chain == plain and drafted == plain, (seed, k)
 
 
 def test_an_int8_drafter_beside_int4_layers_speculates_token_identically(tiny_root: Path, int4_target: Target) -> None:
@@ -127,14 +132,8 @@ def test_an_int8_drafter_beside_int4_layers_speculates_token_identically(tiny_ro
         a = full(tokens, full.project(hidden), positions).logits
         b = int8(tokens, int8.project(hidden), positions).logits
     assert torch.corrcoef(torch.stack([a.flatten(), b.flatten()]))[0, 1] > 0.99 and not torch.equal(a, b)
-    for seed in range(3):
-        prompt = ids(24, int4_target.vocab_size, 20 + seed)
-        cfg = GenerationConfig(max_new_tokens=40, k=2 + seed)
-        plain = [t for e in plain_generate(int4_target, prompt, cfg) for t in e.emitted]
-        chain = [t for e in speculative_generate(int4_target, int8, aux, prompt, cfg) for t in e.emitted]
-        tree = [t for e in tree_generate(int4_target, int8, aux, prompt, cfg, TreeShape(depth=3, topk=2, nodes=8))
-                for t in e.emitted]
-        assert chain == plain and tree == plain
+    assert_chains_and_trees_decode_plainly(int4_target, int8, aux, seeds=range(20, 23), ks=range(2, 5),
+                                           tree=TreeShape(depth=3, topk=2, nodes=8))
 
 
 def test_weights_int4_is_refused_in_one_line_where_the_kernel_cannot_take_a_shape(tiny_root: Path) -> None:
