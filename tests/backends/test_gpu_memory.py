@@ -355,8 +355,8 @@ def gpu_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     sizes = {"gpu": H100}
     monkeypatch.setattr(pool, "gpu_total_bytes", lambda devices: sizes["gpu"])
 
-    async def start(self, drafter, k):
-        return FakeEngine(self.engine_kwargs(drafter, k))
+    async def start(self, drafter, k, settings=()):
+        return FakeEngine(self.engine_kwargs(drafter, k, settings=settings))
 
     monkeypatch.setattr(VllmBackend, "_start", start)
 
@@ -383,7 +383,7 @@ def test_the_backend_keeps_plain_and_two_drafter_engines_within_the_budget(gpu_b
         first = first or list(backend._engines.values())
         shares = _live_shares(backend)
         assert sum(shares.values()) <= GPU_MEMORY_BUDGET + 1e-9
-        assert shares[(None, 0)] == GPU_SHARES["plain"]
+        assert shares[(None, 0, ())] == GPU_SHARES["plain"]
     assert len(backend._engines) == MAX_ENGINES
     assert first[0].stopped and not first[1].stopped  # a drafter engine made room; plain decoding's stayed
 
@@ -396,7 +396,7 @@ def test_the_backend_runs_one_engine_at_a_time_where_the_gpu_has_room_for_one(gp
     assert list(_live_shares(backend).values()) == [GPU_MEMORY_BUDGET]  # its own engine only, the whole budget
     drafter_engine = next(iter(backend._engines.values()))
     backend.prepare("none", 0)
-    assert drafter_engine.stopped and list(backend._engines) == [(None, 0)]
+    assert drafter_engine.stopped and list(backend._engines) == [(None, 0, ())]
     with pytest.raises(VllmError, match="room for one vLLM engine"):
         backend.plain_probe()
 
@@ -423,15 +423,15 @@ def test_engines_unused_for_the_idle_limit_are_stopped_and_one_in_use_is_not(gpu
     now = time.monotonic()
     assert backend.release_idle(now + 50) == [] and not any(e.stopped for e in engines.values())
     with backend.holding("eagle3", 4):
-        assert backend.release_idle(now + 1000) == [(None, 0)]  # plain decoding's went; the one in use stayed
-        assert engines[(None, 0)].stopped and not any(e.stopped for k, e in engines.items() if k != (None, 0))
+        assert backend.release_idle(now + 1000) == [(None, 0, ())]  # plain decoding's went; the one in use stayed
+        assert engines[(None, 0, ())].stopped and not any(e.stopped for k, e in engines.items() if k != (None, 0, ()))
     later = time.monotonic()
     assert backend.release_idle(later + 50) == [] and len(backend._engines) == 1  # let go just now: not idle yet
     assert len(backend.release_idle(later + 1000)) == 1 and not backend._engines
     backend.prepare("eagle3", 4)
     assert len(backend._engines) == 2  # started again on demand
     asked = backend._key("eagle3", 4)
-    assert backend.release_idle(time.monotonic() + 1000, keep=asked) == [(None, 0)]  # never the one being asked for
+    assert backend.release_idle(time.monotonic() + 1000, keep=asked) == [(None, 0, ())]  # never the one being asked for
     assert asked in backend._engines
     monkeypatch.setenv("PLAYGROUND_VLLM_IDLE_S", "0")
     assert pool.idle_limit_s() is None
@@ -451,7 +451,7 @@ def test_an_engine_stopped_for_idling_says_so_when_the_next_run_starts_it_again(
     assert "again" not in backend.starting("eagle3.1", 4)
     backend.prepare("eagle3.1", 4)
     assert backend.starting("eagle3.1", 4) is None
-    assert set(backend.release_idle(time.monotonic() + 312.4)) == {(None, 0), backend._key("eagle3.1", 4)}
+    assert set(backend.release_idle(time.monotonic() + 312.4)) == {(None, 0, ()), backend._key("eagle3.1", 4)}
     before = backend.starting("eagle3.1", 4)
     assert before.startswith("vLLM's EAGLE-3.1 k=4 engine was stopped after 312 s idle; starting it again. "
                              "vLLM's plain decoding engine was stopped after 312 s idle; starting it again. "
@@ -459,9 +459,9 @@ def test_an_engine_stopped_for_idling_says_so_when_the_next_run_starts_it_again(
     seen = []
     original = pool.VllmBackend._start
 
-    async def start_and_look(self, drafter, k):
+    async def start_and_look(self, drafter, k, settings=()):
         seen.append(self.start_progress())
-        return await original(self, drafter, k)
+        return await original(self, drafter, k, settings)
 
     monkeypatch.setattr(pool.VllmBackend, "_start", start_and_look)
     backend.prepare("eagle3.1", 4)
@@ -520,7 +520,7 @@ def test_shutdown_while_an_engine_starts_kills_its_processes_instead_of_waiting(
     older = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     cores, failures = [], []
 
-    async def slow_start(self, drafter, k):
+    async def slow_start(self, drafter, k, settings=()):
         cores.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]))
         while cores[-1].poll() is None:
             await asyncio.sleep(0.05)
@@ -560,7 +560,7 @@ def test_engines_a_run_waited_for_are_not_idle_when_their_starts_end(gpu_backend
     import asyncio
     import time
 
-    async def slow_start(self, drafter, k):
+    async def slow_start(self, drafter, k, settings=()):
         await asyncio.sleep(0.4)
         return FakeEngine(self.engine_kwargs(drafter, k))
 
