@@ -89,12 +89,6 @@ class LocalBackend:
         return (target.weights == "float32" and target.dtype == torch.float32) or (
             target.fast is not None and target.fast.row_exact)
 
-    @property
-    def compute(self) -> str:
-        target = self.target
-        kernels = target.fast.kernels if target.fast is not None else f"transformers on {target.device.type}"
-        return kernels + (f"; threads: {target.threads.describe()}" if target.threads is not None else "")
-
     def plain_probe(self) -> PlainProbe:
         """Times plain decode steps at a run's position (the live speedup's baseline); one per run."""
         return PlainProbe(self.target)

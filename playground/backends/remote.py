@@ -205,10 +205,6 @@ class RemoteBackend:
     def exact_speculation(self) -> bool:
         return self.preset.dtype == "float32"  # the server's precision, as the preset states it
 
-    @property
-    def compute(self) -> str:
-        return "the remote server's"
-
     def plain_probe(self):
         raise RemoteError(self.missing_fields["baseline"])
 

@@ -76,10 +76,6 @@ class ZeroGpuBackend:
     def exact_speculation(self) -> bool:
         return self.inner.exact_speculation
 
-    @property
-    def compute(self) -> str:
-        return self.inner.compute
-
     def preload(self) -> None:
         self.inner.preload()
 

@@ -11,6 +11,7 @@ from playground.drafting import PLAIN, method_of
 from playground.engine import GenerationConfig, StepEvent
 from playground.engine.templates import CHAT_TEMPLATES, UnknownTemplate, resolve_template
 from playground.presets import Preset
+from playground.run_record import multiplied
 from playground.smollm2 import local_folder
 
 from .check import Health, RunFacts, check_health
@@ -92,13 +93,7 @@ def run_facts(preset: Preset, backend, drafter: str, cfg: GenerationConfig, chat
         target_digest=weights_digest(folder) if folder else None, chat_template=template_label(chat_template, raw),
         chat_template_sha256=template_sha256(tokenizer, chat_template, raw),
         context_tokens=prompt_tokens + len(answer_ids),
-        draft_coverage=draft_coverage(draft_vocabulary(source), answer_ids), weights=target_weights(backend))
-
-
-def target_weights(backend) -> str | None:
-    """What our engine's target multiplied ("float32", "int4"); None off our engine (vLLM, a remote server)."""
-    target = getattr(backend, "target", None)
-    return getattr(target, "weights", None) if target is not None else None
+        draft_coverage=draft_coverage(draft_vocabulary(source), answer_ids), weights=multiplied(backend))
 
 
 def fingerprint_for(preset: Preset, drafter: str) -> Fingerprint | None:

@@ -130,10 +130,6 @@ class VllmBackend:
     def exact_speculation(self) -> bool:
         return self.preset.dtype == "float32"
 
-    @property
-    def compute(self) -> str:
-        return "vLLM's own kernels and thread binding (VLLM_CPU_OMP_THREADS_BIND, default auto)"
-
     def memory_plan(self) -> GpuPlan:
         """How this preset's engines share the GPU (`gpu_plan`), worked out once, before the first engine starts: the
         weights from the configs against the GPU's total memory. GpuMemoryError where they cannot fit. On the CPU:
