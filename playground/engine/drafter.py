@@ -293,18 +293,20 @@ class Eagle3Drafter(nn.Module):
         return DrafterCache(len(self.layers))
 
     def prepare_for_decoding(self, int8: bool = False) -> None:
-        """Once the weights are final and on their device: with `int8` (beside a target on int4 weights), every
-        product in int8 rows where a draft step's products measure `INT8_GAIN` faster so (`use_int8_products`);
-        otherwise a draft step's one-row vocabulary product, the widest of
-        its products, goes through lm_head's transposed weight where that is measured faster on this machine
-        (`Projection.try_columns`; on a 2-core AMD EPYC, 0.55 ms instead of 1.1 ms for SmolLM2's drafters). Never
-        for training: the copy would not follow weight updates.
-
-        The other products of a draft step (fc, and the layer's attention and MLP projections) change their layout
-        in place where one row runs faster through W^T (`prefer_columns`, timed per product; no copy: the modules'
-        weights become views of W^T, and `F.linear` multiplies through it)."""
+        """Once the weights are final and on their device, the fastest layout for a draft step's one-row products:
+        beside a target on int4 weights (`int8`), int8 rows where they measure faster (`use_int8_products`); else,
+        or where they do not, W^T where that measures faster (`use_columns_where_faster`). Never for training:
+        neither follows weight updates."""
         if int8 and self.use_int8_products():
             return
+        self.use_columns_where_faster()
+
+    def use_columns_where_faster(self) -> None:
+        """The draft step's one-row vocabulary product, the widest of its products, through lm_head's transposed
+        weight where that is measured faster on this machine (`Projection.try_columns`; on a 2-core AMD EPYC,
+        0.55 ms instead of 1.1 ms for SmolLM2's drafters); the other products (fc, and the layer's attention and MLP
+        projections) change their layout in place where one row runs faster through W^T (`prefer_columns`, timed
+        per product; no copy: the modules' weights become views of W^T, and `F.linear` multiplies through it)."""
         head = Projection(self.lm_head.weight.detach(), None)
         self.head = head if head.try_columns() else None
         if self.fc.weight.device.type != "cpu":
