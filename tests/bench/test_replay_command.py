@@ -51,6 +51,25 @@ def test_replay_gives_each_configuration_its_live_acceptance(capsys, tmp_path: P
     assert len(profiles) == 2  # one per drafter, kept for the next replay
 
 
+def test_replay_gives_each_weightless_method_its_live_acceptance(capsys, tmp_path: Path, pair_models: Path,
+                                                                 monkeypatch) -> None:
+    """A weightless method's proposals depend on the text alone, so replaying a plain answer under it takes the
+    steps its live run takes: the same drafting steps and acceptance, per method and k."""
+    monkeypatch.setenv("PLAYGROUND_CACHE_DIR", str(tmp_path / "cache"))
+    prompt = ["--prompt", "Repeat after me: one two three four, one two three four, one two three four."]
+    ran = record(capsys, tmp_path, "plain", "--drafter", "none", *prompt)
+    code, out, err = run(capsys, "replay", str(ran), "--drafters", "ngram,suffix", "--k", "2,4", "--json")
+    assert code == 0, err
+    configs = {(c["drafter"], c["k"]): c for c in json.loads(out)["configs"]}
+    assert set(configs) == {(m, k) for m in ("ngram", "suffix") for k in (2, 4)}
+    for (method, k), config in configs.items():
+        live = json.loads(record(capsys, tmp_path, f"{method}-{k}", "--drafter", method, "--k", str(k),
+                                 *prompt).read_text())
+        assert config["drafting_steps"] == live["metrics"]["drafting_steps"], (method, k)
+        assert config["acceptance_length"] == pytest.approx(live["metrics"]["mean_acceptance_length"]), (method, k)
+    assert any(c["drafting_steps"] > 0 for c in configs.values())  # the prompt gave the lookups something to find
+
+
 def test_a_sampled_answer_gets_the_expected_first_draft_acceptance_and_an_old_record_is_refused(
         capsys, tmp_path: Path, pair_models: Path) -> None:
     """A sampled record is not replayed (its steps depend on the draws): each drafter's expected first-draft
