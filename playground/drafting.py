@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PLAIN = "none"  # the drafter name that means plain decoding, as the CLI, the API and the server take it
+EAGLE3, EAGLE3_1 = "eagle3", "eagle3.1"  # vLLM runs both as its method "eagle3"; the drafter's config flags pick 3.1
+DEFAULT_DRAFTER = EAGLE3_1  # the drafter a run takes where none is named and the preset has it
 MAX_K = 16
 
 
@@ -58,6 +60,8 @@ class Method:
     features: bool  # drafts from the target's hidden states: attention, drift and hidden-state RMS views apply
     fingerprint: bool  # health checks a run against a fingerprint of it
     parameters: tuple[Parameter, ...] = ()
+    flags: tuple[str, ...] = ()  # config.json flags its checkpoints set, which tell it from the other EAGLE variant
+    proposer: str | None = None  # a weightless method's module under engine/: its build_proposer(cfg, session cache)
     # (engine, why it cannot run this method) for an engine not in `engines` whose reason is known
     not_on: tuple[tuple[str, str], ...] = ()
 
@@ -98,16 +102,26 @@ SUFFIX_ON_VLLM = ("runs on vLLM only with the arctic-inference package, which is
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method(PLAIN, "none (plain decoding)", None, checkpoint=False, engines=ALL_ENGINES, features=False,
            fingerprint=False),
-    Method("eagle3", "EAGLE-3", "#d62728", checkpoint=True, engines=ALL_ENGINES, features=True, fingerprint=True),
-    Method("eagle3.1", "EAGLE-3.1", "#1f77b4", checkpoint=True, engines=ALL_ENGINES, features=True, fingerprint=True),
+    Method(EAGLE3, "EAGLE-3", "#d62728", checkpoint=True, engines=ALL_ENGINES, features=True, fingerprint=True),
+    Method(EAGLE3_1, "EAGLE-3.1", "#1f77b4", checkpoint=True, engines=ALL_ENGINES, features=True, fingerprint=True,
+           flags=("fc_norm", "norm_output")),
     Method("ngram", "prompt lookup (n-gram)", "#2ca02c", checkpoint=False, engines=("local", "vllm"), features=False,
-           fingerprint=False, parameters=(NGRAM_MIN, NGRAM_MAX)),
+           fingerprint=False, parameters=(NGRAM_MIN, NGRAM_MAX), proposer="lookup"),
     Method("suffix", "suffix decoding", "#9467bd", checkpoint=False, engines=("local",), features=False,
            fingerprint=False, parameters=(SUFFIX_DEPTH, SUFFIX_MIN_PROB, SUFFIX_CACHE),
-           not_on=(("vllm", SUFFIX_ON_VLLM),)),
+           not_on=(("vllm", SUFFIX_ON_VLLM),), proposer="suffix"),
 )}
 PARAMETERS: dict[str, tuple[Method, Parameter]] = {p.name: (m, p) for m in METHODS.values() for p in m.parameters}
 WEIGHTLESS = tuple(name for name, m in METHODS.items() if m.weightless)
+CHECKPOINTED = tuple(name for name, m in METHODS.items() if m.checkpoint)  # the EAGLE variants, in order
+
+
+def checkpoint_method(config: dict) -> Method:
+    """The method a drafter's config.json makes it: the one whose flags it sets (EAGLE-3.1: fc_norm or norm_output),
+    else the one that sets none (EAGLE-3)."""
+    methods = [METHODS[name] for name in CHECKPOINTED]
+    flagged = [m for m in methods if m.flags and any(config.get(flag) for flag in m.flags)]
+    return (flagged or [m for m in methods if not m.flags])[0]
 
 
 def method_of(drafter: str) -> Method | None:

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-EXAMPLES_DRAFTER, EXAMPLES_K, EXAMPLES_TOKENS = "eagle3.1", 4, 256  # the Chat tab's defaults, as measured
+from playground.drafting import DEFAULT_DRAFTER
+
+EXAMPLES_DRAFTER, EXAMPLES_K, EXAMPLES_TOKENS = DEFAULT_DRAFTER, 4, 256  # the Chat tab's defaults, as measured
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from playground import environment
-from playground.drafting import METHODS, PLAIN
+from playground.drafting import METHODS, PLAIN, checkpoint_method
 from playground.engine.checkpoint import CheckpointError
 from playground.environment import public_host
 from playground.presets import OWN_PAIR_PREFIX, Preset, register_pair, unregister_pair
@@ -88,12 +88,11 @@ def _transformers_version() -> str:
 
 def _slot_problem(slot: str, config: dict) -> str | None:
     """EAGLE-3.1 is EAGLE-3 with fc_norm and norm_output: a drafter named in the wrong slot would be mislabelled."""
-    flagged = bool(config.get("fc_norm") or config.get("norm_output"))
-    if slot == "eagle3.1" and not flagged:
-        return "sets neither fc_norm nor norm_output: it is an EAGLE-3 drafter; name it as the EAGLE-3 drafter"
-    if slot == "eagle3" and flagged:
-        return "sets fc_norm / norm_output: it is an EAGLE-3.1 drafter; name it as the EAGLE-3.1 drafter"
-    return None
+    method = checkpoint_method(config)
+    if method.name == slot:
+        return None
+    said = f"sets {' / '.join(method.flags)}" if method.flags else f"sets neither {' nor '.join(METHODS[slot].flags)}"
+    return f"{said}: it is an {method.label} drafter; name it as the {method.label} drafter"
 
 
 def estimated_bytes(config: dict) -> int:

@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 
 from playground import environment
-from playground.drafting import METHODS, PLAIN, k_problem
+from playground.drafting import DEFAULT_DRAFTER, METHODS, PLAIN, k_problem
 from playground.smollm2 import HUB_ID  # resolved to a local copy when loaded
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -74,8 +74,8 @@ class Preset:
 
     @property
     def default_drafter(self) -> str:
-        if "eagle3.1" in self.drafters:
-            return "eagle3.1"
+        if DEFAULT_DRAFTER in self.drafters:
+            return DEFAULT_DRAFTER
         return next(iter(self.drafters), PLAIN)
 
 

@@ -4,6 +4,13 @@ the token ids, so it costs no model call and its proposals depend on the text al
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from playground.drafting import NGRAM_MAX, NGRAM_MIN
+
+if TYPE_CHECKING:
+    from .config import GenerationConfig
+
 
 class PromptLookup:
     """One run's n-gram index, grown as the run's tokens grow (a run's tokens only ever grow)."""
@@ -31,3 +38,9 @@ class PromptLookup:
             for n in range(self.shortest, min(self.longest, end + 1) + 1):
                 self.after[tuple(tokens[end + 1 - n : end + 1])] = end + 1
         self.indexed = max(self.indexed, stop)
+
+
+def build_proposer(cfg: GenerationConfig, session_cache: object = None) -> PromptLookup:
+    """Prompt lookup with the run's settings (the registry's entry names this module); it keeps nothing between runs,
+    so a session's cache is not read."""
+    return PromptLookup(int(cfg.setting(NGRAM_MIN.name)), int(cfg.setting(NGRAM_MAX.name)))

@@ -13,6 +13,12 @@ session's next run begins."""
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
+
+from playground.drafting import SUFFIX_CACHE, SUFFIX_DEPTH, SUFFIX_MIN_PROB
+
+if TYPE_CHECKING:
+    from .config import GenerationConfig
 
 
 class _Node:
@@ -158,3 +164,11 @@ class SuffixProposer:
         with self.cache.lock:
             self.running.catch_up(tokens)
             return self.running.trie.speculate(tokens, k, self.min_prob)[0]
+
+
+def build_proposer(cfg: GenerationConfig, session_cache: SuffixCache | None = None) -> SuffixProposer:
+    """Suffix decoding with the run's settings over the session's cache (a fresh one, holding this run alone, where
+    None); the registry's entry names this module."""
+    return SuffixProposer(session_cache if session_cache is not None else SuffixCache(),
+                          int(cfg.setting(SUFFIX_DEPTH.name)), float(cfg.setting(SUFFIX_MIN_PROB.name)),
+                          int(cfg.setting(SUFFIX_CACHE.name)))

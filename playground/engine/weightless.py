@@ -12,18 +12,18 @@ hidden-state RMS and draft probabilities are None: there is no drafter to measur
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from importlib import import_module
 from typing import Protocol
 
 import torch
 
-from playground.drafting import NGRAM_MAX, NGRAM_MIN, SUFFIX_CACHE, SUFFIX_DEPTH, SUFFIX_MIN_PROB, WEIGHTLESS
+from playground.drafting import METHODS, WEIGHTLESS
 
 from .cache import TargetCache
 from .config import GenerationConfig
-from .lookup import PromptLookup
 from .loop import Pending, Verified, speculate
 from .sampling import accept_greedy, accept_sampled, probabilities
-from .suffix import SuffixCache, SuffixProposer
+from .suffix import SuffixCache
 from .target import Target
 from .trace import StepEvent
 
@@ -33,14 +33,12 @@ class Proposer(Protocol):
 
 
 def proposer_for(method: str, cfg: GenerationConfig, suffix_cache: SuffixCache | None = None) -> Proposer:
-    """A weightless method's proposer for one run; suffix decoding reads and grows the session's `suffix_cache`
-    (a fresh one, holding this run alone, where None)."""
-    if method == "ngram":
-        return PromptLookup(int(cfg.setting(NGRAM_MIN.name)), int(cfg.setting(NGRAM_MAX.name)))
-    if method == "suffix":
-        return SuffixProposer(suffix_cache if suffix_cache is not None else SuffixCache(),
-                              int(cfg.setting(SUFFIX_DEPTH.name)), float(cfg.setting(SUFFIX_MIN_PROB.name)),
-                              int(cfg.setting(SUFFIX_CACHE.name)))
+    """A weightless method's proposer for one run, built by the module its registry entry names (`Method.proposer`:
+    that engine module's `build_proposer`), so a new method needs no branch here; suffix decoding reads and grows
+    the session's `suffix_cache` (a fresh one, holding this run alone, where None)."""
+    entry = METHODS.get(method)
+    if entry is not None and entry.proposer is not None:
+        return import_module(f"{__package__}.{entry.proposer}").build_proposer(cfg, suffix_cache)
     raise ValueError(f"{method!r} is not a weightless drafting method; those are {', '.join(WEIGHTLESS)}")
 
 

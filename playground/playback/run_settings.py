@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from playground.drafting import PLAIN, SUFFIX_CACHE, method_of
+from playground.drafting import DEFAULT_DRAFTER, PLAIN, SUFFIX_CACHE, method_of
 from playground.engine import GenerationConfig, TreeShape
 from playground.engine.costs import AutoK
 from playground.engine.templates import CHAT_TEMPLATES
@@ -22,7 +22,7 @@ MAX_NEW_TOKENS = 1024
 class RunSettings:
     """What the user picked for one run."""
 
-    drafter: str = "eagle3.1"  # a drafter name of the preset, or PLAIN for plain decoding
+    drafter: str = DEFAULT_DRAFTER  # a drafter name of the preset, or PLAIN for plain decoding
     k: int = 4
     preset: str = field(default_factory=default_preset_name)
     temperature: float = 0.0

@@ -26,7 +26,14 @@ import shlex
 import socket
 import sys
 
-from playground.drafting import PLAIN, is_weightless, method_of, parameters_for_other_method, parameters_problem
+from playground.drafting import (
+    DEFAULT_DRAFTER,
+    PLAIN,
+    is_weightless,
+    method_of,
+    parameters_for_other_method,
+    parameters_problem,
+)
 from playground.flags import (
     UsageError,
     add_method_flags,
@@ -125,7 +132,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", default=DEFAULT, help=f"a local-engine preset (default: {DEFAULT})")
     add_threads_flag(p)
     add_pair_flags(p)
-    p.add_argument("--drafter", default="eagle3.1", help="none, or a drafter name of the preset")
+    p.add_argument("--drafter", default=DEFAULT_DRAFTER, help="none, or a drafter name of the preset")
     p.add_argument("--k", type=server_k, default=4, help="speculative tokens per step (fixed for the server, as in "
                    "vLLM), or auto: the k predicted fastest on this machine, chosen at start-up (plain decoding where "
                    "none pays)")
@@ -159,8 +166,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("vllm-command", help="check a preset's drafter against its target, print `vllm serve`")
     p.add_argument("--preset", default="kimi-k2.6")
-    p.add_argument("--drafter", default="eagle3.1", help="none, a drafter name of the preset, a folder / Hub id, or "
-                   "ngram (prompt lookup)")
+    p.add_argument("--drafter", default=DEFAULT_DRAFTER, help="none, a drafter name of the preset, a folder / Hub id, "
+                   "or ngram (prompt lookup)")
     p.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
     add_method_flags(p)
     p.add_argument("--host", default="0.0.0.0")

@@ -8,7 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from playground.drafting import EAGLE3, EAGLE3_1
+from playground.train.drafter import VARIANTS
 from playground.train.evaluate import evaluate_command
+from playground.train.evaluate_long import RATIO_KEY
 
 
 def _fmt(x, digits: int = 2) -> str:
@@ -71,15 +74,20 @@ def _where_trained(log: dict) -> str:
     return f"{minutes:.0f} minutes of wall clock per variant, one thread each"
 
 
+def _flag_cells(variant: str) -> str:
+    """A drafter table's fc_norm and norm_output cells for an EAGLE variant."""
+    return " | ".join(str(flag in VARIANTS[variant]) for flag in ("fc_norm", "norm_output"))
+
+
 def _long_context_rows(long: dict) -> list[str]:
     rows = ["| prompts | prompt tokens (median) | drafter | acceptance length: median (min–max) over prompts | "
             "pooled | per-position acceptance | lossless | EAGLE-3.1 / EAGLE-3 (of medians; median of ratios) |",
             "|---|---|---|---|---|---|---|---|"]
     for name, cell in long["sets"].items():
-        ratio = cell.get("eagle3.1_over_eagle3")
+        ratio = cell.get(RATIO_KEY)
         for drafter, m in cell["drafters"].items():
             shown = (f"{_fmt(ratio['ratio_of_medians'])}×; {_fmt(ratio['median_of_ratios'])}×"
-                     if ratio and drafter == "eagle3.1" else "")
+                     if ratio and drafter == EAGLE3_1 else "")
             per_pos = " / ".join(_fmt(p) for p in m["per_position_acceptance"] or [])
             rows.append(f"| {name} ({len(cell['prompts'])}) | {cell['median_prompt_tokens']:.0f} | {drafter} | "
                         f"{_fmt(m['median_acceptance_length'])} ({_fmt(m['min'])}–{_fmt(m['max'])}) | "
@@ -145,12 +153,12 @@ def _later_stage(log: dict) -> str:
 
 
 def render(root: Path) -> str:
-    drafters = {v: json.loads((root / v / "training_log.json").read_text()) for v in ("eagle3", "eagle3.1")}
+    drafters = {v: json.loads((root / v / "training_log.json").read_text()) for v in VARIANTS}
     evaluation = json.loads((root / "evaluation.json").read_text())
     measured_speed = json.loads((root / "speed.json").read_text())
-    stages = training_stages(drafters["eagle3"])
+    stages = training_stages(drafters[EAGLE3])
     d = stages[0]
-    eagle_config = json.loads((root / "eagle3" / "config.json").read_text())["eagle_config"]
+    eagle_config = json.loads((root / EAGLE3 / "config.json").read_text())["eagle_config"]
     aux_layers = eagle_config["eagle_aux_hidden_state_layer_ids"]
     lines = [
         "# Default pair: SmolLM2-135M-Instruct with our EAGLE-3 / EAGLE-3.1 drafters",
@@ -189,15 +197,14 @@ def render(root: Path) -> str:
         *[line for stage in stages[1:] for line in ("", _later_stage(stage))],
         "",
         "Final validation (the latest training stage's validation blocks"
-        + ("; measured on its weights, before the average)" if "merge" in drafters["eagle3"] else ")") + ":",
+        + ("; measured on its weights, before the average)" if "merge" in drafters[EAGLE3] else ")") + ":",
         "",
         "| drafter | fc_norm | norm_output | validation TTT loss | top-1 agreement with the target by TTT step |",
         "|---|---|---|---|---|",
     ]
     for v, log in drafters.items():
-        flags = v == "eagle3.1"
         final = next(stage for stage in reversed(training_stages(log)) if "final" in stage)["final"][v]
-        lines.append(f"| {v} | {flags} | {flags} | {_fmt(final['val_loss'], 3)} | "
+        lines.append(f"| {v} | {_flag_cells(v)} | {_fmt(final['val_loss'], 3)} | "
                      f"{' / '.join(_fmt(a) for a in final['val_top1_by_step'])} |")
     speed, unfamiliar = measured_speed["speed"], evaluation["unfamiliar_template"]
     lines += [
@@ -269,10 +276,10 @@ def render_mla_pair(root: Path) -> str:
     shown = _repo_path(root)
     config = json.loads((root / "target" / "config.json").read_text())
     grown = json.loads((root / "target" / "training_log.json").read_text())
-    drafters = {v: json.loads((root / v / "training_log.json").read_text()) for v in ("eagle3", "eagle3.1")}
-    drafter_config = json.loads((root / "eagle3" / "config.json").read_text())
+    drafters = {v: json.loads((root / v / "training_log.json").read_text()) for v in VARIANTS}
+    drafter_config = json.loads((root / EAGLE3 / "config.json").read_text())
     evaluation = json.loads((root / "evaluation.json").read_text())
-    d, c = drafters["eagle3"], config
+    d, c = drafters[EAGLE3], config
     size_mb = (root / "target" / "model.safetensors").stat().st_size / 2**20
     lines = [
         "# The tiny Kimi-K2-architecture pair: a DeepSeek-V3 target with MLA EAGLE-3 / EAGLE-3.1 drafters",
@@ -318,9 +325,8 @@ def render_mla_pair(root: Path) -> str:
         "|---|---|---|---|---|",
     ]
     for v, log in drafters.items():
-        flags = v == "eagle3.1"
         final = log["final"][v]
-        lines.append(f"| {v} | {flags} | {flags} | {_fmt(final['val_loss'], 3)} | "
+        lines.append(f"| {v} | {_flag_cells(v)} | {_fmt(final['val_loss'], 3)} | "
                      f"{' / '.join(_fmt(a) for a in final['val_top1_by_step'])} |")
     unfamiliar = evaluation["unfamiliar_template"]
     lines += [

@@ -13,7 +13,7 @@ from playground.engine import GenerationConfig
 from playground.flags import parse_ks
 from playground.smollm2 import HUB_ID, local_folder
 from playground.train.distill import DistillConfig
-from playground.train.drafter import DrafterTrainConfig
+from playground.train.drafter import VARIANTS, DrafterTrainConfig
 from playground.train.draws import COLLECTIONS
 from playground.train.mla_target import MlaTargetConfig
 
@@ -167,7 +167,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     budget = p.add_mutually_exclusive_group(required=True)
     budget.add_argument("--minutes", type=float, help="wall-clock training budget (shared by all variants)")
     budget.add_argument("--steps", type=int, help="number of optimizer steps")
-    p.add_argument("--variants", default=",".join(TRAIN.variants), help="comma list of eagle3, eagle3.1")
+    p.add_argument("--variants", default=",".join(TRAIN.variants), help=f"comma list of {', '.join(VARIANTS)}")
     p.add_argument("--ttt-depth", type=int, default=TRAIN.ttt_depth, help="training-time-test unroll depth")
     p.add_argument("--draft-vocab-size", type=int, default=TRAIN.draft_vocab_size)
     p.add_argument("--batch-size", type=int, default=TRAIN.batch_size)

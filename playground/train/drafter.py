@@ -25,12 +25,14 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
+from playground.drafting import CHECKPOINTED, METHODS
 from playground.engine.checkpoint import load_drafter, save_drafter
 from playground.engine.drafter import MLA_FIELDS, DrafterConfig, Eagle3Drafter
 from playground.engine.target import Target
 
 STEP_DECAY = 0.8
-VARIANTS = {"eagle3": {"fc_norm": False, "norm_output": False}, "eagle3.1": {"fc_norm": True, "norm_output": True}}
+# each EAGLE variant by name, with the config flags that set it apart (EAGLE-3: none; EAGLE-3.1: fc_norm, norm_output)
+VARIANTS = {name: dict.fromkeys(METHODS[name].flags, True) for name in CHECKPOINTED}
 CHECKPOINT_NAME = "checkpoint.pt"
 
 
@@ -187,7 +189,7 @@ class DrafterTrainConfig:
 
     minutes: float | None = None
     steps: int | None = None
-    variants: tuple[str, ...] = ("eagle3", "eagle3.1")
+    variants: tuple[str, ...] = CHECKPOINTED
     seed: int = 0
     seq_len: int = 512
     batch_size: int = 8

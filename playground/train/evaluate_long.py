@@ -28,7 +28,7 @@ import torch
 from tqdm import tqdm
 
 from playground.backends.local import LocalBackend
-from playground.drafting import PLAIN
+from playground.drafting import EAGLE3, EAGLE3_1, PLAIN
 from playground.engine import GenerationConfig, emitted_ids, summarize
 from playground.machine import machine_info
 from playground.presets import get_preset, with_drafters
@@ -36,6 +36,7 @@ from playground.prompt_sets import load_prompt_set
 
 LONG_SETS = ("numpy-1k", "numpy-2k", "numpy-4k", "numpy-8k")
 LONG_K = 8
+RATIO_KEY = "eagle3.1_over_eagle3"  # a prompt set's EAGLE-3.1 / EAGLE-3 acceptance in the result file
 
 
 def drafter_digests(drafters: dict[str, str]) -> dict[str, str]:
@@ -93,12 +94,12 @@ def evaluate_long(preset_name: str, drafters_dir: Path | None, sets: tuple[str, 
                 "hidden_rms_by_depth": m.hidden_rms_by_depth,
                 "lossless": all(p[drafter]["lossless"] for p in cell["prompts"]),
             }
-        if {"eagle3", "eagle3.1"} <= set(drafters):
-            a, b = cell["drafters"]["eagle3.1"], cell["drafters"]["eagle3"]
-            cell["eagle3.1_over_eagle3"] = {
+        if {EAGLE3, EAGLE3_1} <= set(drafters):
+            a, b = cell["drafters"][EAGLE3_1], cell["drafters"][EAGLE3]
+            cell[RATIO_KEY] = {
                 "ratio_of_medians": a["median_acceptance_length"] / b["median_acceptance_length"],
-                "median_of_ratios": statistics.median(p["eagle3.1"]["mean_acceptance_length"]
-                                                      / p["eagle3"]["mean_acceptance_length"]
+                "median_of_ratios": statistics.median(p[EAGLE3_1]["mean_acceptance_length"]
+                                                      / p[EAGLE3]["mean_acceptance_length"]
                                                       for p in cell["prompts"]),
             }
         result["sets"][name] = cell
@@ -126,4 +127,4 @@ def main(out: Path, update: bool = False, **kwargs) -> None:
     out.write_text(json.dumps(result, indent=1) + "\n")
     for name, cell in result["sets"].items():
         medians = {d: round(v["median_acceptance_length"], 3) for d, v in cell["drafters"].items()}
-        print(name, int(cell["median_prompt_tokens"]), medians, cell.get("eagle3.1_over_eagle3"))
+        print(name, int(cell["median_prompt_tokens"]), medians, cell.get(RATIO_KEY))

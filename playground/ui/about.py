@@ -14,7 +14,7 @@ from pathlib import Path
 from playground.bench.engines import committed_section
 from playground.bench.landing import SET_NAMES, beside_words, kind_words_of, landing_records, nearest_record
 from playground.bench.rows import result_cell
-from playground.drafting import PLAIN
+from playground.drafting import EAGLE3, EAGLE3_1, METHODS, PLAIN
 from playground.machine import cpu_kind, cpu_name, kind_words
 from playground.presets import KIMI_TINY, REPO_ROOT, SHIPPED_DRAFTERS
 from playground.viz import DRAFT_ACCEPTANCE_RATE_HELP, MEAN_ACCEPTANCE_LENGTH_HELP
@@ -24,8 +24,8 @@ DRIFT_STUDY = REPO_ROOT / "assets" / "bench" / "drift" / "results.json"
 KIMI_DRIFT_STUDY = REPO_ROOT / "assets" / "bench" / "drift-kimi-tiny" / "results.json"
 SHIFTED_CELLS = (("long-1k", "default"), ("long-4k", "default"), ("held-out", "llama3"),
                  ("unfamiliar-system", "default"))  # the drift study's cells away from the training distribution
-DRAFTERS = ("eagle3", "eagle3.1")
-NAMES = {"eagle3": "EAGLE-3", "eagle3.1": "EAGLE-3.1"}
+DRAFTERS = (EAGLE3, EAGLE3_1)
+NAMES = {d: METHODS[d].label for d in DRAFTERS}
 REPORTED_GAIN = 1.2  # EAGLE-3.1's long-context gain over EAGLE-3 as its authors report it
 NEAR = 0.1  # a carried state's RMS "stays near" one value when it moves less than this over the depths
 TIE = 0.05  # acceptance lengths closer than this are "nearly equal"
@@ -71,7 +71,7 @@ def _pct(share: float) -> str:
 
 
 def _ratio(rows: list[dict], **cell) -> float:
-    return result_cell(rows, "eagle3.1", **cell)["mean_acceptance_length"] / result_cell(rows, "eagle3", **cell)[
+    return result_cell(rows, EAGLE3_1, **cell)["mean_acceptance_length"] / result_cell(rows, EAGLE3, **cell)[
         "mean_acceptance_length"]
 
 
@@ -81,7 +81,7 @@ def _stays_or_moves(values: list[float], digits: int = 1) -> str:
     return f"moves between {min(values):.{digits}f} and {max(values):.{digits}f}"
 
 
-def _lead(a: float, b: float, names: tuple[str, str] = ("EAGLE-3", "EAGLE-3.1")) -> str:
+def _lead(a: float, b: float, names: tuple[str, str] = (NAMES[EAGLE3], NAMES[EAGLE3_1])) -> str:
     """Who is ahead of two acceptance lengths, in words."""
     if abs(a - b) < TIE:
         return "the two nearly equal"
@@ -115,7 +115,7 @@ guesses are accepted.
 
 def _drift_findings(m: Measurements) -> list[str]:
     rows = m.drift["rows"]
-    e3, e31 = result_cell(rows, "eagle3"), result_cell(rows, "eagle3.1")
+    e3, e31 = result_cell(rows, EAGLE3), result_cell(rows, EAGLE3_1)
     rms3, rms31 = e3["hidden_rms_by_depth"], e31["hidden_rms_by_depth"]
     grows = "grows" if rms3[-1] > rms3[0] else "changes"
     depth = len(e3["attention_by_depth"])
@@ -126,7 +126,7 @@ def _drift_findings(m: Measurements) -> list[str]:
     gain = [_ratio(rows, prompt_set=p, template=t) for p, t in SHIFTED_CELLS]
     largest = "largest" if min(gain) > max(_ratio(rows, k=k) for k in (1, 4)) else "not always largest"
     al = {(d, k): _al(result_cell(rows, d, k=k)["mean_acceptance_length"]) for d in DRAFTERS for k in (1, 4)}
-    contexts = {p: f"~{result_cell(rows, 'eagle3', p)['context_tokens'] / 1000:.0f}k" for p in ("long-1k", "long-4k")}
+    contexts = {p: f"~{result_cell(rows, EAGLE3, p)['context_tokens'] / 1000:.0f}k" for p in ("long-1k", "long-4k")}
     return [
         f"- The carried state's RMS {grows} with depth for EAGLE-3 (about {rms3[0]:.0f} → {rms3[-1]:.0f} over depths "
         f"1–{len(rms3)}) and {_stays_or_moves(rms31)} for EAGLE-3.1: that is what `norm_output` fixes.",
@@ -136,8 +136,8 @@ def _drift_findings(m: Measurements) -> list[str]:
         f"- EAGLE-3.1's gain is {largest} under distribution shift: at k = 8 its acceptance length is {shifted[0]} "
         f"EAGLE-3's at {contexts['long-1k']} prompt tokens and {shifted[1]} at {contexts['long-4k']}, {shifted[2]} "
         f"under the unfamiliar `llama3` template and {shifted[3]} with unfamiliar system prompts. On the study's "
-        f"short held-out prompts (k = 4: EAGLE-3 {al['eagle3', 4]}, EAGLE-3.1 {al['eagle3.1', 4]}; k = 1: "
-        f"{al['eagle3', 1]} and {al['eagle3.1', 1]}) the two are close.",
+        f"short held-out prompts (k = 4: EAGLE-3 {al[EAGLE3, 4]}, EAGLE-3.1 {al[EAGLE3_1, 4]}; k = 1: "
+        f"{al[EAGLE3, 1]} and {al[EAGLE3_1, 1]}) the two are close.",
     ]
 
 
@@ -193,10 +193,10 @@ def _speed_finding(m: Measurements) -> str:
             f"{speed['speed']['max_new_tokens']} tokens, {machine['torch_threads']} threads; per-run range "
             f"{low:.2f}–{high:.2f}×). There the acceptance length is only ~{lengths[0]}–{lengths[-1]}, and verifying "
             f"k + 1 tokens costs about {verification_cost(speed)} plain steps.")
-    if "eagle3.1" in adaptive:
-        a31 = adaptive["eagle3.1"]
+    if EAGLE3_1 in adaptive:
+        a31 = adaptive[EAGLE3_1]
         slowest = min(a["speedup_range"][0] for a in adaptive.values())
-        others = "; ".join(f"{NAMES[d]} {_times(a['median_speedup'])}" for d, a in adaptive.items() if d != "eagle3.1")
+        others = "; ".join(f"{NAMES[d]} {_times(a['median_speedup'])}" for d, a in adaptive.items() if d != EAGLE3_1)
         text += (f" **Adaptive drafting** (end the chain after a draft the drafter gave less than "
                  f"{a31['min_draft_prob']:g}) skips verifying drafts that would mostly be rejected: EAGLE-3.1 "
                  f"{_times(a31['median_speedup'])} (pooled over all tokens {_times(a31['pooled_speedup'])}, against "
@@ -209,17 +209,17 @@ def _speed_finding(m: Measurements) -> str:
 def _slower_finding(m: Measurements) -> str:
     rows = m.drift["rows"]
     long4k = {d: result_cell(rows, d, "long-4k")["speedup"] for d in DRAFTERS}
-    llama3 = result_cell(rows, "eagle3", template="llama3")["speedup"]
+    llama3 = result_cell(rows, EAGLE3, template="llama3")["speedup"]
     short = {d: result_cell(rows, d, k=4)["speedup"] for d in DRAFTERS}
-    context = f"~{result_cell(rows, 'eagle3', 'long-4k')['context_tokens'] / 1000:.0f}k"
-    slower = [f"at {context} prompt tokens (Python source before a question), at k = 8: {_times(long4k['eagle3'])} for "
-              f"EAGLE-3 and {_times(long4k['eagle3.1'])} for EAGLE-3.1"]
+    context = f"~{result_cell(rows, EAGLE3, 'long-4k')['context_tokens'] / 1000:.0f}k"
+    slower = [f"at {context} prompt tokens (Python source before a question), at k = 8: {_times(long4k[EAGLE3])} for "
+              f"EAGLE-3 and {_times(long4k[EAGLE3_1])} for EAGLE-3.1"]
     slower.append(f"under the unfamiliar `llama3` template EAGLE-3 ran at {_times(llama3)}")
-    below = long4k["eagle3"] < 1 or long4k["eagle3.1"] < 1 or llama3 < 1
+    below = long4k[EAGLE3] < 1 or long4k[EAGLE3_1] < 1 or llama3 < 1
     head = ("- **EAGLE can be slower than plain decoding.** In the drift study (one pass: indicative only): "
             if below else "- In the drift study (one pass: indicative only) no cell ran below plain decoding: ")
-    return (head + "; ".join(slower) + f". On its short held-out answers EAGLE-3 reached {_times(short['eagle3'])} and "
-            f"EAGLE-3.1 {_times(short['eagle3.1'])} at k = 4. On prompts unlike the drafters' training data, such as "
+    return (head + "; ".join(slower) + f". On its short held-out answers EAGLE-3 reached {_times(short[EAGLE3])} and "
+            f"EAGLE-3.1 {_times(short[EAGLE3_1])} at k = 4. On prompts unlike the drafters' training data, such as "
             "long essays or prompts in other languages, EAGLE can be slower than plain decoding: fewer guesses are "
             "accepted, and every rejected one still costs verification. The Speed chart shows this run's measured "
             "figure, never an estimate.")

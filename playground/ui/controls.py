@@ -10,7 +10,17 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from playground.drafting import MAX_K, METHODS, PARAMETERS, PLAIN, WEIGHTLESS, Parameter, is_weightless
+from playground.drafting import (
+    EAGLE3,
+    EAGLE3_1,
+    MAX_K,
+    METHODS,
+    PARAMETERS,
+    PLAIN,
+    WEIGHTLESS,
+    Parameter,
+    is_weightless,
+)
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.tree_shape import MAX_NODES, TreeShape
 from playground.playback import (
@@ -65,8 +75,8 @@ def drafter_choices(preset: Preset) -> list[tuple[str, str]]:
 
 def compare_drafters(preset: Preset) -> tuple[str, str]:
     """Default left and right drafters: EAGLE-3 vs EAGLE-3.1 where the preset has both, else its drafter vs none."""
-    if {"eagle3", "eagle3.1"} <= set(preset.drafters):
-        return "eagle3", "eagle3.1"
+    if {EAGLE3, EAGLE3_1} <= set(preset.drafters):
+        return EAGLE3, EAGLE3_1
     return preset.default_drafter, PLAIN
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from playground.drafting import EAGLE3, EAGLE3_1, METHODS
 from playground.environment import public_host
 from playground.health.measure import fingerprint_preset
 from playground.own_pair import load_own_pair, size_text
@@ -41,8 +42,10 @@ def pair_panel() -> PairPanel:
                             elem_id="own-target", max_lines=1)
         revision = gr.Textbox("", label="Target revision", placeholder="(latest) a branch, tag or commit of a Hub id",
                               elem_id="own-revision", max_lines=1)
-        eagle3 = gr.Textbox(label="EAGLE-3 drafter", placeholder="(none)", elem_id="own-eagle3", max_lines=1)
-        eagle3_1 = gr.Textbox(label="EAGLE-3.1 drafter", placeholder="(none)", elem_id="own-eagle3-1", max_lines=1)
+        eagle3 = gr.Textbox(label=f"{METHODS[EAGLE3].label} drafter", placeholder="(none)", elem_id="own-eagle3",
+                            max_lines=1)
+        eagle3_1 = gr.Textbox(label=f"{METHODS[EAGLE3_1].label} drafter", placeholder="(none)", elem_id="own-eagle3-1",
+                              max_lines=1)
         load = gr.Button("Load", elem_id="own-load", size="sm")
         name = gr.Textbox(label="Loaded as preset", interactive=False, elem_id="own-name", max_lines=1)
         fingerprint = gr.Button("Fingerprint its drafters (a few minutes; for the health check)", size="sm",
@@ -62,7 +65,7 @@ def wire_pair_panel(panel: PairPanel, menus: list[gr.Dropdown]) -> None:
             progress(fraction, desc=message)
 
         try:
-            check = load_own_pair(target or "", {"eagle3": eagle3 or "", "eagle3.1": eagle3_1 or ""}, say,
+            check = load_own_pair(target or "", {EAGLE3: eagle3 or "", EAGLE3_1: eagle3_1 or ""}, say,
                                   revision or "")
         except (ValueError, OSError) as err:  # kept on the panel too; report_user_errors makes it the toast
             yield (gr.skip(), f"**Not loaded:** {html.escape(str(err))}", *(gr.skip() for _ in range(1 + len(menus))))

@@ -43,7 +43,11 @@ def test_each_refusal_is_one_line(tiny_root: Path, tmp_path: Path, monkeypatch: 
     target, eagle3, eagle31 = (str(tiny_root / n) for n in ("target", "eagle3", "eagle3.1"))
     assert "name a target" in refusal("", eagle3=eagle3)
     assert "name an EAGLE-3 and/or an EAGLE-3.1 drafter" in refusal(target)
-    assert "it is an EAGLE-3 drafter" in refusal(target, eagle3_1=eagle3)  # named in the wrong slot
+    # named in the wrong slot, either way (drafting.checkpoint_method reads the config's flags)
+    assert "sets neither fc_norm nor norm_output: it is an EAGLE-3 drafter" in refusal(target, eagle3_1=eagle3)
+    assert "sets fc_norm / norm_output: it is an EAGLE-3.1 drafter" in refusal(target, eagle3=eagle31)
+    only_fc_norm = copy_with_config(tiny_root / "eagle3", tmp_path / "fc-norm-only", fc_norm=True)
+    assert "it is an EAGLE-3.1 drafter" in refusal(target, eagle3=str(only_fc_norm))
     kimi = Path(__file__).resolve().parents[2] / "assets" / "models" / "kimi-tiny"
     assert "does not fit target" in refusal(target, eagle3_1=str(kimi / "eagle3.1"))
     remote_code = copy_with_config(tiny_root / "target", tmp_path / "remote", model_type="my_llama",

@@ -1,7 +1,8 @@
 """Weightless drafting (engine/weightless.py): prompt lookup (lookup.py) and suffix decoding (suffix.py).
 
 1. The proposers on their own: the longest match first, its latest occurrence, nothing where nothing matches, the
-   frequency threshold, and the suffix cache's bounded memory (forgetting a sequence takes out exactly its counts).
+   frequency threshold, the suffix cache's bounded memory (forgetting a sequence takes out exactly its counts), and
+   each built by the module its registry entry names.
 2. Greedy decoding with either method is token-identical to plain decoding on the tiny target, on prompts with and
    without repetition, for several k; not vacuous: steps proposed nothing, proposals were accepted whole and
    rejected.
@@ -20,11 +21,13 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
+from playground import drafting
 from playground.engine import GenerationConfig, StepEvent, SuffixCache, Target, plain_generate, weightless_generate
 from playground.engine import weightless as weightless_module
 from playground.engine.lookup import PromptLookup
 from playground.engine.replay import replay_weightless, teacher_force
 from playground.engine.suffix import SuffixTrie
+from playground.engine.weightless import proposer_for
 from tests.engine.test_sampling import ALPHA, chi_square_pvalue, counts_of, reference_probs
 from tests.engine.test_sampling import _marginal as marginal
 from tests.engine.test_sampling import small_target as sampling_target
@@ -121,6 +124,16 @@ def test_suffix_cache_rebuilds_for_another_depth() -> None:
     cache.begin(4, 100).catch_up([1, 2, 3, 4, 5, 6])
     cache.begin(8, 100)
     assert cache.trie.depth == 8 and cache.trie.speculate([1, 2], 8, 0.0)[0] == [3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_each_method_is_built_by_the_module_its_registry_entry_names(method: str) -> None:
+    """`proposer_for` has no branch per method: the entry's `proposer` module builds it, with the run's settings."""
+    proposer = proposer_for(method, GenerationConfig(k=4))
+    assert type(proposer).__module__ == f"playground.engine.{drafting.METHODS[method].proposer}"
+    assert proposer.propose([1, 2, 3, 4, 1, 2], 2) == [3, 4]
+    with pytest.raises(ValueError, match="not a weightless drafting method"):
+        proposer_for(drafting.EAGLE3, GenerationConfig(k=4))
 
 
 # --- greedy: token-identical to plain decoding ----------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """vLLM's arguments for the preset's engines: AsyncEngineArgs for the app's, the offline `LLM` for scripts, the
 equivalent `vllm serve` command line, and SamplingParams for a request.
 
-EAGLE-3.1 needs no new method: `method: "eagle3"`, and vLLM reads `fc_norm` / `norm_output` from the drafter's
-config.json (vLLM #42764; speculators-format drafters need #46488). A weightless method of the registry that vLLM runs
-(prompt lookup: `method: "ngram"`) is named by its method and carries its own settings, which the registry names as
-vLLM does (`prompt_lookup_min`, `prompt_lookup_max`).
+EAGLE-3.1 needs no new method: vLLM's `eagle3` runs both variants, reading `fc_norm` / `norm_output` from the
+drafter's config.json (vLLM #42764; speculators-format drafters need #46488). A weightless method of the registry
+that vLLM runs (prompt lookup: `method: "ngram"`) is named by its method and carries its own settings, which the
+registry names as vLLM does (`prompt_lookup_min`, `prompt_lookup_max`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 from collections.abc import Container
 from typing import Any
 
-from playground.drafting import is_weightless, method_of
+from playground.drafting import EAGLE3, is_weightless, method_of
 from playground.engine import GenerationConfig
 from playground.presets import Preset
 
@@ -41,7 +41,7 @@ def speculative_config(drafter: str, k: int, options: dict | None = None, settin
         raise ValueError(f"num_speculative_tokens must be at least 1, got {k}")
     if is_weightless(drafter):
         return {"method": drafter, "num_speculative_tokens": k, **method_of(drafter).settings(dict(settings))}
-    return {"model": drafter, "method": "eagle3", "num_speculative_tokens": k, **(options or {})}
+    return {"model": drafter, "method": EAGLE3, "num_speculative_tokens": k, **(options or {})}
 
 
 def _base_kwargs(preset: Preset, drafter: str | None, k: int, supported: Container[str] | None,
