@@ -26,6 +26,7 @@ from playground.drafting import (
 )
 from playground.engine import GenerationConfig
 from playground.engine.costs import AutoK, shipped_acceptance
+from playground.engine.loop import EMPTY_PROMPT
 from playground.presets import Preset
 
 from .availability import backend_unavailable_reason
@@ -90,6 +91,14 @@ def check_auto_k(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_pa
     problem = auto_k_problem(preset, drafter)
     if problem:
         raise RequestError(f"k {problem}")
+
+
+def nonempty_prompt(prompt: str | None) -> str:
+    """The prompt as typed, or RequestError where it holds nothing to answer (nothing, or only spaces): the engine's
+    wording, before any model work."""
+    if prompt is None or not prompt.strip():
+        raise RequestError(EMPTY_PROMPT)
+    return prompt
 
 
 def check_run(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_path: str | None = None) -> None:
