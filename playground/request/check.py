@@ -1,5 +1,7 @@
 """One check of a run request for every entry point (the app and its API, the CLI, the server, the bench): each
-entry point calls `check_run` once, before any work, and every refusal of a run is worded here.
+entry point calls `check_run` once, before any work, and every refusal of what runs (the preset, the drafter or
+method, what only our engine does, k auto) is worded here; a setting's and the prompt's are the engine's
+(`engine/config.py`, `engine/loop.py`), an empty prompt refused from here (`nonempty_prompt`) before any model work.
 
 The decoding settings check themselves when made (`GenerationConfig`); this adds what depends on the preset: that it
 runs on this machine, that the drafter is one of its own (or a folder given as such), and that what only our engine
