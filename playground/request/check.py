@@ -32,6 +32,7 @@ from playground.engine.loop import EMPTY_PROMPT
 from playground.presets import Preset
 
 from .availability import backend_unavailable_reason
+from .fit import check_drafter_fits
 
 
 class RequestError(ValueError):
@@ -105,7 +106,8 @@ def nonempty_prompt(prompt: str | None) -> str:
 
 def check_run(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_path: str | None = None) -> None:
     """RequestError (or BackendUnavailable) where this run cannot go ahead, in one line; `drafter_path`: the drafter
-    is a folder or Hub id given as such, checked against the target where it loads."""
+    is a folder or Hub id given as such; with a target folder, refused (DrafterMismatch) where its config does not fit
+    the target's, in the words the app's own-pair panel uses too, before anything loads."""
     unavailable = backend_unavailable_reason(preset)
     if unavailable:
         raise BackendUnavailable(unavailable)
@@ -122,6 +124,8 @@ def check_run(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_path:
     if cfg.tree is not None and drafter == PLAIN and not drafter_path:
         raise RequestError("draft trees need a drafter: choose one, or set the tree's nodes to 0")
     require_local_engine_options(preset.backend, cfg)
+    if drafter_path and Path(preset.target).is_dir():  # a Hub target's config is read as it loads (Target.attach)
+        check_drafter_fits(preset.target, drafter_path)
 
 
 def check_weightless(preset: Preset, drafter: str, cfg: GenerationConfig) -> None:

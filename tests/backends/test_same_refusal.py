@@ -20,6 +20,7 @@ from playground.playback.session import Conversation, chat_turn
 from playground.ui.refusals import report_user_errors
 
 LONG_PROMPT = "word " * 6000  # past the tiny target's 512 positions
+KIMI_DRAFTER = Path(__file__).resolve().parents[2] / "assets" / "models" / "kimi-tiny" / "eagle3.1"  # another model's
 
 
 @pytest.fixture(scope="module")
@@ -121,3 +122,23 @@ def test_a_k_that_is_not_a_number(capsys: pytest.CaptureFixture) -> None:
     serve_says = capsys.readouterr().err
     why = "argument --k: a whole number from 1 to 16 or auto, got 'four'"
     assert why in generate_says and why in serve_says
+
+
+def test_a_drafter_that_does_not_fit(pair_models: Path, capsys: pytest.CaptureFixture,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another model's drafter given with the tiny target: `generate` and `serve` (a drafter folder) and the app's
+    own-pair panel refuse it from the configs (request/fit.py), before anything loads, in the same words."""
+    from playground.own_pair import load_own_pair
+
+    target, drafter = str(pair_models / "target"), str(KIMI_DRAFTER)
+    argv = ("--target", target, "--drafter-path", drafter)
+    said = cli(capsys, "generate", "--prompt", "hi", *argv)
+    assert said.startswith(f"drafter {drafter} does not fit target {target}: "), said
+    assert serve_start(capsys, monkeypatch, *argv) == said
+
+    def load_pair() -> Iterator[object]:
+        yield load_own_pair(target, {"eagle3.1": drafter})
+
+    with pytest.raises(gr.Error) as refused:
+        list(report_user_errors(load_pair)())
+    assert refused.value.message == said
