@@ -11,7 +11,7 @@ from dataclasses import asdict, replace
 from typing import NoReturn
 
 from playground import environment
-from playground.drafting import PARAMETERS, k_problem
+from playground.drafting import MAX_K, PARAMETERS, k_problem
 from playground.engine.tree_shape import TreeShape
 from playground.presets import Preset, default_preset_name, engine_presets, get_preset
 
@@ -37,6 +37,16 @@ def tcp_port(text: str) -> int:
     if not 0 <= number <= 65535:
         raise argparse.ArgumentTypeError(f"a port from 0 to 65535 (0: any free port), got {text!r}")
     return number
+
+
+def k_or_auto(text: str) -> int | str:
+    """`--k` of `generate` and `serve`: a whole number (its range is GenerationConfig's to check) or "auto"."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number from 1 to {MAX_K} or auto, got {text!r}") from None
 
 
 def listening_socket(host: str, port: int) -> socket.socket:

@@ -22,6 +22,7 @@ from playground.flags import (
     add_pair_flags,
     add_threads_flag,
     add_tree_flags,
+    k_or_auto,
     make_backend,
     method_settings,
     resolve_preset,
@@ -29,37 +30,36 @@ from playground.flags import (
 )
 from playground.health import run_health
 from playground.presets import Preset
-from playground.request import resolve_request
+from playground.request import nonempty_prompt, resolve_request
 from playground.run_record import exported_run, run_fields
 
 
 def _messages(args: argparse.Namespace) -> list[dict]:
-    prompt = Path(args.prompt_file).read_text() if args.prompt_file else args.prompt
-    if prompt is None or not prompt.strip():
-        raise UsageError("the prompt is empty: pass --prompt TEXT or --prompt-file FILE")
+    prompt = nonempty_prompt(Path(args.prompt_file).read_text() if args.prompt_file else args.prompt)
     messages = [{"role": "system", "content": args.system}] if args.system else []
     return messages + [{"role": "user", "content": prompt}]
 
 
 def generate(args: argparse.Namespace) -> dict:
     preset = resolve_preset(args)
+    messages = _messages(args)  # an empty prompt is refused before any model work
     drafter = args.drafter_path or args.drafter or preset.default_drafter
     k_auto = args.k == "auto"
-    k = 1 if k_auto else _whole_k(args.k)  # k auto: a chain's k, chosen once the request is checked
+    k = 1 if k_auto else args.k  # k auto: a chain's k, chosen once the request is checked
     try:
         cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=k, temperature=args.temperature,
                                top_p=args.top_p, seed=args.seed, stop_strings=tuple(args.stop or ()),
                                instrument=not args.no_instrument, min_draft_prob=args.min_draft_prob,
                                tree=tree_shape(args, k), method_settings=method_settings(args))
         request = resolve_request(preset, drafter, cfg, args.drafter_path,
-                                  (lambda: choose_auto_k(args, preset, drafter)) if k_auto else None)
+                                  (lambda: choose_auto_k(args, preset, drafter, messages)) if k_auto else None)
     except ValueError as err:
         raise UsageError(str(err)) from None
     if request.auto is not None:
         print(f"--k auto: {request.auto.why}", file=sys.stderr)
     drafter, cfg, tree, auto = request.drafter, request.config, request.config.tree, request.auto
     backend = make_backend(args, preset)
-    prompt_ids = backend.encode(_messages(args), chat_template=args.chat_template, raw=args.raw)
+    prompt_ids = backend.encode(messages, chat_template=args.chat_template, raw=args.raw)
     events, ids = [], []
     stream = backend.stream(prompt_ids, drafter, cfg)
     decoder = IncrementalDecoder(backend.decode)
@@ -88,17 +88,10 @@ def generate(args: argparse.Namespace) -> dict:
     return result
 
 
-def _whole_k(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise UsageError(f"--k takes a whole number from 1 to {MAX_K} or auto, got {text!r}") from None
-
-
-def choose_auto_k(args: argparse.Namespace, preset: Preset, drafter: str) -> AutoK:
+def choose_auto_k(args: argparse.Namespace, preset: Preset, drafter: str, messages: list[dict]) -> AutoK:
     """--k auto (auto_k.py) at the answer's likely context: the prompt and half the token budget."""
     backend = make_backend(args, preset)
-    prompt = backend.encode(_messages(args), chat_template=args.chat_template, raw=args.raw)
+    prompt = backend.encode(messages, chat_template=args.chat_template, raw=args.raw)
     return auto_k(backend, drafter, prompt, len(prompt) + args.max_new_tokens // 2,
                   announce=lambda message: print(f"--k auto: {message}", file=sys.stderr))
 
@@ -109,8 +102,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_pair_flags(p)
     p.add_argument("--drafter", help=f"none, a drafter name of the preset (default: eagle3.1 where it has one), or a "
                    f"weightless method on our engine: {', '.join(WEIGHTLESS)} (prompt lookup, suffix decoding)")
-    p.add_argument("--k", default="4", help=f"speculative tokens per step, 1..{MAX_K}, or auto: the k predicted "
-                   "fastest on this machine (plain decoding where none pays)")
+    p.add_argument("--k", type=k_or_auto, default="4", help=f"speculative tokens per step, 1..{MAX_K}, or auto: the k "
+                   "predicted fastest on this machine (plain decoding where none pays)")
     add_min_draft_prob_flag(p)
     add_method_flags(p)
     add_tree_flags(p)

@@ -28,6 +28,7 @@ from pathlib import Path
 from playground import environment
 from playground.drafting import METHODS, PLAIN, checkpoint_method
 from playground.engine.checkpoint import CheckpointError
+from playground.engine.target import does_not_fit
 from playground.environment import public_host
 from playground.presets import OWN_PAIR_PREFIX, Preset, register_pair, unregister_pair
 from playground.request.fit import drafter_fit, hub_problem, read_config
@@ -175,8 +176,7 @@ def check_pair(target: str, drafters: dict[str, str], revision: str = "") -> Pai
         config = _read(source, f"{SLOTS[slot]} drafter")
         report = drafter_fit(target_config, config)
         if report.problems:
-            raise PairRefused(f"{SLOTS[slot]} drafter {source} does not fit target {target}: "
-                              + "; ".join(report.problems))
+            raise PairRefused(does_not_fit(report.problems, source, target))
         problem = _slot_problem(slot, config)
         if problem:
             raise PairRefused(f"the {SLOTS[slot]} drafter {source} {problem}")

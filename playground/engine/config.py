@@ -1,4 +1,7 @@
-"""How to decode one answer (`GenerationConfig`), checked when made, and when a configuration can use a draft tree."""
+"""How to decode one answer (`GenerationConfig`), checked when made, and when a configuration can use a draft tree.
+
+Each setting's refusal is worded once, by its `*_problem` function, which the server's request models call too: a bad
+temperature reads the same from the CLI, the app and the server."""
 
 from __future__ import annotations
 
@@ -9,6 +12,30 @@ from playground.drafting import PARAMETERS, k_problem, parameters_problem
 from .tree_shape import TreeShape
 
 SEEDS = 2**63  # seeds are 0 .. SEEDS - 1 (what torch.Generator.manual_seed takes, without negatives)
+
+
+def max_new_tokens_problem(max_new_tokens: int) -> str | None:
+    return f"max_new_tokens must be at least 1, got {max_new_tokens}" if max_new_tokens < 1 else None
+
+
+def temperature_problem(temperature: float) -> str | None:
+    """Why a temperature cannot be sampled at, or None: the one wording of this refusal, for every entry point."""
+    return f"temperature must be >= 0, got {temperature}" if temperature < 0 else None
+
+
+def top_p_problem(top_p: float) -> str | None:
+    return None if 0 < top_p <= 1 else f"top_p must be in (0, 1], got {top_p}"
+
+
+def min_draft_prob_problem(min_draft_prob: float) -> str | None:
+    return None if 0 <= min_draft_prob < 1 else f"the minimum draft probability must be in [0, 1), got {min_draft_prob}"
+
+
+def seed_problem(seed: object) -> str | None:
+    """Why a seed cannot seed the sampler (None: no seed), or None."""
+    if seed is None or (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < SEEDS):
+        return None
+    return f"the seed must be a whole number from 0 to 2**63 - 1, got {seed}"
 
 
 @dataclass(frozen=True)
@@ -33,18 +60,11 @@ class GenerationConfig:
     method_settings: tuple[tuple[str, int | float], ...] = ()
 
     def __post_init__(self) -> None:
-        if k_problem(self.k):
-            raise ValueError(k_problem(self.k))
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be at least 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if not 0 <= self.min_draft_prob < 1:
-            raise ValueError(f"the minimum draft probability must be in [0, 1), got {self.min_draft_prob}")
-        if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < SEEDS):
-            raise ValueError(f"the seed must be a whole number from 0 to 2**63 - 1, got {self.seed}")
+        problem = (k_problem(self.k) or max_new_tokens_problem(self.max_new_tokens)
+                   or temperature_problem(self.temperature) or top_p_problem(self.top_p)
+                   or min_draft_prob_problem(self.min_draft_prob) or seed_problem(self.seed))
+        if problem:
+            raise ValueError(problem)
         problem = tree_problem(self, self.tree) if self.tree is not None else None
         if problem:
             raise ValueError(problem)

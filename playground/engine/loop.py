@@ -84,11 +84,24 @@ def cancelled_event(step: int, generated: list[int], start: float, now: float) -
                      elapsed_ms=(now - start) * 1000, finished=True, finish_reason="cancelled")
 
 
+EMPTY_PROMPT = "the prompt is empty: give the model some text to answer"
+
+
+def prompt_problem(prompt_tokens: int, max_positions: int) -> str | None:
+    """Why a prompt of this many tokens cannot be answered, or None: the one wording, for every entry point (the
+    server's 400 included, which keeps OpenAI's words "maximum context length" that clients look for)."""
+    if prompt_tokens == 0:
+        return EMPTY_PROMPT
+    if prompt_tokens >= max_positions:
+        return (f"the prompt has {prompt_tokens} tokens and the model's maximum context length is {max_positions}: "
+                f"no room for an answer")
+    return None
+
+
 def check_prompt(target: Target, prompt_ids: list[int]) -> None:
-    if not prompt_ids:
-        raise ValueError("the prompt is empty")
-    if len(prompt_ids) >= target.max_positions:
-        raise ValueError(f"the prompt has {len(prompt_ids)} tokens; the target's context is {target.max_positions}")
+    problem = prompt_problem(len(prompt_ids), target.max_positions)
+    if problem:
+        raise ValueError(problem)
 
 
 def attention_mass(probs: torch.Tensor, context: int) -> torch.Tensor:

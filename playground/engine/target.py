@@ -29,6 +29,32 @@ def cache_keyword(model) -> str:
     return "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
 
 
+def width_problem(expects: int, has: int) -> str | None:
+    """The fit checks' sentences, worded once: Target.attach checks a loaded drafter with them, request/fit.py a
+    drafter's config.json before anything loads."""
+    return None if int(expects) == int(has) else f"drafter expects target hidden size {expects}, target has {has}"
+
+
+def vocab_problem(drafter_vocab: int, target_vocab: int) -> str | None:
+    return None if int(drafter_vocab) == int(target_vocab) else \
+        f"drafter vocab_size {drafter_vocab} != target vocab_size {target_vocab}"
+
+
+def aux_count_problem(states: int, ids: int) -> str | None:
+    return None if states == ids else f"num_aux_hidden_states is {states} but {ids} aux layer ids are set"
+
+
+def aux_ids_problem(ids: list[int], num_layers: int) -> str | None:
+    bad = [i for i in ids if not 0 <= i <= num_layers]
+    return f"aux layer ids {bad} are outside the target's 0..{num_layers}" if bad else None
+
+
+def does_not_fit(problems: list[str], drafter: str = "", target: str = "") -> str:
+    """The refusal of a drafter that does not fit, naming both where they are known."""
+    who = f"drafter {drafter} does not fit target {target}" if drafter else "the drafter does not fit the target"
+    return f"{who}: {'; '.join(problems)}"
+
+
 class TargetError(ValueError):
     """A target that cannot be loaded or a drafter that does not fit it."""
 
@@ -149,25 +175,17 @@ class Target:
         cfg = drafter.config
         # in layer order, whatever order the config lists them in: vLLM and SafeAILab concatenate them so
         ids = sorted(cfg.aux_layer_ids or self.default_aux_layer_ids())
-        problems = []
-        if cfg.target_hidden_size != self.hidden_size:
-            problems.append(f"drafter expects target hidden size {cfg.target_hidden_size}, "
-                            f"target has {self.hidden_size}")
-        if cfg.vocab_size != self.vocab_size:
-            problems.append(f"drafter vocab_size {cfg.vocab_size} != target vocab_size {self.vocab_size}")
-        if len(ids) != cfg.num_aux_hidden_states:
-            problems.append(f"drafter reads {cfg.num_aux_hidden_states} aux hidden states but {len(ids)} layer ids "
-                            "are set")
-        bad = [i for i in ids if not 0 <= i <= self.num_layers]
-        if bad:
-            problems.append(f"aux layer ids {bad} are outside the target's 0..{self.num_layers}")
+        problems = [p for p in (width_problem(cfg.target_hidden_size, self.hidden_size),
+                                vocab_problem(cfg.vocab_size, self.vocab_size),
+                                aux_count_problem(cfg.num_aux_hidden_states, len(ids)),
+                                aux_ids_problem(ids, self.num_layers)) if p]
         if drafter.embed_tokens is None and cfg.hidden_size != self.hidden_size:
             problems.append(
                 f"drafter ships no embed_tokens and its hidden size {cfg.hidden_size} differs from the target's "
                 f"{self.hidden_size}"
             )
         if problems:
-            raise CheckpointError("drafter does not fit the target: " + "; ".join(problems))
+            raise CheckpointError(does_not_fit(problems))
         if drafter.embed_tokens is None:
             drafter.use_target_embeddings(self.model.get_input_embeddings())
         return ids

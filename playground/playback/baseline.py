@@ -39,6 +39,15 @@ SHARE_IN_CHAT = 0.1  # Chat's, so that the answer streams at nearly the engine's
 GROUP_STEPS = 4  # a group pools at least this many timed steps…
 GROUP_SECONDS = 0.05  # …and at least this long, so that a fast model's groups are not timer and scheduler noise
 AFTER, ALONGSIDE = "after the answer", "alongside the runs"  # Baseline.timing
+# How the plain steps are sampled, worded from the constants above: the exports' timing note and the About tab
+# render it beside viz/summary.py's speedup help.
+SAMPLING_HELP = (f"In Chat the plain steps take at most {SHARE_IN_CHAT:.0%} of the answer's decode time, so the "
+                 f"answer itself streams at nearly the engine's speed; in Compare both sides and plain decoding take "
+                 f"turns step by step, the plain steps taking {SHARE:.0%} of the sides' decode time, and both sides "
+                 f"read that one baseline, so machine noise hits them all alike; on vLLM, whose engine decodes on "
+                 f"while we sample, {SHARE:.0%} of the decode time after the answer, at positions spread over it. "
+                 f"The timed steps are pooled into groups of at least {GROUP_STEPS} steps and "
+                 f"{GROUP_SECONDS * 1000:.0f} ms.")
 
 
 def pool(steps: list[float], measuring_s: float = 0.0, timing: str = AFTER) -> Baseline | None:

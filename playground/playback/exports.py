@@ -9,9 +9,16 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from playground.engine.trace import MIN_SPEEDUP_GROUPS
 from playground.presets import get_preset
+from playground.viz.summary import (
+    BASELINE_HELP,
+    SPEEDUP_RANGE_HELP,
+    TOKENS_PER_SECOND_HELP,
+    TOO_FEW_STEPS_HELP,
+    VERDICT_HELP,
+)
 
+from .baseline import SAMPLING_HELP
 from .run import Run
 from .run_settings import RequestError
 
@@ -20,19 +27,17 @@ CSV_COLUMNS = [
     "attention_context", "attention_draft", "hidden_rms", "draft_ms", "verify_ms", "total_tokens", "elapsed_ms",
     "finished", "finish_reason",
 ]
-TIMING_NOTE = ("elapsed_ms counts time inside the decode loop only (pauses for UI rendering or for the other side "
-               "of a comparison are excluded); tokens_per_second = generated tokens / elapsed time; "
-               "seen_tokens_per_second = generated tokens / wall-clock time with those pauses, as the user saw it; "
-               "baseline = plain decode steps of the same target timed one at a time on the run's own text "
-               "(baseline.timing: alongside the runs, between their steps at their position, one baseline for both "
-               "sides of a comparison; or, on vLLM, after the answer at positions spread over it), pooled into "
-               "groups, measuring_s its cost in wall time; "
-               "speedup = metrics.decode_tokens_per_second / baseline.tokens_per_second; "
-               "speedup_range = the run's slowest stretch / the fastest group to its fastest stretch / the slowest "
-               f"group; both are null, and speedup_not_measured says why, below {MIN_SPEEDUP_GROUPS} groups of plain "
-               f"steps or {MIN_SPEEDUP_GROUPS} decode steps of the run; verdict = the faster side only where the "
-               "speedup ranges do not overlap (else within noise), with the differences in counts beyond noise; a "
-               "run's verdict sets it against plain decoding (1.00×).")
+TIMING_NOTE = " ".join([  # the explanations the app's cards and the About tab show, with the fields they explain
+    "elapsed_ms counts time inside the decode loop only (pauses for UI rendering or for the other side of a "
+    "comparison are excluded); tokens_per_second = generated tokens / elapsed time; seen_tokens_per_second = "
+    "generated tokens / wall-clock time with those pauses, as the user saw it.",
+    f"metrics.decode_tokens_per_second: {TOKENS_PER_SECOND_HELP}",
+    f"baseline: {BASELINE_HELP} {SAMPLING_HELP} baseline.timing says which way it was timed, measuring_s its cost in "
+    "wall time.",
+    "speedup = metrics.decode_tokens_per_second / baseline.tokens_per_second; speedup_range: "
+    f"{SPEEDUP_RANGE_HELP} {TOO_FEW_STEPS_HELP} (Both are then null, and speedup_not_measured says why.)",
+    f"verdict: {VERDICT_HELP}",
+])
 
 
 def _joined(values: Iterable | None, pattern: str = "{}") -> str:

@@ -13,6 +13,7 @@ from playground.engine import SuffixCache
 from playground.engine.costs import AutoK
 from playground.health import Health
 from playground.presets import ENGINE_LABELS, Preset, get_preset
+from playground.request import nonempty_prompt
 from playground.viz import RunView, Verdict, comparison_verdict, engine_verdict
 
 from .run import Run, RunDriver, play
@@ -54,12 +55,6 @@ def _earlier_health(conversation: Conversation, settings: RunSettings) -> list[H
             and (ex.run.settings.preset, ex.run.settings.drafter, ex.run.settings.k)
             == (settings.preset, settings.drafter, settings.k)
             and (ex.run.settings.temperature == 0) == (settings.temperature == 0)]
-
-
-def _nonempty_prompt(prompt: str | None) -> str:
-    if prompt is None or not prompt.strip():
-        raise RequestError("the prompt is empty: type a message first")
-    return prompt
 
 
 def load_preset(name: str) -> str | None:
@@ -166,7 +161,7 @@ def regenerate_turn(conversation: Conversation, settings: RunSettings,
 
 def _answer(conversation: Conversation, turn: int, prompt: str | None, settings: RunSettings,
             should_stop: Callable[[], bool]) -> Iterator[Run]:
-    prompt = _nonempty_prompt(prompt)
+    prompt = nonempty_prompt(prompt)
     backend, prompt_ids, settings, auto = _prepare(settings, conversation.messages(settings.system, prompt),
                                                    [ex.run for ex in conversation.exchanges])
     driver = RunDriver(backend, settings, prompt_ids, lambda: should_stop() or not conversation.owned_by(turn), auto,
@@ -240,7 +235,7 @@ def compare(prompt: str | None, left: RunSettings, right: RunSettings,
             should_stop: Callable[[], bool]) -> Iterator[Comparison]:
     """Run two configurations on one prompt at the same time (alternating steps; one after the other when a side runs
     on vLLM), yielding both as they grow."""
-    prompt = _nonempty_prompt(prompt)
+    prompt = nonempty_prompt(prompt)
     drivers = []
     for settings in (left, right):
         backend, prompt_ids, settings, auto = _prepare(settings, Conversation().messages(settings.system, prompt))

@@ -10,9 +10,10 @@ from .check import (
     ResolvedRequest,
     check_request,
     check_run,
+    nonempty_prompt,
     require_local_engine_options,
     resolve_request,
 )
 
 __all__ = ["BackendUnavailable", "RequestError", "ResolvedRequest", "backend_unavailable_reason", "check_request",
-           "check_run", "require_local_engine_options", "resolve_request"]
+           "check_run", "nonempty_prompt", "require_local_engine_options", "resolve_request"]

@@ -1,5 +1,7 @@
 """One check of a run request for every entry point (the app and its API, the CLI, the server, the bench): each
-entry point calls `check_run` once, before any work, and every refusal of a run is worded here.
+entry point calls `check_run` once, before any work, and every refusal of what runs (the preset, the drafter or
+method, what only our engine does, k auto) is worded here; a setting's and the prompt's are the engine's
+(`engine/config.py`, `engine/loop.py`), an empty prompt refused from here (`nonempty_prompt`) before any model work.
 
 The decoding settings check themselves when made (`GenerationConfig`); this adds what depends on the preset: that it
 runs on this machine, that the drafter is one of its own (or a folder given as such), and that what only our engine
@@ -26,9 +28,11 @@ from playground.drafting import (
 )
 from playground.engine import GenerationConfig
 from playground.engine.costs import AutoK, shipped_acceptance
+from playground.engine.loop import EMPTY_PROMPT
 from playground.presets import Preset
 
 from .availability import backend_unavailable_reason
+from .fit import check_drafter_fits
 
 
 class RequestError(ValueError):
@@ -92,9 +96,18 @@ def check_auto_k(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_pa
         raise RequestError(f"k {problem}")
 
 
+def nonempty_prompt(prompt: str | None) -> str:
+    """The prompt as typed, or RequestError where it holds nothing to answer (nothing, or only spaces): the engine's
+    wording, before any model work."""
+    if prompt is None or not prompt.strip():
+        raise RequestError(EMPTY_PROMPT)
+    return prompt
+
+
 def check_run(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_path: str | None = None) -> None:
     """RequestError (or BackendUnavailable) where this run cannot go ahead, in one line; `drafter_path`: the drafter
-    is a folder or Hub id given as such, checked against the target where it loads."""
+    is a folder or Hub id given as such; with a target folder, refused (DrafterMismatch) where its config does not fit
+    the target's, in the words the app's own-pair panel uses too, before anything loads."""
     unavailable = backend_unavailable_reason(preset)
     if unavailable:
         raise BackendUnavailable(unavailable)
@@ -111,6 +124,8 @@ def check_run(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_path:
     if cfg.tree is not None and drafter == PLAIN and not drafter_path:
         raise RequestError("draft trees need a drafter: choose one, or set the tree's nodes to 0")
     require_local_engine_options(preset.backend, cfg)
+    if drafter_path and Path(preset.target).is_dir():  # a Hub target's config is read as it loads (Target.attach)
+        check_drafter_fits(preset.target, drafter_path)
 
 
 def check_weightless(preset: Preset, drafter: str, cfg: GenerationConfig) -> None:

@@ -1,9 +1,10 @@
 """Does a drafter fit a target? Checked from the two config.json files, before vLLM is started.
 
-vLLM does not refuse a drafter that reads the wrong layers or the wrong width: it degrades silently (vLLM #50170:
-1.2 % acceptance). The local engine checks the same things in Target.attach; this is the equivalent for vLLM and
-remote servers, where only the configs are at hand. Aux layer ids use vLLM's convention (id i = input of layer i,
-id == num_hidden_layers = the final pre-norm state).
+vLLM does not refuse a drafter that reads the wrong layers or the wrong width: it degrades silently (vLLM #50170: 1.2 %
+acceptance). The local engine checks the same things in Target.attach, in the same words (engine/target.py's fit
+sentences); this is the equivalent for vLLM and remote servers, where only the configs are at hand, and for a drafter
+folder given with a target folder (request/check.py), before anything loads. Aux layer ids use vLLM's convention (id i =
+input of layer i, id == num_hidden_layers = the final pre-norm state).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from playground.engine.checkpoint import MLA_ARCHITECTURES, CheckpointError, aux_layer_ids
+from playground.engine.target import aux_count_problem, aux_ids_problem, does_not_fit, vocab_problem, width_problem
 
 from .availability import folder_problem, looks_like_folder
 
@@ -31,7 +33,7 @@ class FitReport:
 
     def raise_if_unfit(self, drafter: str, target: str) -> None:
         if self.problems:
-            raise DrafterMismatch(f"drafter {drafter} does not fit target {target}: " + "; ".join(self.problems))
+            raise DrafterMismatch(does_not_fit(self.problems, drafter, target))
 
 
 def hub_problem(source: str, err: Exception, doing: str) -> str:
@@ -165,19 +167,15 @@ def drafter_fit(target_config: dict, drafter_config: dict) -> FitReport:
             f"the drafter names no eagle_aux_hidden_state_layer_ids; vLLM will read layers "
             f"[2, {n_layers // 2}, {n_layers - 3}] — right only if it was trained on those")
     else:
-        bad = [i for i in ids if not 0 <= i <= n_layers]
-        if bad:
-            report.problems.append(f"aux layer ids {bad} are outside the target's 0..{n_layers}")
-        if len(ids) != n_aux:
-            report.problems.append(f"num_aux_hidden_states is {n_aux} but {len(ids)} aux layer ids are set")
+        report.problems += [p for p in (aux_ids_problem(ids, n_layers), aux_count_problem(n_aux, len(ids))) if p]
     width = drafter_config.get("target_hidden_size") or layer.get("target_hidden_size") or layer.get("hidden_size")
     if width is None:
         report.problems.append("drafter config has neither target_hidden_size nor hidden_size")
-    elif int(width) != hidden:
-        report.problems.append(f"drafter expects target hidden size {width}, target has {hidden}")
+    elif width_problem(width, hidden):
+        report.problems.append(width_problem(width, hidden))
     draft_vocab, target_vocab = layer.get("vocab_size"), target.get("vocab_size")
-    if draft_vocab is not None and target_vocab is not None and int(draft_vocab) != int(target_vocab):
-        report.problems.append(f"drafter vocab_size {draft_vocab} != target vocab_size {target_vocab}")
+    if draft_vocab is not None and target_vocab is not None and vocab_problem(draft_vocab, target_vocab):
+        report.problems.append(vocab_problem(draft_vocab, target_vocab))
     if drafter_config.get("fc_norm") and drafter_config.get("norm_before_fc"):
         report.problems.append("drafter sets both fc_norm and norm_before_fc; they are mutually exclusive")
     if set(drafter_config.get("architectures") or []) & MLA_ARCHITECTURES:

@@ -31,6 +31,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from playground.engine import GenerationConfig, StepEvent
+from playground.engine.loop import prompt_problem
 from playground.engine.text import IncrementalDecoder
 from playground.health import run_health
 from playground.specstats import render_prometheus
@@ -229,14 +230,14 @@ def build_app(engine: ServedEngine, limits: Limits = Limits(), api_keys: list[st
             raise ApiError(400, f"cannot apply the chat template: {err}", "chat_template") from None
 
     def generation_config(body: Sampling, answer_budget: int | None, prompt_len: int) -> GenerationConfig:
+        problem = prompt_problem(prompt_len, target.max_positions)
+        if problem:
+            raise ApiError(400, problem, "prompt")
         room = target.max_positions - prompt_len
         if answer_budget is not None and answer_budget > room:
             raise ApiError(400, f"This model's maximum context length is {target.max_positions} tokens. However, you "
                                 f"requested {prompt_len + answer_budget} tokens ({prompt_len} in the prompt, "
                                 f"{answer_budget} in the completion).", "max_tokens")
-        if room < 1:
-            raise ApiError(400, f"This model's maximum context length is {target.max_positions} tokens and the "
-                                f"prompt has {prompt_len}: no room for an answer.", "prompt")
         return GenerationConfig(max_new_tokens=answer_budget or min(limits.default_max_tokens, room), k=engine.k,
                                 temperature=defaults.temperature if body.temperature is None else body.temperature,
                                 top_p=defaults.top_p if body.top_p is None else body.top_p, seed=body.seed,

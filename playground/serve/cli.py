@@ -41,6 +41,7 @@ from playground.flags import (
     add_pair_flags,
     add_threads_flag,
     add_tree_flags,
+    k_or_auto,
     listening_socket,
     method_settings,
     target_preset,
@@ -51,15 +52,6 @@ from playground.presets import DEFAULT, get_preset
 
 from .defaults import parse_override
 from .engine import Limits, load_engine
-
-
-def server_k(text: str) -> int | str:
-    if text == "auto":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a whole number or auto, got {text!r}") from None
 
 
 def serve(args: argparse.Namespace) -> None:
@@ -133,7 +125,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_threads_flag(p)
     add_pair_flags(p)
     p.add_argument("--drafter", default=DEFAULT_DRAFTER, help="none, or a drafter name of the preset")
-    p.add_argument("--k", type=server_k, default=4, help="speculative tokens per step (fixed for the server, as in "
+    p.add_argument("--k", type=k_or_auto, default=4, help="speculative tokens per step (fixed for the server, as in "
                    "vLLM), or auto: the k predicted fastest on this machine, chosen at start-up (plain decoding where "
                    "none pays)")
     add_min_draft_prob_flag(p)

@@ -18,6 +18,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from playground.engine.config import temperature_problem, top_p_problem
+
 OPENAI = {"temperature": 1.0, "top_p": 1.0}
 FIELDS = tuple(OPENAI)
 
@@ -52,8 +54,9 @@ def parse_override(text: str | None) -> dict[str, float]:
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"--override-generation-config: {name} must be a number, got {value!r}")
-    if values.get("temperature", 0) < 0 or not 0 < values.get("top_p", 1) <= 1:
-        raise ValueError("--override-generation-config: temperature must be >= 0 and top_p in (0, 1]")
+    problem = temperature_problem(values.get("temperature", 0)) or top_p_problem(values.get("top_p", 1))
+    if problem:
+        raise ValueError(f"--override-generation-config: {problem}")
     return {name: float(value) for name, value in values.items()}
 
 

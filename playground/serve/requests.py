@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from playground.engine.config import SEEDS
+from playground.engine.config import seed_problem, temperature_problem, top_p_problem
+from playground.engine.loop import EMPTY_PROMPT
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_LENGTH = 256
@@ -78,18 +79,30 @@ class Message(Strict):
         return "".join(part["text"] for part in content)
 
 
+CHECKS = {"temperature": temperature_problem, "top_p": top_p_problem, "seed": seed_problem}
+
+
 class Sampling(Strict):
     """What every generation request shares."""
 
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0)  # None: the server's default (serve/defaults.py)
-    top_p: float | None = Field(None, gt=0, le=1)
-    seed: int | None = Field(None, ge=0, lt=SEEDS)
+    temperature: float | None = None  # None: the server's default (serve/defaults.py)
+    top_p: float | None = None
+    seed: int | None = None
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     return_token_ids: bool = False
+
+    @field_validator("temperature", "top_p", "seed")
+    @classmethod
+    def _in_range(cls, value: float | int | None, info: ValidationInfo) -> float | int | None:
+        # the engine's own check, so that the CLI, the app and the server refuse in the same words
+        problem = None if value is None else CHECKS[info.field_name](value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("stop")
     @classmethod
@@ -121,7 +134,7 @@ class CompletionRequest(Sampling):
                 raise ValueError("one prompt per request (this server does not batch prompts)")
             prompt = prompt[0]
         if not prompt:
-            raise ValueError("the prompt is empty")
+            raise ValueError(EMPTY_PROMPT)
         return prompt
 
 

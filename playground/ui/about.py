@@ -16,8 +16,15 @@ from playground.bench.landing import SET_NAMES, beside_words, kind_words_of, lan
 from playground.bench.rows import result_cell
 from playground.drafting import EAGLE3, EAGLE3_1, METHODS, PLAIN
 from playground.machine import cpu_kind, cpu_name, kind_words
+from playground.playback.baseline import SAMPLING_HELP
 from playground.presets import KIMI_TINY, REPO_ROOT, SHIPPED_DRAFTERS
 from playground.viz import DRAFT_ACCEPTANCE_RATE_HELP, MEAN_ACCEPTANCE_LENGTH_HELP
+from playground.viz.summary import (
+    BASELINE_HELP,
+    SEEN_TOKENS_PER_SECOND_HELP,
+    SPEEDUP_HELP,
+    TOKENS_PER_SECOND_HELP,
+)
 from playground.viz.summary import times_text as _times
 
 DRIFT_STUDY = REPO_ROOT / "assets" / "bench" / "drift" / "results.json"
@@ -297,17 +304,9 @@ METRICS = f"""
 - {MEAN_ACCEPTANCE_LENGTH_HELP}
 - Per-position acceptance rate = drafts accepted at position *i* / drafting steps.
 - {DRAFT_ACCEPTANCE_RATE_HELP}
-- Speedup = the run's decode rate (tokens after the first / decode-loop time after the first step) / plain
-  decoding's, timed on the same machine, on the run's own text, one step at a time between the answer's steps at the
-  position it has reached. In Chat this takes at most a tenth of the answer's decode time (the note under the cards
-  says how much), so the answer itself streams at nearly the engine's speed. In Compare, both sides and plain
-  decoding take turns step by step, and both sides read that one baseline: machine noise hits all three alike. The
-  timed steps are pooled into groups of at least four; the range sets the answer's slowest stretch against the
-  fastest group and its fastest stretch against the slowest group. **A run is called faster than another (or than
-  plain decoding) only where the ranges do not overlap**; otherwise the verdict says *within noise on this machine*,
-  next to what did differ beyond noise (acceptance length, verified tokens per step, acceptance by position).
-  Timings count only the decode loop: pauses while the page renders or while the other side of a comparison steps
-  are left out. The *tok/s seen* card puts them back: the rate you actually watched.
+- {SPEEDUP_HELP}
+- {TOKENS_PER_SECOND_HELP} {SEEN_TOKENS_PER_SECOND_HELP}
+- {BASELINE_HELP} {SAMPLING_HELP}
 """
 
 

@@ -15,15 +15,23 @@ MEAN_ACCEPTANCE_LENGTH_HELP = (
     "counting the target's own bonus token (vLLM's definition)."
 )
 DRAFT_ACCEPTANCE_RATE_HELP = "Draft acceptance rate = accepted draft tokens / drafted tokens."
+# How a speedup is measured and judged, worded once from the constants the code uses: the cards' tooltips, the
+# exports' timing note (playback/exports.py) and the About tab render these; how the plain steps are sampled is
+# playback/baseline.py's SAMPLING_HELP.
+WITHIN_NOISE = "within noise on this machine"  # the verdict's words where the speedup ranges overlap (verdict.py)
+SPEEDUP_RANGE_HELP = ("The range sets this run's slowest stretch against the fastest group of plain steps and its "
+                      "fastest against the slowest: how much the machine's noise could move the figure.")
+TOO_FEW_STEPS_HELP = (f"Below {MIN_SPEEDUP_GROUPS} groups of plain steps, or {MIN_SPEEDUP_GROUPS} decode steps of the "
+                      f"run, neither is given: too few steps to measure.")
+VERDICT_HELP = ("A run is called faster or slower than another (or than plain decoding, whose own speedup is 1.00×) "
+                f"only where the ranges do not overlap; otherwise the verdict says {WITHIN_NOISE}, next to what did "
+                "differ beyond noise (acceptance length, verified tokens per step, acceptance by position).")
 SPEEDUP_HELP = ("Speedup = the engine's decode rate of this run / plain decoding's, measured in the same run on this "
-                "machine (never derived from acceptance length). The range sets this run's slowest stretch against "
-                "the fastest group of plain steps and its fastest against the slowest: how much the machine's noise "
-                "could move the figure. A run is called faster or slower than another only where the ranges do not "
-                "overlap.")
-BASELINE_HELP = ("Plain decode steps of this target on this machine, timed one at a time on this run's own text, "
-                 "between the run's steps at the position it has reached: in Chat with at most a tenth of its time "
-                 "(so the answer streams at nearly the engine's speed), in Compare one baseline for both sides; on "
-                 "vLLM after the answer. The rate pools every timed step.")
+                f"machine (never derived from acceptance length). {SPEEDUP_RANGE_HELP} {TOO_FEW_STEPS_HELP} "
+                f"{VERDICT_HELP}")
+BASELINE_HELP = ("Plain decode steps of this target on this machine, timed one at a time on this run's own text "
+                 "between the run's steps, at the position it has reached (one baseline for both sides of a "
+                 "comparison; on vLLM after the answer). The rate pools every timed step.")
 TOKENS_PER_SECOND_HELP = ("The engine's decode rate: tokens after the first / time inside the decode loop after the "
                           "first step (which holds the prefill). Pauses while the page renders, the other side of a "
                           "comparison steps or the baseline measures are left out. The speedup uses this rate.")

@@ -11,10 +11,8 @@ from dataclasses import asdict, dataclass
 
 from playground.engine.trace import MIN_SPEEDUP_GROUPS, window_rates
 
-from .summary import length_text, percent_text, range_text, rate_text, times_text
+from .summary import WITHIN_NOISE, length_text, percent_text, range_text, rate_text, times_text
 from .view import RunView
-
-WITHIN_NOISE = "within noise on this machine"
 
 
 @dataclass(frozen=True)

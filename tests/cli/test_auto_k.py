@@ -75,5 +75,7 @@ def test_generate_k_auto_falls_back_to_plain_for_an_untrained_drafter(capsys, pa
 def test_k_takes_a_number_or_auto(capsys, pair_models: Path) -> None:
     from playground.__main__ import main
 
-    assert main(["generate", "--prompt", "Hello there", "--k", "four"]) != 0
-    assert "--k takes a whole number from 1 to 16 or auto, got 'four'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:
+        main(["generate", "--prompt", "Hello there", "--k", "four"])
+    assert refused.value.code == 2
+    assert "argument --k: a whole number from 1 to 16 or auto, got 'four'" in capsys.readouterr().err

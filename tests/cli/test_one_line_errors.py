@@ -37,7 +37,7 @@ def refused(capsys: pytest.CaptureFixture, *argv: str) -> str:
     (("serve", "--port", "99999"), "a port from 0 to 65535"),
     (("serve", "--port", "http"), "a port from 0 to 65535"),
     (("vllm-command", "--port", "-1"), "a port from 0 to 65535"),
-    (("serve", "--k", "four"), "a whole number or auto"),
+    (("serve", "--k", "four"), "a whole number from 1 to 16 or auto"),
     (("space", "build", "--hardware", "cpu"), "required: --out"),
     (("no-such-command",), "invalid choice: 'no-such-command'"),
     ((), "required: command"),

@@ -390,7 +390,7 @@ def test_sampling_defaults_come_from_the_model_then_the_preset_then_openai(tmp_p
     over = sampling_defaults(str(tmp_path), {}, "auto", parse_override('{"top_p": 0.5}'))
     assert (over.temperature, over.top_p) == (0.6, 0.5) and over.source.startswith("--override-generation-config")
     for bad, message in (("{", "not JSON"), ("[1]", "JSON object"), ('{"top_k": 5}', "top_k"),
-                         ('{"temperature": "hot"}', "a number"), ('{"top_p": 0}', "top_p in")):
+                         ('{"temperature": "hot"}', "a number"), ('{"top_p": 0}', "top_p must be in")):
         with pytest.raises(ValueError, match=message):
             parse_override(bad)
 

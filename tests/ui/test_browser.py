@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from playground.engine.loop import EMPTY_PROMPT
 from tests.support.appserver import long_answer_prompt
 from tests.support.browser import TIMEOUT_MS, needs_chromium, open_page, plot_marks
 
@@ -217,7 +218,7 @@ def test_an_error_after_a_conversation_leaves_it_visible_and_the_refusal_on_the_
     answered = settled_tokens(page)
     page.locator("#prompt textarea").fill("   ")
     page.locator("#send").click()
-    refusal = "Refused: the prompt is empty: type a message first"
+    refusal = f"Refused: {EMPTY_PROMPT}"
     expect(page.locator("#chat-status")).to_have_text(refusal)
     expect(page.locator("#chat [data-testid=user]")).to_have_count(1)  # the history is back on screen
     expect(page.locator("#chat")).not_to_contain_text("Error")
