@@ -74,6 +74,12 @@ class Method:
         """Drafts from the text alone (prompt lookup, suffix decoding): nothing to load, nothing to fingerprint."""
         return self.proposes and not self.checkpoint
 
+    @property
+    def keeps_session_cache(self) -> bool:
+        """Drafts from a cache of the session's earlier sequences (suffix decoding: the method whose settings bound
+        one), which the caller keeps across a session's runs."""
+        return SUFFIX_CACHE in self.parameters
+
     def engine_problem(self, engine: str) -> str | None:
         """Why `engine` cannot run this method, in one line; None when it can."""
         if engine in self.engines:

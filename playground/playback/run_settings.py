@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from playground.drafting import DEFAULT_DRAFTER, PLAIN, SUFFIX_CACHE, method_of
+from playground.drafting import DEFAULT_DRAFTER, PLAIN, method_of
 from playground.engine import GenerationConfig, TreeShape
 from playground.engine.costs import AutoK
 from playground.engine.templates import CHAT_TEMPLATES
@@ -117,10 +117,9 @@ class RunSettings:
 
     @property
     def keeps_session_cache(self) -> bool:
-        """Whether the method drafts from a cache of the session's earlier sequences (suffix decoding: the method
-        whose settings bound one)."""
+        """Whether the method drafts from a cache of the session's earlier sequences (`Method.keeps_session_cache`)."""
         method = method_of(self.drafter)
-        return method is not None and SUFFIX_CACHE in method.parameters
+        return method is not None and method.keeps_session_cache
 
     @property
     def tree(self) -> TreeShape | None:

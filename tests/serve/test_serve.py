@@ -374,6 +374,28 @@ def test_a_server_that_drafts_trees_answers_as_plain_decoding(pair_models: Path,
             load_engine(get_preset("smollm2-135m"), drafter, 4, None, adaptive, tree=shape)
 
 
+def test_a_suffix_decoding_server_drafts_from_its_earlier_answers(pair_models: Path, tiny) -> None:
+    """`serve --drafter suffix`: every greedy answer equals plain decoding's, and a prompt asked again drafts from
+    the server's cache of the first answer (more drafts accepted than the first time, when only its own prompt and
+    answer so far were there)."""
+    from fastapi.testclient import TestClient
+
+    from playground.engine import GenerationConfig, emitted_ids, plain_generate
+    from playground.presets import get_preset
+    from playground.serve.app import build_app
+    from playground.serve.engine import load_engine
+
+    engine = load_engine(get_preset("smollm2-135m"), "suffix", 4, None)
+    prompt = tiny.training_prompts[1]
+    with TestClient(build_app(engine)) as client:
+        answers = [client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 32, "temperature": 0,
+                                                        "return_token_ids": True}).json() for _ in range(2)]
+    plain = emitted_ids(list(plain_generate(engine.backend.target, prompt, GenerationConfig(max_new_tokens=32))))
+    assert [a["choices"][0]["token_ids"] for a in answers] == [plain, plain]
+    accepted = [a["metrics"]["speculative_decoding"]["num_accepted_draft_tokens"] for a in answers]
+    assert accepted[1] > accepted[0], accepted
+
+
 def test_sampling_defaults_come_from_the_model_then_the_preset_then_openai(tmp_path: Path) -> None:
     """A request that leaves temperature or top_p out gets the model's generation_config.json values, else the
     preset's shipped ones, else OpenAI's; --generation-config vllm skips the model's; an override wins."""
