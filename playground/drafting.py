@@ -62,6 +62,7 @@ class Method:
     parameters: tuple[Parameter, ...] = ()
     flags: tuple[str, ...] = ()  # config.json flags its checkpoints set, which tell it from the other EAGLE variant
     proposer: str | None = None  # a weightless method's module under engine/: its build_proposer(cfg, session cache)
+    trees: bool = False  # drafts a tree per step where asked (a drafter's; a weightless proposer's propose_tree)
     # (engine, why it cannot run this method) for an engine not in `engines` whose reason is known
     not_on: tuple[tuple[str, str], ...] = ()
 
@@ -108,14 +109,15 @@ SUFFIX_ON_VLLM = ("runs on vLLM only with the arctic-inference package, which is
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method(PLAIN, "none (plain decoding)", None, checkpoint=False, engines=ALL_ENGINES, features=False,
            fingerprint=False),
-    Method(EAGLE3, "EAGLE-3", "#d62728", checkpoint=True, engines=ALL_ENGINES, features=True, fingerprint=True),
+    Method(EAGLE3, "EAGLE-3", "#d62728", checkpoint=True, engines=ALL_ENGINES, features=True, fingerprint=True,
+           trees=True),
     Method(EAGLE3_1, "EAGLE-3.1", "#1f77b4", checkpoint=True, engines=ALL_ENGINES, features=True, fingerprint=True,
-           flags=("fc_norm", "norm_output")),
+           flags=("fc_norm", "norm_output"), trees=True),
     Method("ngram", "prompt lookup (n-gram)", "#2ca02c", checkpoint=False, engines=("local", "vllm"), features=False,
            fingerprint=False, parameters=(NGRAM_MIN, NGRAM_MAX), proposer="lookup"),
     Method("suffix", "suffix decoding", "#9467bd", checkpoint=False, engines=("local",), features=False,
            fingerprint=False, parameters=(SUFFIX_DEPTH, SUFFIX_MIN_PROB, SUFFIX_CACHE),
-           not_on=(("vllm", SUFFIX_ON_VLLM),), proposer="suffix"),
+           not_on=(("vllm", SUFFIX_ON_VLLM),), proposer="suffix", trees=True),
 )}
 PARAMETERS: dict[str, tuple[Method, Parameter]] = {p.name: (m, p) for m in METHODS.values() for p in m.parameters}
 WEIGHTLESS = tuple(name for name, m in METHODS.items() if m.weightless)

@@ -82,6 +82,29 @@ def reject_sibling(p: torch.Tensor, q: torch.Tensor, token: int) -> tuple[torch.
     return p, torch.where(left > 0, q / left.clamp_min(1e-30), q)
 
 
+def accept_point_mass_tree(children: Callable[[int], list[int]], tokens: list[int], target_probs: torch.Tensor,
+                           generator: torch.Generator | None) -> tuple[list[int], int]:
+    """Rejection sampling down a tree of point-mass proposals (a weightless method's: each node proposed for sure,
+    q = 1 at its token). At a node, its children are tried in order: child x is kept with probability p(x) over the
+    mass p has left (p being the target's distribution there, `target_probs[node + 1]`); a rejection takes x out of
+    p. A kept child continues the walk; where none is kept, the bonus is drawn from what is left of p. Together that
+    draws one token from p at every node — the target's own sample — and keeps it where a child proposed it.
+    Returns (the kept nodes, shallowest first; the bonus token)."""
+    path, node = [], -1
+    while True:
+        p = target_probs[node + 1].clone()
+        for child in children(node):
+            x = tokens[child]
+            draw = float(torch.rand((), generator=generator, device=p.device, dtype=p.dtype))
+            if draw * float(p.sum()) < float(p[x]):
+                path.append(child)
+                node = child
+                break
+            p[x] = 0
+        else:
+            return path, int(sample(p, generator))
+
+
 def accept_sampled_tree(children: Callable[[int], list[int]], tokens: list[int], proposals: dict[int, torch.Tensor],
                         target_probs: torch.Tensor, generator: torch.Generator | None) -> tuple[list[int], int]:
     """Recursive rejection sampling down a draft tree (as SpecInfer verifies several drafts, in the without-replacement

@@ -2,7 +2,9 @@
 prompts and answers, and the running one), each node counting the occurrences of its string. A step matches the
 longest suffix of the context that occurred before with a continuation, then speculates, token by token, the most
 frequent continuation while its share of the continuations seen there is at least `min_prob` (the match and the
-speculation together at most `depth` tokens, as vLLM's suffix_decoding_max_tree_depth bounds them).
+speculation together at most `depth` tokens, as vLLM's suffix_decoding_max_tree_depth bounds them). With a draft
+tree (`TreeShape`), a step speculates several continuations at once: the best-scored nodes by the product of the
+shares along their branch, each among its parent's `topk` most frequent continuations (`speculate_tree`).
 
 Memory is bounded: at most `depth` nodes an indexed token, and a session keeps earlier sequences only while their
 tokens total at most `max_tokens` (the oldest forgotten first, their counts taken out of the trie). The cache belongs
@@ -12,6 +14,7 @@ session's next run begins."""
 
 from __future__ import annotations
 
+import heapq
 import threading
 from typing import TYPE_CHECKING
 
@@ -80,6 +83,39 @@ class SuffixTrie:
             shares.append(child.count / total)
             node = child
         return drafts, shares
+
+    def speculate_tree(self, context: list[int], depth: int, topk: int, nodes: int,
+                       min_prob: float) -> list[tuple[int, int, int, float]]:
+        """A tree of continuations of the longest suffix of `context` that occurred before: best first by the product
+        of the shares along a branch, each node among the `topk` most frequent continuations of its parent and at
+        least `min_prob` of them, at most `nodes` nodes and `depth` deep (the match and the speculation together at
+        most the trie's depth, as for a chain). Returns (token, parent index or -1, depth, share) per node, a parent
+        before its children."""
+        start = self._longest_match(context, max(1, self.depth - depth))
+        if start is None:
+            return []
+        kept: list[tuple[int, int, int, float]] = []
+        heap: list[tuple] = []  # (-score, order, parent index, depth, node, share, token): the best branch first
+        order = 0
+
+        def offer(node: _Node, parent: int, at_depth: int, score: float) -> None:
+            nonlocal order
+            if at_depth > depth or not node.children:
+                return
+            total = sum(child.count for child in node.children.values())
+            ranked = sorted(node.children.items(), key=lambda item: (item[1].count, item[1].stamp), reverse=True)
+            for token, child in ranked[:topk]:
+                share = child.count / total
+                if share >= min_prob:
+                    heapq.heappush(heap, (-score * share, order, parent, at_depth, child, share, token))
+                    order += 1
+
+        offer(start, -1, 1, 1.0)
+        while heap and len(kept) < nodes:
+            negative, _, parent, at_depth, node, share, token = heapq.heappop(heap)
+            kept.append((token, parent, at_depth, share))
+            offer(node, len(kept) - 1, at_depth + 1, -negative)
+        return kept
 
     def _longest_match(self, context: list[int], longest: int) -> _Node | None:
         for length in range(min(longest, len(context)), 0, -1):
@@ -164,6 +200,12 @@ class SuffixProposer:
         with self.cache.lock:
             self.running.catch_up(tokens)
             return self.running.trie.speculate(tokens, k, self.min_prob)[0]
+
+    def propose_tree(self, tokens: list[int], depth: int, topk: int, nodes: int) -> list[tuple[int, int, int, float]]:
+        """`SuffixTrie.speculate_tree` over the session's cache, the run's tokens indexed first."""
+        with self.cache.lock:
+            self.running.catch_up(tokens)
+            return self.running.trie.speculate_tree(tokens, depth, topk, nodes, self.min_prob)
 
 
 def build_proposer(cfg: GenerationConfig, session_cache: SuffixCache | None = None) -> SuffixProposer:

@@ -22,14 +22,21 @@ from playground.drafting import METHODS, WEIGHTLESS
 from .cache import TargetCache
 from .config import GenerationConfig
 from .loop import Pending, Verified, speculate
-from .sampling import accept_greedy, accept_sampled, probabilities
+from .sampling import accept_greedy, accept_point_mass_tree, accept_sampled, probabilities
 from .suffix import SuffixCache
 from .target import Target
 from .trace import StepEvent
+from .tree import NO_TREE, DraftTree
+from .tree_shape import TreeShape
 
 
 class Proposer(Protocol):
     def propose(self, tokens: list[int], k: int) -> list[int]: ...
+
+
+class TreeProposer(Proposer, Protocol):
+    def propose_tree(self, tokens: list[int], depth: int, topk: int,
+                     nodes: int) -> list[tuple[int, int, int, float]]: ...  # (token, parent, depth, share) per node
 
 
 def proposer_for(method: str, cfg: GenerationConfig, suffix_cache: SuffixCache | None = None) -> Proposer:
@@ -72,12 +79,57 @@ class WeightlessChain:
         return Verified(drafts[:accepted] + [bonus], Pending(out.aux, context), fields, out)
 
 
+class WeightlessTree:
+    """A run's drafting with a weightless proposer of trees (suffix decoding's), as `speculate` runs it: the tree's
+    nodes verified in one target forward as an EAGLE tree is (engine/tree.py), accepted down the target's greedy
+    choices, or, sampling, by `accept_point_mass_tree`. The tree's shape comes from the text alone, never from a
+    token drawn in the step, so sampling stays exact."""
+
+    def __init__(self, proposer: TreeProposer, cfg: GenerationConfig, tree: TreeShape, target: Target,
+                 generator: torch.Generator | None) -> None:
+        self.proposer, self.cfg, self.tree, self.target, self.generator = proposer, cfg, tree, target, generator
+        self.rows = tree.nodes + 1  # the root and every node
+
+    def draft(self, tokens: list[int], pending: Pending, budget: int) -> DraftTree:
+        depth = min(self.tree.depth, budget)
+        if depth <= 0:
+            return NO_TREE
+        nodes = self.proposer.propose_tree(tokens, depth, self.tree.topk, self.tree.nodes)
+        return DraftTree([n[0] for n in nodes], [n[1] for n in nodes], [n[2] for n in nodes],
+                         [n[3] for n in nodes], [0.0] * len(nodes))
+
+    def verify(self, drafts: DraftTree, tokens: list[int], context: int, cache: TargetCache) -> Verified:
+        device = self.target.device
+        out = self.target.forward(torch.tensor([tokens[-1], *drafts.tokens], device=device), cache,
+                                  tree=(drafts.positions(context, device), drafts.sees(device)))
+        if self.cfg.greedy:
+            choices = out.logits.argmax(-1).tolist()
+            path = drafts.accept(choices)
+            bonus = choices[path[-1] + 1 if path else 0]
+        else:
+            path, bonus = accept_point_mass_tree(drafts.children, drafts.tokens,
+                                                 probabilities(out.logits, self.cfg.temperature, self.cfg.top_p),
+                                                 self.generator)
+        rows = torch.tensor([0] + [i + 1 for i in path], device=device)
+        cache.keep(context, rows)
+        branch = drafts.branch(path)
+        fields = {"drafted": [drafts.tokens[i] for i in branch], "accepted": len(path), "draft_probs": None,
+                  "attention": None, "hidden_rms": None, **(drafts.step_fields(path) if len(drafts) else {})}
+        return Verified([drafts.tokens[i] for i in path] + [bonus], Pending(out.aux, context), fields, out)
+
+
 def weightless_generate(target: Target, method: str, prompt_ids: list[int], cfg: GenerationConfig,
                         should_stop: Callable[[], bool] | None = None,
                         suffix_cache: SuffixCache | None = None) -> Iterator[StepEvent]:
-    """Speculative decoding with a weightless method ("ngram" or "suffix"): chains of up to k proposed tokens.
+    """Speculative decoding with a weightless method ("ngram" or "suffix"): chains of up to k proposed tokens, or,
+    with `cfg.tree`, a tree per step where the method proposes trees (suffix decoding).
 
     Greedy output is token-identical to `plain_generate`; sampled output follows the target's distribution."""
     proposer = proposer_for(method, cfg, suffix_cache)
-    return speculate(target, [], prompt_ids, cfg, lambda generator: WeightlessChain(proposer, cfg, target, generator),
-                     should_stop)
+    if cfg.tree is None:
+        return speculate(target, [], prompt_ids, cfg,
+                         lambda generator: WeightlessChain(proposer, cfg, target, generator), should_stop)
+    if not hasattr(proposer, "propose_tree"):
+        raise ValueError(f"{method} drafts chains: set the tree's nodes to 0")
+    return speculate(target, [], prompt_ids, cfg,
+                     lambda generator: WeightlessTree(proposer, cfg, cfg.tree, target, generator), should_stop)

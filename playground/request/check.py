@@ -129,15 +129,16 @@ def check_run(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_path:
 
 
 def check_weightless(preset: Preset, drafter: str, cfg: GenerationConfig) -> None:
-    """RequestError where a weightless method cannot run as asked: on an engine without it, or with what needs a
-    drafter's probabilities (a draft tree, adaptive draft length)."""
+    """RequestError where a weightless method cannot run as asked: on an engine without it, a draft tree where it
+    proposes chains only, or adaptive draft length (which needs a drafter's probabilities)."""
     method = method_of(drafter)
     unavailable = method.engine_problem(preset.backend)
     if unavailable:
         raise RequestError(unavailable)
-    if cfg.tree is not None:
-        raise RequestError(f"{method.label} ({drafter}) drafts chains: draft trees need a drafter's probabilities, so "
-                           f"set the tree's nodes to 0")
+    if cfg.tree is not None and not method.trees:
+        with_trees = ", ".join(m.label for m in METHODS.values() if m.weightless and m.trees)
+        raise RequestError(f"{method.label} ({drafter}) drafts chains: set the tree's nodes to 0 (of the weightless "
+                           f"methods, {with_trees} drafts trees)")
     if cfg.min_draft_prob:
         raise RequestError(f"{method.label} ({drafter}) proposes without probabilities: adaptive draft length "
                            f"(minimum draft probability {cfg.min_draft_prob:g}) needs a drafter's, so set it to 0")

@@ -11,6 +11,8 @@
 4. Sampling is exact: thousands of short runs on a vocabulary-8 target against the exact joint distribution of its
    own samples, with two negative controls (accept every proposal; resample a rejection from p instead of p without
    the rejected token), as tests/engine/test_sampling.py does for EAGLE.
+5. Suffix decoding's trees: best branch first, token-identical greedy answers that accepted side branches, and exact
+   sampling down a tree of point masses, with a negative control (a walk that does not renormalise).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from playground.engine import weightless as weightless_module
 from playground.engine.lookup import PromptLookup
 from playground.engine.replay import replay_weightless, teacher_force
 from playground.engine.suffix import SuffixTrie
+from playground.engine.tree_shape import TreeShape
 from playground.engine.weightless import proposer_for
 from tests.engine.test_sampling import ALPHA, chi_square_pvalue, counts_of, reference_probs
 from tests.engine.test_sampling import _marginal as marginal
@@ -80,6 +83,25 @@ def test_suffix_trie_speculates_the_most_frequent_continuation_above_the_thresho
     assert trie.speculate([9, 6], 4, 0.1)[0] == [7, 8]
     # ... but "6 9" occurred, followed by 9
     assert trie.speculate([6, 9], 4, 0.1)[0] == [9]
+
+
+def test_suffix_trie_speculates_a_tree_best_branch_first() -> None:
+    """After "5 6": 7 (2/3, then 8 for sure) and 9 (1/3, then 9): best first by the product of the shares along the
+    branch, a parent before its children, at most `topk` children a node, `nodes` nodes and `depth` deep."""
+    cache = SuffixCache()
+    for earlier in ([5, 6, 7, 8], [5, 6, 7, 8], [5, 6, 9, 9]):
+        cache.begin(depth=8, max_tokens=100).catch_up(earlier)
+    trie = cache.trie
+    assert trie.speculate_tree([1, 5, 6], 4, 2, 8, 0.1) == [(7, -1, 1, 2 / 3), (8, 0, 2, 1.0), (9, -1, 1, 1 / 3),
+                                                            (9, 2, 2, 1.0)]
+    assert trie.speculate_tree([1, 5, 6], 4, 1, 8, 0.1) == [(7, -1, 1, 2 / 3), (8, 0, 2, 1.0)]  # topk 1: the chain
+    assert trie.speculate_tree([1, 5, 6], 1, 2, 8, 0.1) == [(7, -1, 1, 2 / 3), (9, -1, 1, 1 / 3)]  # one deep
+    assert len(trie.speculate_tree([1, 5, 6], 4, 2, 3, 0.1)) == 3  # at most `nodes`
+    assert trie.speculate_tree([1, 5, 6], 4, 2, 8, 0.5) == [(7, -1, 1, 2 / 3), (8, 0, 2, 1.0)]  # 9's share is 1/3
+    assert trie.speculate_tree([3, 3, 4], 4, 2, 8, 0.0) == []
+    chain = trie.speculate([1, 5, 6], 4, 0.1)[0]
+    tree = trie.speculate_tree([1, 5, 6], 4, 1, 8, 0.1)
+    assert [token for token, *_ in tree] == chain  # one child a node: the chain
 
 
 def test_suffix_depth_bounds_the_match_and_the_speculation() -> None:
@@ -170,6 +192,25 @@ def test_greedy_output_is_token_identical(tiny: TinyModels, prompts: list, metho
             assert len(e.drafted) <= k
             kinds["nothing" if not e.drafted else "whole" if e.accepted == len(e.drafted) else "rejected"] += 1
     assert all(kinds.values()), kinds  # steps without a proposal, and proposals accepted whole and rejected
+
+
+@pytest.mark.parametrize("shape", [TreeShape(depth=3, topk=2, nodes=6), TreeShape(depth=6, topk=3, nodes=16)])
+def test_suffix_trees_are_token_identical_and_accept_side_branches(tiny: TinyModels, prompts: list,
+                                                                   shape: TreeShape) -> None:
+    """Suffix decoding drafting a tree per step: plain decoding's answer; not vacuous, as steps accepted a node that
+    was not its parent's first child (what a chain would not have proposed)."""
+    side_branches = 0
+    for label, prompt, want in prompts:
+        cfg = GenerationConfig(max_new_tokens=NEW_TOKENS, k=shape.depth, tree=shape,
+                               method_settings=(("suffix_decoding_min_token_prob", 0.0),))
+        events = list(weightless_generate(tiny.target, "suffix", prompt, cfg))
+        assert_same_or_near_tie(tiny.target, prompt, flat(events), want, f"suffix tree {shape} prompt {label}")
+        for e in events[1:]:
+            assert e.attention is None and e.draft_probs is None and len(e.tree_tokens or []) <= shape.nodes
+            for node in e.tree_path or []:
+                parent = e.tree_parents[node]
+                side_branches += node != min(i for i, p in enumerate(e.tree_parents) if p == parent)
+    assert side_branches > 0
 
 
 def test_a_session_cache_learns_from_an_earlier_answer(tiny: TinyModels, prompts: list) -> None:
@@ -282,3 +323,45 @@ def test_sampling_matches_the_target_and_the_controls_fail(small_target: Target,
     assert naive_p < 1e-12, f"'accept every proposal' not detected: p = {naive_p}"
     from_p_p = chi_square_pvalue(counts_of(from_p), marginal(exact, (0, 1)))
     assert from_p_p < 1e-6, f"'resample a rejection from p' not detected: p = {from_p_p}"
+
+
+def tree_draws(target: Target, n: int) -> torch.Tensor:
+    """n sampled runs of suffix decoding drafting trees [n, NEW]; every step's tree has several children somewhere
+    (the prompt's "2" is followed by 3 and by 5)."""
+    shape = TreeShape(depth=2, topk=3, nodes=6)
+    runs = []
+    for seed in range(n):
+        cfg = GenerationConfig(max_new_tokens=NEW, k=2, tree=shape, temperature=1.0, seed=seed, instrument=False,
+                               method_settings=(("suffix_decoding_min_token_prob", 0.0),))
+        runs.append(flat(list(weightless_generate(target, "suffix", PROMPT, cfg))))
+    return torch.tensor(runs)
+
+
+def test_sampled_suffix_trees_match_the_target_and_a_walk_without_renormalising_fails(
+        small_target: Target, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sampling down a tree of point masses (`accept_point_mass_tree`) follows the target's distribution; the same
+    walk keeping a later sibling with p(x) instead of p(x) over the mass left after the rejections is detected."""
+    exact = exact_joint(small_target, 1.0)
+    real = tree_draws(small_target, 2000)
+    report = {keep: chi_square_pvalue(marginal(counts_of(real), keep), marginal(exact, keep))
+              for keep in [(0, 1, 2, 3), (0, 1, 2), (0, 1), (1,), (2,), (3,)]}
+    assert min(report.values()) > ALPHA, report
+
+    def not_renormalised(children, tokens, target_probs, generator):
+        path, node = [], -1
+        while True:
+            p = target_probs[node + 1].clone()
+            for child in children(node):
+                if float(torch.rand((), generator=generator)) < float(target_probs[node + 1][tokens[child]]):
+                    path.append(child)
+                    node = child
+                    break
+                p[tokens[child]] = 0
+            else:
+                return path, int(torch.multinomial(p, 1, generator=generator)[0])
+
+    monkeypatch.setattr(weightless_module, "accept_point_mass_tree", not_renormalised)
+    wrong = tree_draws(small_target, 6000)
+    wrong_p = min(chi_square_pvalue(marginal(counts_of(wrong), keep), marginal(exact, keep))
+                  for keep in [(0, 1), (0, 1, 2), (1,), (2,)])
+    assert wrong_p < 1e-6, f"a walk that does not renormalise was not detected: p = {wrong_p}"
