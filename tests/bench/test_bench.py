@@ -127,6 +127,10 @@ def test_prompt_sets_load_from_parquet_and_jsonl(tmp_path: Path) -> None:
         assert len(long) == 8 and {r.source for r in long} == {"numpy"} and len({r.src_id for r in long}) == 8
     assert len(load_prompt_set("humaneval").records) == 164
     assert all(len(r.turns) == 2 for r in load_prompt_set("mt-bench").records)
+    for kind in ("code-editing", "rewriting", "multilingual", "multi-turn"):  # the prompt kinds written here
+        records = load_prompt_set(kind).records
+        assert len(records) == 3 and all(r.multiturn == (len(r.turns) > 1) for r in records), kind
+    assert all(len(r.turns) == 3 for r in load_prompt_set("multi-turn").records)
     with pytest.raises(FileNotFoundError):
         load_prompt_set("no-such-set")
 
