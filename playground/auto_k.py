@@ -24,15 +24,8 @@ from collections.abc import Callable, Sequence
 from playground.backends.local import LocalBackend
 from playground.drafting import PLAIN, is_weightless
 from playground.engine import GenerationConfig, SpecCounters
-from playground.engine.costs import (
-    AutoK,
-    Candidate,
-    CostProfile,
-    choose_k,
-    choose_method,
-    expected_tokens,
-    pair_profile,
-)
+from playground.engine.choice import Candidate, choose_method
+from playground.engine.costs import AutoK, CostProfile, choose_k, expected_tokens, pair_profile
 from playground.engine.replay import replay, teacher_force
 from playground.engine.weightless import proposer_for
 from playground.presets import repo_relative

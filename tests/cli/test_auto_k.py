@@ -99,7 +99,7 @@ def test_text_steps_follow_a_greedy_run_over_the_text() -> None:
 
 
 def test_k_auto_among_methods_chooses_the_fastest_that_pays_and_says_each() -> None:
-    from playground.engine.costs import Candidate, choose_method
+    from playground.engine.choice import Candidate, choose_method
 
     eagle = Candidate("eagle3.1", {2: (1.8, 1.5, 2.0), 4: (1.6, 1.2, 1.9)}, "a file", 30.0, (0.7, 0.5))
     lookup = Candidate("ngram", {2: (1.4, 1.1, 1.6), 4: (2.6, 0.9, 3.0)}, "a replay", 30.0)
