@@ -132,6 +132,8 @@ def auto_method(backend: LocalBackend, methods: list[str], prompt_ids: list[int]
     if target_costs is None:
         target_costs = drafter_profile(backend, next(iter(backend.preset.drafters)), prompt_ids, tokens, announce)
     answers = latest(session)
+    if announce is not None:
+        announce(f"decoding this answer's first {PROBE_TOKENS} tokens plainly: each method is replayed on them…")
     probe = probe_answer(backend, list(prompt_ids))
     evidence = [*answers, (list(prompt_ids), probe)] if len(probe) > 1 else answers
     described = " and ".join(filter(None, (session_words(answers), f"this answer's first {len(probe)} tokens "
@@ -154,7 +156,8 @@ def weightless_candidate(method: str, profile: CostProfile, answers: Sequence[An
     its prompt and the answer before it), priced at the target's verification alone."""
     ranged = {}
     for k in range(1, MOST_K + 1):
-        steps = [step for prompt, answer in answers for step in text_steps(method, k, [*prompt, *answer], len(prompt))]
+        steps = [step for prompt, answer in answers  # the answer's first token is the prefill's, as live
+                 for step in text_steps(method, k, [*prompt, *answer], len(prompt) + 1)]
         ranged[k] = profile.verified_speedup(steps)
     return Candidate(method, ranged, f"its replay over {described}", profile.plain.ms)
 
