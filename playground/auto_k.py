@@ -5,7 +5,7 @@ context and load, then kept) — or plain decoding where no k pays. One home for
 bench and the app make.
 
 With the drafter `auto` (request.ANY_METHOD) it chooses the method too, among the preset's EAGLE drafters and the
-weightless methods (prompt lookup, suffix decoding), or among those a comma list names ("eagle3.1,ngram,suffix").
+weightless methods (prompt lookup, suffix decoding), or among those a comma list names (`eagle3.1,ngram,suffix`).
 The evidence is text this pair wrote for this prompt: the first PROBE_TOKENS tokens of the answer, decoded plainly
 before the run (a second or so), with the session's earlier answers. A weightless method's proposals depend on the
 text alone, so replaying it over them (each position proposed from the prompt and the answer before it) gives the

@@ -10,7 +10,7 @@ does (draft trees, adaptive draft length) is asked of our engine, with a drafter
 (k auto) the k chosen — or plain decoding where no k pays — so that what follows takes a `ResolvedRequest`, whose k is
 a whole number, and checks nothing again. The drafter `auto` (ANY_METHOD) with k auto asks for the method too: among
 the preset's drafters with an acceptance by position and the weightless methods (`auto_candidates`), or among those
-a comma list names ("eagle3.1,ngram,suffix": `chosen_among`)."""
+a comma list names (`eagle3.1,ngram,suffix`: `chosen_among`)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from playground.presets import Preset
 from .availability import backend_unavailable_reason
 
 ANY_METHOD = "auto"  # the drafter name that asks k auto to choose the method as well as k
-CANDIDATES_SEPARATOR = ","  # "eagle3.1,ngram,suffix" with k auto: choose among these
+CANDIDATES_SEPARATOR = ","  # a drafter such as `eagle3.1,ngram,suffix` with k auto: choose among these
 
 
 class RequestError(ValueError):
