@@ -2,7 +2,18 @@
 evaluation.json shipped beside the drafters, updated with the session's own earlier answers replayed, where there
 are any) priced at this machine's step costs for the pair (engine/costs.py, measured once per machine, pair,
 context and load, then kept) — or plain decoding where no k pays. One home for the choice `generate`, `serve`, the
-bench and the app make."""
+bench and the app make.
+
+With the drafter `auto` (request.ANY_METHOD) it chooses the method too, among the preset's EAGLE drafters and the
+weightless methods (prompt lookup, suffix decoding), or among those a comma list names (`eagle3.1,ngram,suffix`).
+The evidence is text this pair wrote for this prompt: the first PROBE_TOKENS tokens of the answer, decoded plainly
+before the run (a second or so), with the session's earlier answers. A weightless method's proposals depend on the
+text alone, so replaying it over them (each position proposed from the prompt and the answer before it) gives the
+steps a greedy run would take, each priced at the target's verification alone; each EAGLE drafter's shipped
+acceptance is updated with them replayed, as above. The prompt's own repetition alone (each prompt position
+proposed from the tokens before it) was tried and left: on a prompt that asks for a given function back with one
+name changed, it predicted prompt lookup at 1.3x where the live run accepted 4.7 tokens a step — the copy is in
+the answer, not in the prompt. A weightless method asked by name with k auto gets its k the same way."""
 
 from __future__ import annotations
 
@@ -11,15 +22,20 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from playground.backends.local import LocalBackend
-from playground.engine import SpecCounters
-from playground.engine.costs import AutoK, CostProfile, choose_k, pair_profile
+from playground.drafting import PLAIN, is_weightless
+from playground.engine import GenerationConfig, SpecCounters
+from playground.engine.choice import Candidate, choose_method
+from playground.engine.costs import AutoK, CostProfile, choose_k, expected_tokens, pair_profile
 from playground.engine.replay import replay, teacher_force
+from playground.engine.weightless import proposer_for
 from playground.presets import repo_relative
-from playground.request.check import shipped_rates
+from playground.request.check import candidates, chosen_among, shipped_rates
 from playground.smollm2 import cache_root
 
 PRIOR_STEPS = 64  # the shipped acceptance weighs as much as this many drafting steps of the session's own answers
 SESSION_ANSWERS = 4  # the session's latest greedy answers replayed, at most (each costs a target pass over it)
+MOST_K = 8  # the deepest k k auto prices (the cost profile's deepest chain)
+PROBE_TOKENS = 32  # choosing among methods: this answer's first tokens, decoded plainly, are the evidence
 Answer = tuple[Sequence[int], Sequence[int]]  # (prompt ids, answer ids) of a finished greedy answer
 _replayed: OrderedDict[tuple, tuple[int, list[int]]] = OrderedDict()  # (pair, drafter, k, answer) -> counts
 
@@ -55,19 +71,109 @@ def auto_k(backend: LocalBackend, drafter: str, context_ids: list[int], tokens: 
     `context_ids` repeated to that length, or `profile` where the caller measured them), its acceptance updated with
     the latest SESSION_ANSWERS of `session` (the session's earlier greedy answers on this pair) replayed; ValueError
     where it cannot choose (a drafter given as a folder, or one without an acceptance by position), worded to follow
-    k's name ("--k " + message, "k " + message)."""
-    preset = backend.preset
-    per_position, evaluation = shipped_rates(preset, drafter)
+    k's name ("--k " + message, "k " + message). A choice among methods (ANY_METHOD, a comma list) or a weightless
+    method: `auto_method`, whose `context_ids` are the prompt."""
+    if chosen_among(drafter) or is_weightless(drafter):
+        methods = candidates(backend.preset, drafter) if chosen_among(drafter) else [drafter]
+        return auto_method(backend, methods, context_ids, tokens, announce, session)
+    answers = latest(session)
+    per_position, source = eagle_acceptance(backend, drafter, answers, session_words(answers))
+    since = time.time()
+    profile = profile or drafter_profile(backend, drafter, context_ids, tokens, announce)
+    return choose_k(profile, per_position, source, since=since)
+
+
+def latest(session: Sequence[Answer]) -> list[Answer]:
+    """The session's latest SESSION_ANSWERS answers with something to replay (more than the prefill's token)."""
+    return [a for a in session if len(a[1]) > 1][-SESSION_ANSWERS:]
+
+
+def session_words(answers: Sequence[Answer]) -> str:
+    return f"this session's last {len(answers)} answer{'s' * (len(answers) > 1)}" if answers else ""
+
+
+def eagle_acceptance(backend: LocalBackend, drafter: str, answers: Sequence[Answer],
+                     described: str) -> tuple[list[float], str]:
+    """A preset drafter's acceptance by position as shipped, updated with `answers` (`described` so) replayed, and
+    where it came from."""
+    per_position, evaluation = shipped_rates(backend.preset, drafter)
     source = repo_relative(evaluation)
-    answers = [a for a in session if len(a[1]) > 1][-SESSION_ANSWERS:]
     if answers:
         counts = [replayed_counts(backend, drafter, len(per_position), a) for a in answers]
         per_position = updated_acceptance(per_position, counts)
-        source += (f", updated with this session's last {len(answers)} answer{'s' * (len(answers) > 1)} replayed "
-                   f"({sum(n for n, _ in counts)} drafting steps)")
+        source += f", updated with {described} replayed ({sum(n for n, _ in counts)} drafting steps)"
+    return per_position, source
+
+
+def drafter_profile(backend: LocalBackend, drafter: str, context_ids: list[int], tokens: int,
+                    announce: Callable[[str], None] | None = None) -> CostProfile:
+    """This machine's step costs for the preset's target and `drafter` (pair_profile: measured once, then kept)."""
+    loaded = backend.drafter(drafter)
+    return pair_profile(backend.target, loaded.drafter, loaded.aux_layers, (backend.preset.target, loaded.source),
+                        context_ids, tokens, cache_root(), announce=announce)
+
+
+def probe_answer(backend: LocalBackend, prompt_ids: list[int]) -> list[int]:
+    """The first PROBE_TOKENS tokens of this prompt's greedy answer, decoded plainly: the text a method would be
+    checked against, which a weightless method's proposals (read from the prompt) and a drafter's are replayed on."""
+    cfg = GenerationConfig(max_new_tokens=PROBE_TOKENS, k=1, instrument=False)
+    return [token for event in backend.stream(prompt_ids, PLAIN, cfg) for token in event.emitted]
+
+
+def auto_method(backend: LocalBackend, methods: list[str], prompt_ids: list[int], tokens: int,
+                announce: Callable[[str], None] | None = None, session: Sequence[Answer] = ()) -> AutoK:
+    """The method of `methods` and k predicted fastest (or plain decoding), each at this machine's step costs at a
+    context of `tokens`: the module's docstring. The evidence is the session's latest answers and this answer's
+    first PROBE_TOKENS tokens (`probe_answer`), replayed under each method."""
     since = time.time()
-    if profile is None:
-        loaded = backend.drafter(drafter)
-        profile = pair_profile(backend.target, loaded.drafter, loaded.aux_layers, (preset.target, loaded.source),
-                               context_ids, tokens, cache_root(), announce=announce)
-    return choose_k(profile, per_position, source, since=since)
+    profiles = {name: drafter_profile(backend, name, prompt_ids, tokens, announce)
+                for name in methods if not is_weightless(name)}
+    target_costs = next(iter(profiles.values()), None)  # whose plain and verification costs price weightless steps
+    if target_costs is None:
+        target_costs = drafter_profile(backend, next(iter(backend.preset.drafters)), prompt_ids, tokens, announce)
+    answers = latest(session)
+    if announce is not None:
+        announce(f"decoding this answer's first {PROBE_TOKENS} tokens plainly: each method is replayed on them…")
+    probe = probe_answer(backend, list(prompt_ids))
+    evidence = [*answers, (list(prompt_ids), probe)] if len(probe) > 1 else answers
+    described = " and ".join(filter(None, (session_words(answers), f"this answer's first {len(probe)} tokens "
+                                                                    "(decoded plainly to choose)")))
+    candidates = [weightless_candidate(name, target_costs, evidence, described) if is_weightless(name)
+                  else eagle_candidate(backend, name, profiles[name], evidence, described) for name in methods]
+    return choose_method(candidates, target_costs.load_text(since))
+
+
+def eagle_candidate(backend: LocalBackend, drafter: str, profile: CostProfile, answers: Sequence[Answer],
+                    described: str) -> Candidate:
+    per_position, source = eagle_acceptance(backend, drafter, answers, described)
+    ranged = {k: profile.expected_speedup(expected_tokens(per_position, k), k)
+              for k in range(1, min(MOST_K, len(per_position), max(profile.chain)) + 1)}
+    return Candidate(drafter, ranged, source, profile.plain.ms, tuple(per_position))
+
+
+def weightless_candidate(method: str, profile: CostProfile, answers: Sequence[Answer], described: str) -> Candidate:
+    """A weightless method's speedup by k from the steps a greedy run would take over `answers` (each proposed from
+    its prompt and the answer before it), priced at the target's verification alone."""
+    ranged = {}
+    for k in range(1, MOST_K + 1):
+        steps = [step for prompt, answer in answers  # the answer's first token is the prefill's, as live
+                 for step in text_steps(method, k, [*prompt, *answer], len(prompt) + 1)]
+        ranged[k] = profile.verified_speedup(steps)
+    return Candidate(method, ranged, f"its replay over {described}", profile.plain.ms)
+
+
+def text_steps(method: str, k: int, tokens: list[int], start: int) -> list[tuple[int, int]]:
+    """(rows verified, tokens emitted) of each step a greedy run of the weightless `method` at k would take over
+    `tokens[start:]`, were they the target's choices: each step proposes from the tokens before it (the registry's
+    settings), keeps the proposal's prefix that matches the text, and emits one token more."""
+    proposer = proposer_for(method, GenerationConfig(k=k, instrument=False))
+    steps, position = [], start
+    while position < len(tokens):
+        drafted = proposer.propose(tokens[:position], k)[:k]
+        accepted = 0
+        while (accepted < len(drafted) and position + accepted < len(tokens)
+               and drafted[accepted] == tokens[position + accepted]):
+            accepted += 1
+        steps.append((len(drafted) + 1, accepted + 1))
+        position += accepted + 1
+    return steps

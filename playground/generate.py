@@ -101,7 +101,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", help="named target+drafter pair (default: PLAYGROUND_DEFAULT_PRESET or smollm2-135m)")
     add_pair_flags(p)
     p.add_argument("--drafter", help=f"none, a drafter name of the preset (default: eagle3.1 where it has one), or a "
-                   f"weightless method on our engine: {', '.join(WEIGHTLESS)} (prompt lookup, suffix decoding)")
+                   f"weightless method on our engine: {', '.join(WEIGHTLESS)} (prompt lookup, suffix decoding); with "
+                   "--k auto, auto (k auto chooses the method too) or a comma list of methods to choose among")
     p.add_argument("--k", type=k_or_auto, default="4", help=f"speculative tokens per step, 1..{MAX_K}, or auto: the k "
                    "predicted fastest on this machine (plain decoding where none pays)")
     add_min_draft_prob_flag(p)

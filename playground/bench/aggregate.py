@@ -3,7 +3,8 @@
 * tokens/s of a pass = generated tokens / seconds, summed over its prompts (each call timed by wall clock around
   it, prefill included); a row's tokens/s is the median over passes, its speedup that over plain decoding's
   median, and `speedup_runs` the per-pass ratios against plain decoding in the same pass.
-* Acceptance metrics come from `engine.trace.summarize` over all timed steps of a row (vLLM's pooled definitions);
+* Acceptance metrics come from `engine.trace.summarize` over all timed steps of a row (vLLM's pooled definitions),
+  for EAGLE drafters and the weightless methods alike;
   attention and hidden-state RMS from the instrumented pass, whose speed is reported but never used for speed.
 * Step costs (`draft_ms`, `verify_ms`: medians over the timed steps after each answer's first) and rows verified
   per drafting step (chains: drafts + 1; trees: nodes + 1) say what a method pays per step for its acceptance.
@@ -11,7 +12,8 @@
 * `health`: each answer of the first timed pass held against its drafter's fingerprint (playground/health), summed.
 * `auto_k` (k auto rows): what it chose for the first timed pass's answers (each prompt's k, or plain decoding).
 * `predicted_speedup`: the first timed pass's own steps priced at this machine's measured step costs (engine/costs),
-  beside the measured speedup: the cost model checked against measurement on every row.
+  beside the measured speedup: the cost model checked against measurement on every row (a weightless method's
+  steps at the target's verification alone).
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ def _row(cell: Cell, method: Method, passes: list[Pass] | None, instrumented: Pa
         row.draft_ms = statistics.median(draft) if draft else None
     verify = [e.verify_ms for e in steps if e.verify_ms is not None]
     row.verify_ms = statistics.median(verify) if verify else None
-    if method.kind == "eagle":
+    if method.speculates:
         metrics = summarize([e for p in passes for conversation in p for a in conversation for e in a.events], k)
         row.mean_acceptance_length = metrics.mean_acceptance_length
         row.draft_acceptance_rate = metrics.draft_acceptance_rate

@@ -16,17 +16,19 @@ from playground.bench import BENCH_NEEDS_WEIGHTS
 from playground.bench.config import TEMPLATES_HELP, BenchConfig, with_overrides
 from playground.bench.landing_run import PROFILE as LANDING
 from playground.bench.landing_run import chat_example_lengths, landing_record, write_landing
-from playground.bench.methods import PEERS, Runner
+from playground.bench.methods import PEERS, Runner, own_settings
 from playground.bench.neighbours import other_work
 from playground.bench.profiles import get_profile, measured_durations, profile_label, profiles
 from playground.bench.report import write_outputs
 from playground.bench.runner import Bench, run_bench
-from playground.drafting import is_weightless, method_of
+from playground.drafting import WEIGHTLESS
 from playground.engine import MAX_K
 from playground.flags import (
     UsageError,
+    add_method_flags,
     add_min_draft_prob_flag,
     add_threads_flag,
+    method_settings,
     parse_int_list,
     parse_ks,
     resolve_preset,
@@ -42,17 +44,14 @@ def _names(text: str | None) -> tuple[str, ...] | None:
 
 def _check_drafters(config: BenchConfig, preset: Preset) -> None:
     """Each drafter the sweeps name, peers aside, checked as every entry point checks it (request/check.py), before
-    any model loads: a path, or a name with "/", is a drafter folder or Hub id."""
+    any model loads: a path, or a name with "/", is a drafter folder or Hub id. Each takes its own method settings."""
     cfg = config.generation(0, 0)
     for name in sorted({d for s in config.sweeps for d in s.drafters} - set(PEERS)):
         folder = Path(name).exists() or "/" in name
         try:
-            check_run(preset, name, cfg, name if folder else None)
+            check_run(preset, name, own_settings(cfg, name), name if folder else None)
         except ValueError as err:
             raise UsageError(str(err)) from None
-        if is_weightless(name) and not folder:
-            raise UsageError(f"the bench does not run {method_of(name).label} ({name}) yet: choose EAGLE drafters, "
-                             f"none or the peers ({', '.join(PEERS)})")
 
 
 def _ks(text: str | None) -> tuple[tuple[int, ...] | None, bool | None]:
@@ -71,7 +70,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         ks=ks, k_auto=k_auto, tree_nodes=parse_int_list(args.tree_nodes, "--tree-nodes"),
         templates=_names(args.templates), max_new_tokens=args.max_new_tokens, temperature=args.temperature,
         top_p=args.top_p, min_draft_prob=args.min_draft_prob, repeats=args.repeats, limit=args.limit, turns=args.turns,
-        seed=args.seed, assistant=args.assistant)
+        seed=args.seed, assistant=args.assistant, method_settings=method_settings(args) or None)
     try:
         config.validate()
     except ValueError as err:
@@ -122,7 +121,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="; ".join(profile_label(name, durations) for name in profiles()))
     p.add_argument("--preset", help="named target+drafter pair (default: PLAYGROUND_DEFAULT_PRESET or smollm2-135m)")
     p.add_argument("--target", help="a Hugging Face model folder or Hub id instead of the preset's target")
-    p.add_argument("--drafters", help=f"comma list: none, preset drafter names, drafter folders, {', '.join(PEERS)}")
+    p.add_argument("--drafters", help="comma list: none, preset drafter names, drafter folders, the weightless methods "
+                                      f"({', '.join(WEIGHTLESS)}: our engine, chains at each k), {', '.join(PEERS)}")
     p.add_argument("--k", help=f"comma list of speculative tokens per step (1..{MAX_K}); auto in it adds each preset "
                                "EAGLE drafter at k auto (each prompt's k chosen as generate --k auto chooses it, from "
                                "step costs measured in the run), set beside the fastest fixed k")
@@ -135,6 +135,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--temperature", type=float, help="0 = greedy (default); > 0 samples, lossless is then None")
     p.add_argument("--top-p", type=float)
     add_min_draft_prob_flag(p)
+    add_method_flags(p)  # the weightless methods' settings (default: the registry's)
     p.add_argument("--repeats", type=int, help="timed passes; tokens/s is the median over them")
     p.add_argument("--limit", type=int, help="first N prompts of each set")
     p.add_argument("--turns", choices=["all", "first"], help="multi-turn records: all turns (default) or the first")

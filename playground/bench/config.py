@@ -39,6 +39,9 @@ class BenchConfig:
     seed: int = 0
     assistant: str | None = None  # a small draft model for hf-assisted
     profile: str | None = None
+    # the weightless methods' settings ((name, value) as drafting.PARAMETERS names them); a method not named runs at
+    # the registry's defaults, and each run takes its own method's alone (methods.own_settings)
+    method_settings: tuple[tuple[str, int | float], ...] = ()
 
     def validate(self) -> None:
         if self.repeats < 1:
@@ -46,8 +49,9 @@ class BenchConfig:
         if self.turns not in ("all", "first"):
             raise ValueError(f"turns must be 'all' or 'first', got {self.turns!r}")
         deepest = max((k for s in self.sweeps for k in s.ks), default=1)
-        cfg = GenerationConfig(max_new_tokens=self.max_new_tokens, k=deepest,
-                               temperature=self.temperature, top_p=self.top_p, min_draft_prob=self.min_draft_prob)
+        cfg = GenerationConfig(max_new_tokens=self.max_new_tokens, k=deepest, temperature=self.temperature,
+                               top_p=self.top_p, min_draft_prob=self.min_draft_prob,
+                               method_settings=self.method_settings)
         for nodes in sorted({n for s in self.sweeps for n in s.tree_nodes}):
             problem = tree_problem(cfg, TreeShape.k_deep(cfg.k, nodes))
             if problem:
@@ -62,7 +66,7 @@ class BenchConfig:
         """The settings of one answer; the seed differs per prompt and turn, the same for every method."""
         return GenerationConfig(max_new_tokens=max_new_tokens or self.max_new_tokens, temperature=self.temperature,
                                 top_p=self.top_p, seed=self.seed + 1000 * prompt_index + turn, instrument=instrument,
-                                min_draft_prob=self.min_draft_prob)
+                                min_draft_prob=self.min_draft_prob, method_settings=self.method_settings)
 
 
 SWEEP_FIELDS = ("prompt_sets", "drafters", "ks", "templates", "tree_nodes", "k_auto")

@@ -1,7 +1,8 @@
 """``python -m playground bench-engines``: our engine, vLLM and llama.cpp on the same pair, at several concurrency
 levels.
 
-For each engine (local, vllm), method (plain, EAGLE-3, EAGLE-3.1) and concurrency C, the same prompts run with C
+For each engine (local, vllm), method (plain, EAGLE-3, EAGLE-3.1; prompt lookup and suffix decoding where the engine
+runs them: `--methods`) and concurrency C, the same prompts run with C
 requests in flight at a time (a new one starts when one ends). Metric definitions:
 
 - per-user tokens/s = a request's generated tokens / its wall time from submission to its last token (prefill and
@@ -11,9 +12,9 @@ requests in flight at a time (a new one starts when one ends). Metric definition
 - acceptance length and per-position acceptance from the streamed steps (vLLM's definitions, `engine.trace`);
 - `identical_to_plain`: greedy token ids equal to the same engine's plain decoding on every prompt;
   `identical_to_local`: equal to the local engine's, same method;
-- instrumented rows (our engine, each EAGLE method, at the lowest C): the same requests with attention, hidden-state
-  RMS and draft probabilities recorded, as the app records them; `instrumentation_cost` = 1 - their per-user
-  tokens/s / the uninstrumented row's;
+- instrumented rows (our engine, each EAGLE method, at the lowest C; a weightless method has nothing to
+  instrument): the same requests with attention, hidden-state RMS and draft probabilities recorded, as the app
+  records them; `instrumentation_cost` = 1 - their per-user tokens/s / the uninstrumented row's;
 - `against_llamacpp` = per-user tokens/s / llama.cpp's plain decoding of the default target's own GGUF file at the
   same C and condition (`bench/llamacpp.py`: optional, skipped in one line where not installed; one request at a
   time, plain and prompt lookup): the strongest plain baseline on a CPU, where `--weights int4` gives our engine the
@@ -40,7 +41,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from playground.bench.neighbours import busy_neighbours, parse_neighbours
-from playground.drafting import PLAIN
+from playground.drafting import METHODS, PLAIN, is_weightless, method_of
 from playground.engine import GenerationConfig, SpecCounters, emitted_ids
 from playground.machine import machine_info
 from playground.presets import DEFAULT, DRAFTER_LABELS, REPO_ROOT, get_preset
@@ -48,7 +49,7 @@ from playground.prompt_sets import load_prompt_set
 
 ENGINES = ("local", "vllm", "llamacpp")
 PRESETS = {"local": DEFAULT, "vllm": f"{DEFAULT}-vllm"}  # llama.cpp reads the default target's GGUF
-METHODS = (PLAIN, "eagle3", "eagle3.1")
+DEFAULT_METHODS = (PLAIN, *(name for name, method in METHODS.items() if method.checkpoint))  # --methods' default
 CONCURRENCY = (1, 4, 16)
 
 
@@ -60,7 +61,7 @@ class EngineBenchConfig:
     k: int = 4
     concurrency: tuple[int, ...] = CONCURRENCY
     engines: tuple[str, ...] = ENGINES
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = DEFAULT_METHODS  # and weightless ones (drafting.WEIGHTLESS), on the engines running them
     dtype: str = "float32"  # both engines run in it
     weights: str = "float32"  # what our engine's CPU fast path multiplies (float32, int4, auto)
     neighbours: tuple[int, ...] = (0,)  # busy-loop processes beside each level, a condition each
@@ -76,7 +77,7 @@ class Request:
 @dataclass
 class EngineRow:
     engine: str  # local | vllm | llamacpp
-    drafter: str  # none | eagle3 | eagle3.1
+    drafter: str  # a method of the registry (drafting.METHODS): none, a preset drafter, a weightless method
     label: str
     k: int | None
     concurrency: int
@@ -165,10 +166,14 @@ def run_engine_bench(config: EngineBenchConfig, log: Callable[[str], None] = pri
                                        **({"weights": config.weights} if engine == "local" else {})))
         prompts = [backend.encode(r.messages([])) for r in records]
         for drafter in config.methods:
+            method = method_of(drafter)
+            if method is not None and (problem := method.engine_problem(engine)):
+                log(f"{engine:5} {drafter:8} skipped: {problem}")  # suffix decoding on vLLM without arctic-inference
+                continue
             run = request_runner(backend, drafter, cfg)
             run(prompts[0])  # start (vLLM: an engine of its own) and warm up this path, untimed
             levels = [(c, False, n) for n in config.neighbours for c in config.concurrency]
-            if engine == "local" and drafter != PLAIN:  # what the app's drift views cost, one request at a time
+            if engine == "local" and (method is None or method.features):  # the app's drift views' cost, C = lowest
                 levels.insert(1, (min(config.concurrency), True, config.neighbours[0]))
             for concurrency, instrumented, neighbours in levels:
                 level_run = request_runner(backend, drafter, replace(cfg, instrument=True)) if instrumented else run
@@ -335,7 +340,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--k", type=int, default=4)
     p.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)), help="comma list of request counts")
     p.add_argument("--engines", default=",".join(ENGINES))
-    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help="comma list: none, the preset's drafters, and weightless methods on the engines that run "
+                        f"them ({', '.join(name for name in METHODS if is_weightless(name))})")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="both engines' weights")
     p.add_argument("--weights", choices=["float32", "int4", "auto"], default="float32",
                    help="what our engine's CPU fast path multiplies (int4: the GGUF's 4-bit groups, as llama.cpp)")

@@ -5,7 +5,8 @@
   neighbour on the machine slows all methods alike.
 * Attention and hidden-state RMS come from one separate instrumented pass of each EAGLE method.
 * Multi-turn records run every turn in order, each method feeding back its own previous answers (as a user would
-  see them); `turns="first"` runs only the first turn. A later turn that does not fit the context ends that
+  see them), and suffix decoding keeping one cache for the conversation (it sees its earlier answers, as in the
+  app); `turns="first"` runs only the first turn. A later turn that does not fit the context ends that
   conversation.
 """
 
@@ -20,6 +21,7 @@ from playground.bench.methods import Answer, Method, Runner
 from playground.bench.plan import Cell, Plan, PromptEncoder, RunKey
 from playground.bench.progress import Run
 from playground.drafting import PLAIN
+from playground.engine.suffix import SuffixCache
 
 WARMUP_TOKENS = 16
 
@@ -46,13 +48,15 @@ class Executor:
         """All turns of one record (or the first), feeding back this method's own answers."""
         record = cell.records[index]
         answers: list[Answer] = []
+        session = SuffixCache()  # the conversation's: suffix decoding alone reads it
         n_turns = len(record.turns) if self.config.turns == "all" else 1
         for turn in range(n_turns):
             prompt_ids = self.encode(record.messages([self.runner.backend.decode(a.ids) for a in answers]),
                                      cell.template)
             if not self.plan.fits(len(prompt_ids)):
                 break
-            answers.append(self.runner.generate(method, prompt_ids, self.config.generation(index, turn, instrument)))
+            answers.append(self.runner.generate(method, prompt_ids, self.config.generation(index, turn, instrument),
+                                                session))
         return answers
 
     def _run(self, c: int, method: Method, phase: str) -> Run:

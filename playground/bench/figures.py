@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from playground.viz.style import VARIANT_COLORS, two_lines
+from playground.drafting import method_of
+from playground.viz.style import two_lines
 from playground.viz.summary import (
     LENGTH_D3,
     PERCENT_D3,
@@ -42,8 +43,9 @@ def method_name(row: BenchRow) -> str:
 
 
 def _color(row: BenchRow, others: dict[str, str]) -> str:
-    if row.variant in VARIANT_COLORS and row.label in ("EAGLE-3", "EAGLE-3.1"):
-        return VARIANT_COLORS[row.variant]
+    method = method_of(row.drafter)  # the registry's colour for its own method, chains at a fixed k
+    if method is not None and method.colour and row.label == method.label:
+        return method.colour
     return others.setdefault(row.label, OTHER_COLORS[len(others) % len(OTHER_COLORS)])
 
 

@@ -83,11 +83,11 @@ def _speed_findings(rows: list[BenchRow]) -> list[str]:
             finding += (" Within noise of " + ", ".join(f"{method_name(r)} ({r.speedup:.2f}×, {_spread_words(r)})"
                                                         for r in close) + ": the passes do not separate them.")
         out.append(finding)
-        eagles, peers = eagles_and_peers(group)
-        for eagle in eagles if peers else []:
-            ratios = ", ".join(f"{eagle.tokens_per_second / p.tokens_per_second:.2f}× {method_name(p)}"
+        ours, peers = ours_and_peers(group)
+        for row in ours if peers else []:
+            ratios = ", ".join(f"{row.tokens_per_second / p.tokens_per_second:.2f}× {method_name(p)}"
                                for p in peers)
-            out.append(f"{method_name(eagle)} (its fastest k) ran at {ratios} (tokens/s ratios).")
+            out.append(f"{method_name(row)} (its fastest k) ran at {ratios} (tokens/s ratios).")
     notes: dict[tuple[str, str], list[str]] = defaultdict(list)
     for r in rows:
         if r.note and r.label not in notes[(condition(r), r.note)]:
@@ -100,11 +100,40 @@ def _overlap(a: BenchRow, b: BenchRow) -> bool:
     return ra is not None and rb is not None and ranges_overlap(ra, rb)
 
 
-def eagles_and_peers(rows: list[BenchRow]) -> tuple[list[BenchRow], list[BenchRow]]:
-    """The fastest k of each EAGLE drafter and of each peer among measured rows of one condition."""
+SPECULATING = ("eagle", "weightless")  # the row kinds our own loop drafts for: EAGLE drafters, weightless methods
+
+
+def ours_and_peers(rows: list[BenchRow]) -> tuple[list[BenchRow], list[BenchRow]]:
+    """The fastest k of each of our drafting methods (EAGLE drafters, weightless methods) and of each peer among
+    measured rows of one condition."""
     measured = [r for r in rows if r.tokens_per_second is not None]
-    return (_best_per_label([r for r in measured if r.kind == "eagle"]),
+    return (_best_per_label([r for r in measured if r.kind in SPECULATING]),
             _best_per_label([r for r in measured if r.kind == "peer"]))
+
+
+def _method_findings(rows: list[BenchRow]) -> list[str]:
+    """Every drafting method (each at its fastest k) ranked on each prompt set and template, with its acceptance
+    length; then where each method was the fastest. Any number of methods: none is assumed."""
+    by_condition: dict[str, list[BenchRow]] = defaultdict(list)
+    for r in rows:
+        if r.kind in (*SPECULATING, "peer") and r.tokens_per_second is not None and r.speedup is not None:
+            by_condition[condition(r)].append(r)
+    out, wins = [], defaultdict(list)
+    for cond, group in by_condition.items():
+        ranked = sorted(_best_per_label(group), key=lambda r: r.tokens_per_second, reverse=True)
+        wins[method_name(ranked[0]) if ranked[0].speedup > 1 else "plain decoding (no method beat it)"].append(cond)
+        if len(ranked) > 1:
+            out.append(f"On {cond}, by method at its fastest k: " + "; ".join(map(_method_words, ranked)) + ".")
+    if len(by_condition) > 1 or len(wins) > 1:
+        out.append("Where each method was fastest: " + "; ".join(
+            f"{name} on {', '.join(conds)}" for name, conds in wins.items()) + ".")
+    return out
+
+
+def _method_words(r: BenchRow) -> str:
+    acceptance = (f", mean acceptance length {r.mean_acceptance_length:.2f}" if r.mean_acceptance_length is not None
+                  else "")
+    return f"{method_name(r)} {r.speedup:.2f}× plain decoding{acceptance}"
 
 
 def _best_per_label(rows: list[BenchRow]) -> list[BenchRow]:
@@ -279,7 +308,8 @@ def _auto_findings(rows: list[BenchRow]) -> list[str]:
 
 def findings(rows: list[BenchRow], greedy: bool) -> list[str]:
     """Plain-language statements of the measured numbers."""
-    out = _lossless_findings(rows, greedy) + _speed_findings(rows) + _prediction_findings(rows) + _tree_findings(rows)
+    out = _lossless_findings(rows, greedy) + _speed_findings(rows) + _method_findings(rows)
+    out += _prediction_findings(rows) + _tree_findings(rows)
     out += _auto_findings(rows)
     out += _k_findings(pairs(study_rows(rows, "k")))
     out += _context_findings(pairs(study_rows(rows, "context")))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from playground.drafting import PLAIN
+from playground.drafting import METHODS, PLAIN
 from playground.machine import cpu_kind, cpu_name, kind_words, nearest_kind, recorded_kind
 from playground.presets import REPO_ROOT, SHIPPED_DRAFTERS
 from playground.viz.summary import times_text as _times
@@ -27,8 +27,8 @@ SPEED = SHIPPED_DRAFTERS / "speed.json"
 ENGINES = REPO_ROOT / "assets" / "bench" / "engines-cpu" / "results.json"
 DRIFT = REPO_ROOT / "assets" / "bench" / "drift" / "results.json"
 H200 = REPO_ROOT / "assets" / "bench" / "h200" / "results.json"
-DRAFTERS = ("eagle3", "eagle3.1")
-DRAFTER_NAMES = {"eagle3": "EAGLE-3", "eagle3.1": "EAGLE-3.1"}
+DRAFTERS = tuple(name for name, method in METHODS.items() if method.checkpoint)  # the registry's trained drafters
+DRAFTER_NAMES = {name: METHODS[name].label for name in DRAFTERS}
 SET_NAMES = {"held-out": "held-out", "mt-bench": "MT-Bench", "humaneval": "HumanEval"}
 
 
@@ -246,7 +246,8 @@ def speedup_table(folder: Path = LANDING_DIR) -> str:
                          + [r["speedup"] for record in landing for r in record["rows"]
                             if r["drafter"] != PLAIN and r.get("speedup") is not None])
     speed_rows, machine = _speed_rows(speed, best_elsewhere)
-    lines = ["| machine | what ran | EAGLE-3 | EAGLE-3.1 | pays? |", "|---|---|---|---|---|", *_landing_rows(landing),
+    lines = [f"| machine | what ran | {' | '.join(DRAFTER_NAMES.values())} | pays? |",
+             "|---|---|" + "---|" * len(DRAFTERS) + "---|", *_landing_rows(landing),
              *speed_rows, *_engine_rows(engines, machine), _drift_row(drift, machine), _h200_row(h200),
              _row("4 Blackwell GPUs (Kimi K2.6)", "vLLM, tensor parallelism 4", "not measured here",
                   "not measured here", "not verified")]

@@ -1,4 +1,5 @@
-"""What the bench compares: our decode loops (plain, EAGLE drafters) and peers run through transformers' generate.
+"""What the bench compares: our decode loops (plain, EAGLE drafters, the weightless methods: prompt lookup and suffix
+decoding) and peers run through transformers' generate.
 
 Every method turns one prompt (token ids) into one answer and is timed the same way: wall time around the
 whole call, after all device work (`Target.clock`), prefill included.
@@ -16,13 +17,15 @@ from transformers import GenerationConfig as HFGenerationConfig
 
 from playground.auto_k import auto_k
 from playground.backends.local import LocalBackend
-from playground.drafting import PLAIN
+from playground.drafting import METHODS, PLAIN, is_weightless
 from playground.engine import GenerationConfig, StepEvent, TreeShape, emitted_ids
 from playground.engine.costs import AutoK, CostProfile, context_bucket, pair_profile
+from playground.engine.suffix import SuffixCache
 from playground.health import Health, run_health
 from playground.presets import DRAFTER_LABELS
 from playground.request import ResolvedRequest, resolve_request
 from playground.request.check import auto_k_problem
+from playground.request.check import own_settings as settings_of
 from playground.smollm2 import cache_root
 
 PEERS = {
@@ -33,12 +36,23 @@ PEERS = {
 NO_ASSISTANT = "no small draft model exists for this target; pass --assistant MODEL to compare one"
 # One line per method a bench table can show, for readers who do not know the names (the Benchmark tab's findings
 # list the ones a result has). A drafter given as a folder is described by `describe_method`.
+EAGLE_DESCRIPTION = ("the preset's {label} drafter: guesses k tokens from three of the target's hidden layers, and the "
+                     "target checks them all in one forward")
+VARIANT_NOTES = {"EAGLE-3.1": " (EAGLE-3 plus `fc_norm` and `norm_output`: it normalises the states it fuses and "
+                              "feeds back)"}
+WEIGHTLESS_DESCRIPTIONS = {
+    "ngram": "prompt lookup in our own loop: no drafter; it proposes the k tokens that followed the latest earlier "
+             "occurrence of the context's last n tokens (n from `prompt_lookup_max` down to `prompt_lookup_min`) in "
+             "the prompt and the answer so far, and the target checks them in one forward",
+    "suffix": "suffix decoding in our own loop: no drafter; it proposes the most frequent continuation of the longest "
+              "matching suffix in a trie of the prompt, the answer so far and the conversation's earlier answers, "
+              "and the target checks it in one forward",
+}
 METHOD_DESCRIPTIONS = {
     PLAIN: "plain decoding in our own loop: one target forward per token, no drafter; every speedup is against it",
-    "eagle3": "the preset's EAGLE-3 drafter: guesses k tokens from three of the target's hidden layers, and the "
-              "target checks them all in one forward",
-    "eagle3.1": "the preset's EAGLE-3.1 drafter: EAGLE-3 plus `fc_norm` and `norm_output` (it normalises the states "
-                "it fuses and feeds back)",
+    **{name: EAGLE_DESCRIPTION.format(label=m.label) + VARIANT_NOTES.get(m.label, "")
+       for name, m in METHODS.items() if m.checkpoint},
+    **{name: text for name, text in WEIGHTLESS_DESCRIPTIONS.items() if is_weightless(name)},
     "hf-greedy": "Hugging Face transformers' own `generate()` with no drafter: plain decoding outside our loop, a "
                  "check on our baseline",
     "prompt-lookup": "transformers' prompt-lookup decoding (`prompt_lookup_num_tokens=k`): no draft model; it "
@@ -57,16 +71,24 @@ def describe_method(name: str) -> str:
 @dataclass(frozen=True)
 class Method:
     """One way of generating: `none` (our plain loop), an EAGLE drafter at k (a chain, or a draft tree of
-    `tree_nodes` nodes k deep), or a peer (at k where it drafts)."""
+    `tree_nodes` nodes k deep), a weightless method at k (a chain), or a peer (at k where it drafts)."""
 
-    name: str  # PLAIN, a preset drafter name or folder, or a key of PEERS
+    name: str  # PLAIN, a preset drafter name or folder, a weightless method (drafting.WEIGHTLESS), a key of PEERS
     k: int | None = None
     tree_nodes: int | None = None
     auto: bool = False  # k auto: each answer's k chosen at its start (auto_k.py); k is then None
 
     @property
     def kind(self) -> str:
-        return "baseline" if self.name == PLAIN else "peer" if self.name in PEERS else "eagle"
+        """baseline, peer, weightless (prompt lookup, suffix decoding in our loop) or eagle."""
+        if self.name == PLAIN:
+            return "baseline"
+        return "peer" if self.name in PEERS else "weightless" if is_weightless(self.name) else "eagle"
+
+    @property
+    def speculates(self) -> bool:
+        """Drafts in our own loop (an EAGLE drafter or a weightless method): its steps have acceptance to count."""
+        return self.kind in ("eagle", "weightless")
 
     @property
     def label(self) -> str:
@@ -85,8 +107,9 @@ class Method:
 
 def methods_for(drafters: tuple[str, ...], ks: tuple[int, ...], tree_nodes: tuple[int, ...] = (),
                 k_auto: bool = False) -> list[Method]:
-    """`none` first, then each drafter/peer at each k (plain-decoding peers have no k), each EAGLE drafter's trees of
-    `tree_nodes` nodes beside its chain at that k, and (`k_auto`) each EAGLE drafter at k auto after its ks."""
+    """`none` first, then each drafter, weightless method and peer at each k (plain-decoding peers have no k), each
+    EAGLE drafter's trees of `tree_nodes` nodes beside its chain at that k, and (`k_auto`) each EAGLE drafter at k
+    auto after its ks (a weightless method drafts chains, at the ks given)."""
     out = [Method(PLAIN)]
     for name in drafters:
         if name == PLAIN:
@@ -109,6 +132,12 @@ class Answer:
     seconds: float
     events: list[StepEvent] | None  # our loops only; peers report no steps
     auto: AutoK | None = None  # a k auto method's choice for this answer
+
+
+def own_settings(cfg: GenerationConfig, name: str) -> GenerationConfig:
+    """`cfg` with only the method settings of `name` (request.check.own_settings): the bench's settings name every
+    method's, and a run takes its own alone."""
+    return replace(cfg, method_settings=settings_of(name, cfg))
 
 
 class Runner:
@@ -138,13 +167,16 @@ class Runner:
         """(speedup, low, high) predicted for these answers' own steps from this machine's step costs for the pair
         (Runner._profile: measured in this run, after the timed passes or before a k auto answer, never beside a
         timed answer); None for plain decoding and peers."""
-        if method.kind != "eagle" or not any(a.events for a in answers):
+        if not method.speculates or not any(a.events for a in answers):
             return None
         plain = [a.auto is not None and a.auto.k is None for a in answers]  # k auto's plain answers: priced as plain
         steps = [e for a, p in zip(answers, plain) if not p for e in a.events or []]
         plain_tokens = sum(max(len(a.ids) - 1, 0) for a, p in zip(answers, plain) if p)  # the first: the prefill's
         seed = next(a.ids for a in answers if a.ids)
         middle = prompt_tokens + sum(len(a.ids) for a in answers) // (2 * len(answers))
+        if method.kind == "weightless":  # priced at the target's verification alone (bench/replay.py's weightless rows)
+            first = next(iter(self.backend.preset.drafters), None)  # whose profile holds the target's costs
+            return self._profile(first, seed, middle).predict(steps, drafts_cost=False) if first else None
         trees = (method.tree,) if method.tree else ()
         return self._profile(method.name, seed, middle, trees).predict(steps, method.tree, plain_tokens)
 
@@ -179,12 +211,15 @@ class Runner:
             return f"k {problem}"
         return None
 
-    def generate(self, method: Method, prompt_ids: list[int], cfg: GenerationConfig) -> Answer:
+    def generate(self, method: Method, prompt_ids: list[int], cfg: GenerationConfig,
+                 suffix_cache: SuffixCache | None = None) -> Answer:
+        """One answer; `suffix_cache`: the conversation's, which suffix decoding reads and grows (as the app's)."""
         if method.kind == "peer":
             return self._hf_generate(method, prompt_ids, cfg)
         request = self.resolved(method, prompt_ids, cfg)  # before the clock starts, as `generate` resolves first
         start = self.target.clock()
-        events = list(self.backend.stream(prompt_ids, request.drafter, request.config, self.should_stop))
+        events = list(self.backend.stream(prompt_ids, request.drafter, request.config, self.should_stop,
+                                          suffix_cache))
         seconds = self.target.clock() - start
         return Answer(emitted_ids(events), seconds, events, request.auto)
 
@@ -192,10 +227,11 @@ class Runner:
         """One of our engine's methods on one prompt as a request, checked and resolved as every entry point's is
         (request/check.py); k auto chooses each prompt's k (or plain decoding) here."""
         preset = self.backend.preset
-        drafter_path = None if method.name in (PLAIN, *preset.drafters) else method.name  # a folder or Hub id
+        named = method.name in (PLAIN, *preset.drafters) or is_weightless(method.name)
+        drafter_path = None if named else method.name  # a folder or Hub id
         choose_k = (lambda: self.auto_choice(method.name, prompt_ids, cfg.max_new_tokens)) if method.auto else None
-        return resolve_request(preset, method.name, replace(cfg, k=method.k or 1, tree=method.tree), drafter_path,
-                               choose_k)
+        return resolve_request(preset, method.name, replace(own_settings(cfg, method.name), k=method.k or 1,
+                                                            tree=method.tree), drafter_path, choose_k)
 
     def _assistant_model(self):
         if self._assistant is None:

@@ -9,16 +9,18 @@ from pathlib import Path
 
 from playground.bench.config import BenchConfig, Sweep
 from playground.bench.progress import format_duration
+from playground.drafting import METHODS, WEIGHTLESS
 from playground.presets import DEFAULT, REPO_ROOT
 
-EAGLES = ("eagle3", "eagle3.1")
+EAGLES = tuple(name for name, method in METHODS.items() if method.checkpoint)  # the registry's trained drafters
 PEERS_AND_EAGLES = (*EAGLES, "hf-greedy", "prompt-lookup", "hf-assisted")
+EVERY_METHOD = (*EAGLES, *WEIGHTLESS, "hf-greedy", "prompt-lookup", "hf-assisted")  # the speed comparison's
 DRIFT_K = 8  # k for the context and template studies: deep enough for drift to show, cheap enough for CPUs
 DURATIONS = REPO_ROOT / "assets" / "bench" / "durations.json"
 CLI_ONLY = ("landing",)  # writes a committed file per CPU kind: a command's job, not the Benchmark tab's
 SUMMARIES = {
     "smoke": "3 prompts, k 1 and 3, 16 tokens, 2 passes",
-    "default": "speed beside the peers, k 4, 128 tokens",
+    "default": "speed of every method beside the peers, k 4, 128 tokens",
     "drift": "EAGLE-3 vs EAGLE-3.1 by k, context, template",
     "landing": "the README table's runs, k 4 and auto, one file per CPU kind",
 }
@@ -31,10 +33,10 @@ def profiles() -> dict[str, BenchConfig]:
             sweeps=[Sweep(("held-out",), PEERS_AND_EAGLES, (1, 3), study="speed")],
             max_new_tokens=16, repeats=2, limit=3, profile="smoke",
         ),
-        # The speed comparison: our EAGLE drafters beside transformers' generate peers, on held-out, MT-Bench and
-        # HumanEval prompts.
+        # The speed comparison: our EAGLE drafters and weightless methods beside transformers' generate peers, on
+        # held-out, MT-Bench and HumanEval prompts.
         "default": BenchConfig(
-            sweeps=[Sweep(("held-out", "mt-bench", "humaneval"), PEERS_AND_EAGLES, (4,), study="speed")],
+            sweeps=[Sweep(("held-out", "mt-bench", "humaneval"), EVERY_METHOD, (4,), study="speed")],
             max_new_tokens=128, repeats=3, limit=6, profile="default",
         ),
         # EAGLE-3 vs EAGLE-3.1: acceptance by k, by context length, by depth, under template changes.

@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 
 from playground.bench import figures
 from playground.bench.figures import condition, method_name
-from playground.bench.findings import deepest_pairs, eagles_and_peers, findings, fixed_k_eagle_rows, pairs, study_rows
+from playground.bench.findings import deepest_pairs, findings, fixed_k_eagle_rows, ours_and_peers, pairs, study_rows
 from playground.bench.rows import BenchResult, BenchRow
 
 TABLE_COLUMNS = ("label", "k_text", "tree_nodes", "prompt_set", "template", "context_tokens", "prompts", "turns",
@@ -70,22 +70,22 @@ def _table(rows: list[BenchRow]) -> str:
 
 
 def _peer_table(rows: list[BenchRow]) -> str:
-    """Per condition: each EAGLE drafter (its fastest k) over each peer (its fastest k), in tokens/s."""
+    """Per condition: each of our drafting methods (its fastest k) over each peer (its fastest k), in tokens/s."""
     tables = []
     by_condition: dict[str, list[BenchRow]] = defaultdict(list)
     for r in rows:
         by_condition[condition(r)].append(r)
     for cond, group in by_condition.items():
-        eagles, peers = eagles_and_peers(group)
-        if not (eagles and peers):
+        ours, peers = ours_and_peers(group)
+        if not (ours and peers):
             continue
         head = "".join(f"<th>÷ {html.escape(method_name(p))}</th>" for p in peers)
         body = "".join(f"<tr><td>{html.escape(method_name(e))}</td>" + "".join(
             f"<td>{e.tokens_per_second / p.tokens_per_second:.2f}×</td>" for p in peers) + "</tr>"
-            for e in eagles)
+            for e in ours)
         tables.append(f"<h3>{html.escape(cond)}</h3><table><thead><tr><th>tokens/s of</th>{head}</tr></thead>"
                       f"<tbody>{body}</tbody></table>")
-    return "<h2>EAGLE beside the peers (tokens/s ratios)</h2>" + "".join(tables) if tables else ""
+    return "<h2>Our drafting methods beside the peers (tokens/s ratios)</h2>" + "".join(tables) if tables else ""
 
 
 def report_html(result: BenchResult, findings_text: list[str], plotlyjs: str = "inline") -> str:

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from playground.drafting import method_of
+
 from .config import GenerationConfig
 from .decode import ChainDrafter
 from .loop import Pending
@@ -141,6 +143,19 @@ class CostProfile:
             if drafting is not None:
                 spent[drafting] = spent.get(drafting, 0.0) + 1
             rows = len(e.tree_tokens) + 1 if e.tree_tokens is not None else len(e.drafted) + 1
+            for key, w in self._verify_weights(rows).items():
+                spent[key] = spent.get(key, 0.0) + w
+        return self._speedup(tokens, spent)
+
+    def verified_speedup(self, steps: list[tuple[int, int]]) -> tuple[float, float, float]:
+        """(speedup, low, high) of steps given as (rows verified, tokens emitted), each priced at its verification
+        alone (a weightless method's: its proposal is a lookup in the text, which the profile does not time), over
+        plain decoding of the same tokens."""
+        tokens = sum(emitted for _, emitted in steps)
+        if not tokens:
+            return 1.0, 1.0, 1.0
+        spent: dict[tuple, float] = {}
+        for rows, _ in steps:
             for key, w in self._verify_weights(rows).items():
                 spent[key] = spent.get(key, 0.0) + w
         return self._speedup(tokens, spent)
@@ -410,25 +425,40 @@ def expected_tokens(per_position: list[float], k: int) -> float:
 
 @dataclass(frozen=True)
 class AutoK:
-    """What `--k auto` chose and why."""
+    """What `--k auto` chose and why (with the method, where it chose among methods: choice.choose_method)."""
 
     k: int | None  # None: plain decoding
-    predicted: dict[int, float]  # k -> predicted speedup over plain decoding
+    predicted: dict[int, float]  # k -> predicted speedup over plain decoding (the chosen method's)
     why: str
     acceptance: tuple[float, ...] = ()  # the acceptance by position the prediction read
     costs: str = ""  # which step costs it read: their load and when (CostProfile.load_text)
+    method: str | None = None  # the method chosen among several (None: the one asked, or plain decoding)
+    candidates: dict[str, dict[int, float]] = field(default_factory=dict)  # method -> k -> predicted speedup
 
     def to_dict(self) -> dict:
-        return {"k": self.k, "predicted_speedup": {str(k): round(v, 3) for k, v in self.predicted.items()},
+        data = {"k": self.k, "predicted_speedup": {str(k): round(v, 3) for k, v in self.predicted.items()},
                 "why": self.why, "acceptance_by_position": [round(a, 3) for a in self.acceptance],
                 "step_costs": self.costs}
+        if self.candidates:
+            data["method"] = self.method
+            data["predicted_by_method"] = {name: {str(k): round(v, 3) for k, v in table.items()}
+                                           for name, table in self.candidates.items()}
+        return data
 
     def short(self) -> str:
         """One clause for a status line."""
         read = f" ({self.costs})" if self.costs else ""
         if self.k is None:
-            return f"k auto chose plain decoding: no k is predicted to pay on this machine{read}"
-        return f"k auto chose k={self.k}, predicted {self.predicted[self.k]:.2f}× on this machine{read}"
+            what = "method and k" if self.candidates else "k"
+            return f"k auto chose plain decoding: no {what} is predicted to pay on this machine{read}"
+        chose = f"{method_of(self.method).label} at k={self.k}" if self.method else f"k={self.k}"
+        return f"k auto chose {chose}, predicted {self.predicted[self.k]:.2f}× on this machine{read}"
+
+
+def paying(ranged: dict[int, tuple[float, float, float]], margin: float) -> list[int]:
+    """The ks predicted to beat plain decoding by `margin` at the median costs and at all at the low end of their
+    range."""
+    return [k for k, (point, low, _) in ranged.items() if point >= margin and low > 1.0]
 
 
 def choose_k(profile: CostProfile, per_position: list[float], source: str, most: int = 8,
@@ -446,11 +476,11 @@ def choose_k(profile: CostProfile, per_position: list[float], source: str, most:
         return AutoK(None, {}, f"no acceptance by position in {source}: plain decoding", costs=costs)
     table = ", ".join(f"k={k} {point:.2f}x ({low:.2f}-{high:.2f})" for k, (point, low, high) in ranged.items())
     rates = tuple(per_position)
-    paying = [k for k, (point, low, _) in ranged.items() if point >= margin and low > 1.0]
-    if not paying:
+    pays = paying(ranged, margin)
+    if not pays:
         return AutoK(None, predicted, f"no k is predicted to beat plain decoding by {margin - 1:.0%} with its range "
                                       f"above 1x on this machine ({table}; acceptance from {source}; {costs}): plain "
                                       "decoding", rates, costs)
-    best = max(paying, key=predicted.__getitem__)
+    best = max(pays, key=predicted.__getitem__)
     return AutoK(best, predicted, f"k={best} is predicted fastest on this machine ({table}; acceptance from {source}; "
                                   f"{costs})", rates, costs)

@@ -10,7 +10,9 @@ does (draft trees, adaptive draft length) is asked of our engine, with a drafter
 
 `resolve_request` is the one step from what a user asked to what runs, for every entry point: the checks above, then
 (k auto) the k chosen — or plain decoding where no k pays — so that what follows takes a `ResolvedRequest`, whose k is
-a whole number, and checks nothing again."""
+a whole number, and checks nothing again. The drafter `auto` (ANY_METHOD) with k auto asks for the method too: among
+the preset's drafters with an acceptance by position and the weightless methods (`auto_candidates`), or among those
+a comma list names (`eagle3.1,ngram,suffix`: `chosen_among`)."""
 
 from __future__ import annotations
 
@@ -33,6 +35,9 @@ from playground.presets import Preset
 
 from .availability import backend_unavailable_reason
 from .fit import check_drafter_fits
+
+ANY_METHOD = "auto"  # the drafter name that asks k auto to choose the method as well as k
+CANDIDATES_SEPARATOR = ","  # a drafter such as `eagle3.1,ngram,suffix` with k auto: choose among these
 
 
 class RequestError(ValueError):
@@ -67,30 +72,98 @@ def resolve_request(preset: Preset, drafter: str, cfg: GenerationConfig, drafter
     if choose_k is None or drafter == PLAIN:
         return ResolvedRequest(preset, drafter, cfg, drafter_path)
     auto = choose_k()
-    drafter, k = (drafter, auto.k) if auto.k is not None else (PLAIN, 1)  # no k pays: plain decoding
-    return ResolvedRequest(preset, drafter, replace(cfg, k=k), drafter_path, auto)
+    drafter, k = (auto.method or drafter, auto.k) if auto.k is not None else (PLAIN, 1)  # none pays: plain decoding
+    return ResolvedRequest(preset, drafter, replace(cfg, k=k, method_settings=own_settings(drafter, cfg)),
+                           drafter_path, auto)
+
+
+def own_settings(drafter: str, cfg: GenerationConfig) -> tuple[tuple[str, int | float], ...]:
+    """The method settings of `cfg` that are `drafter`'s own (drafting.PARAMETERS): where settings were given for
+    several methods (a choice among them, the bench's), the run takes its own alone."""
+    method = method_of(drafter)
+    names = {p.name for p in method.parameters} if method else set()
+    return tuple((name, value) for name, value in cfg.method_settings if name in names)
 
 
 def check_request(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_path: str | None = None,
                   k_auto: bool = False) -> None:
     """RequestError where this request cannot run (check_run), or where k auto is asked of what it cannot choose k
     for (check_auto_k); nothing is loaded."""
+    if chosen_among(drafter) and not drafter_path:
+        check_any_method(preset, drafter, cfg, k_auto)
+        return
     check_run(preset, drafter, cfg, drafter_path)
     if k_auto and drafter != PLAIN:
         check_auto_k(preset, drafter, cfg, drafter_path)
 
 
-def check_auto_k(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_path: str | None = None) -> None:
-    """RequestError where k auto cannot choose k for this drafter: it prices a chain of a preset's EAGLE drafter on
-    our engine, from the acceptance by position shipped beside it."""
-    if is_weightless(drafter) and not drafter_path:
-        raise RequestError(f"k auto chooses k from an EAGLE drafter's measured costs; for {drafter}, give k a number")
-    if preset.backend != "local" or drafter_path:
+def chosen_among(drafter: str) -> bool:
+    """Whether `drafter` asks k auto to choose the method: ANY_METHOD, or a comma list of candidates."""
+    return drafter == ANY_METHOD or CANDIDATES_SEPARATOR in drafter
+
+
+def candidates(preset: Preset, drafter: str) -> list[str]:
+    """The methods `drafter` asks k auto to choose among: every one it can price (ANY_METHOD), or those listed."""
+    if drafter == ANY_METHOD:
+        return auto_candidates(preset)
+    return list(dict.fromkeys(name.strip() for name in drafter.split(CANDIDATES_SEPARATOR) if name.strip()))
+
+
+def check_any_method(preset: Preset, drafter: str, cfg: GenerationConfig, k_auto: bool) -> None:
+    """RequestError where a choice among methods (the drafter `auto`, or a comma list) cannot be resolved: k auto
+    chooses among methods it can price on our engine, as chains."""
+    if not k_auto:
+        raise RequestError(f"the drafter {drafter!r} asks k auto to choose the method: set k to auto, or choose one "
+                           "drafter")
+    unavailable = backend_unavailable_reason(preset)
+    if unavailable:
+        raise BackendUnavailable(unavailable)
+    if cfg.min_draft_prob:
+        raise RequestError(f"the drafter {drafter!r} may choose a weightless method, which has no probabilities for "
+                           "adaptive draft length: set the minimum draft probability to 0")
+    check_chain_on_our_engine(preset, cfg)
+    possible = auto_candidates(preset)
+    if not possible:
+        raise RequestError(f"the drafter {ANY_METHOD} needs a preset drafter with an acceptance by position, or one "
+                           "to measure the target's step costs with: choose a drafter")
+    stray = [name for name in candidates(preset, drafter) if name not in possible]
+    if stray:
+        raise RequestError(f"k auto cannot choose {', '.join(stray)} on {preset.name}: it chooses among "
+                           f"{', '.join(possible)} (a drafter with an acceptance by position, or a weightless method)")
+
+
+def auto_candidates(preset: Preset) -> list[str]:
+    """The methods the drafter `auto` chooses among: the preset's drafters with an acceptance by position, and the
+    weightless methods (priced at the target's step costs, measured with a preset drafter: none without one)."""
+    drafters = [name for name in preset.drafters if auto_k_problem(preset, name) is None]
+    weightless = [name for name in WEIGHTLESS if preset.backend in METHODS[name].engines] if preset.drafters else []
+    return drafters + weightless
+
+
+def check_chain_on_our_engine(preset: Preset, cfg: GenerationConfig) -> None:
+    """RequestError where k auto is asked off our engine or of a tree: it prices chains on our engine."""
+    if preset.backend != "local":
         raise RequestError("k auto chooses k for a preset drafter on our engine (a local preset, a drafter it names); "
                            "give k a number")
     if cfg.tree is not None:
         raise RequestError("k auto chooses a chain's k: set the draft tree's nodes to 0, or give k a number (the "
                            "tree's depth)")
+
+
+def check_auto_k(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_path: str | None = None) -> None:
+    """RequestError where k auto cannot choose k for this drafter: it prices a chain of a preset's EAGLE drafter on
+    our engine, from the acceptance by position shipped beside it, or of a weightless method from its replay over
+    the prompt, at the target's step costs (measured with a preset drafter)."""
+    if is_weightless(drafter) and not drafter_path:
+        check_chain_on_our_engine(preset, cfg)
+        if not preset.drafters:
+            raise RequestError(f"k auto prices {drafter} at the target's step costs, measured with a preset drafter, "
+                               f"and {preset.name} has none: give k a number")
+        return
+    if drafter_path:
+        raise RequestError("k auto chooses k for a preset drafter on our engine (a local preset, a drafter it names); "
+                           "give k a number")
+    check_chain_on_our_engine(preset, cfg)
     problem = auto_k_problem(preset, drafter)
     if problem:
         raise RequestError(f"k {problem}")

@@ -49,13 +49,32 @@ def test_what_k_auto_cannot_choose_for_is_refused_before_the_choice_is_made(monk
     refusals = {
         "unknown drafter 'medusa'": ("medusa", GenerationConfig(k=1), None),
         "k auto chooses a chain's k": ("eagle3.1", GenerationConfig(k=1, tree=TreeShape.k_deep(1, 8)), None),
-        "give k a number": ("ngram", GenerationConfig(k=1), None),
+        "asks k auto to choose the method": ("auto", GenerationConfig(k=1), None),
+        "k auto cannot choose medusa on smollm2-135m": ("eagle3.1,medusa", GenerationConfig(k=1), None),
+        "may choose a weightless method": ("auto", GenerationConfig(k=1, min_draft_prob=0.2), None),
         "k auto chooses k for a preset drafter": ("eagle3.1", GenerationConfig(k=1), "/a/drafter/folder"),
     }
     for words, (drafter, cfg, drafter_path) in refusals.items():
         with pytest.raises(RequestError, match=re.escape(words)):
-            resolve_request(preset, drafter, cfg, drafter_path, chooser(4, calls))
+            choose_k = None if words.startswith("asks k auto") else chooser(4, calls)
+            resolve_request(preset, drafter, cfg, drafter_path, choose_k)
     assert calls == []  # no choice (no model work) for a refused request
+
+
+def test_a_choice_among_methods_resolves_to_the_method_chosen_with_its_own_settings(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`auto` (or a comma list) with k auto: the request runs the method and k chosen, with that method's settings
+    alone; plain decoding where none pays."""
+    import playground.request.check as auto_k_module
+
+    monkeypatch.setattr(auto_k_module, "auto_k_problem", lambda preset, drafter: None)  # as if shipped
+    preset = get_preset("smollm2-135m")
+    cfg = GenerationConfig(k=1, method_settings=(("prompt_lookup_max", 3), ("suffix_decoding_max_tree_depth", 8)))
+    for drafter in ("auto", "eagle3.1,ngram"):
+        chosen = resolve_request(preset, drafter, cfg, choose_k=lambda: AutoK(4, {4: 2.0}, "why", method="ngram"))
+        assert (chosen.drafter, chosen.k, chosen.config.method_settings) == ("ngram", 4, (("prompt_lookup_max", 3),))
+    plain = resolve_request(preset, "auto", cfg, choose_k=lambda: AutoK(None, {}, "why"))
+    assert (plain.drafter, plain.k, plain.config.method_settings) == (PLAIN, 1, ())
 
 
 def test_no_k_pays_is_resolved_to_plain_decoding_in_one_place() -> None:

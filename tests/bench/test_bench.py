@@ -127,6 +127,10 @@ def test_prompt_sets_load_from_parquet_and_jsonl(tmp_path: Path) -> None:
         assert len(long) == 8 and {r.source for r in long} == {"numpy"} and len({r.src_id for r in long}) == 8
     assert len(load_prompt_set("humaneval").records) == 164
     assert all(len(r.turns) == 2 for r in load_prompt_set("mt-bench").records)
+    for kind in ("code-editing", "rewriting", "multilingual", "multi-turn"):  # the prompt kinds written here
+        records = load_prompt_set(kind).records
+        assert len(records) == 3 and all(r.multiturn == (len(r.turns) > 1) for r in records), kind
+    assert all(len(r.turns) == 3 for r in load_prompt_set("multi-turn").records)
     with pytest.raises(FileNotFoundError):
         load_prompt_set("no-such-set")
 
@@ -215,7 +219,7 @@ def test_k_auto_rows_say_what_they_chose_and_stand_beside_the_fastest_fixed_k(ti
         chose = confident["auto_k"]  # one choice per prompt's context bucket: the prompts differ in length
         assert sum(c["answers"] for c in chose) == 3 and confident["lossless"] is True
         for c in chose:
-            assert c["k"] in range(1, 9) and f"k={c['k']} is predicted" in c["why"]
+            assert c["k"] in range(1, 9) and f"k={c['k']} is predicted" in c["why"], c["why"]
             assert set(c["predicted_speedup"]) == {str(k) for k in range(1, 9)}
         assert confident["mean_acceptance_length"] > 1
         table = html.unescape((tmp_path / "auto" / "report.html").read_text())
@@ -231,6 +235,55 @@ def test_k_auto_rows_say_what_they_chose_and_stand_beside_the_fastest_fixed_k(ti
         assert auto["tokens_per_second"] is None and "k auto needs eagle3.1's acceptance by position" in auto["note"]
     finally:
         evaluation.unlink(missing_ok=True)
+
+
+def test_weightless_methods_get_bench_rows_beside_the_eagle_drafters(tiny_pair: Path, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture) -> None:
+    """`--drafters eagle3.1,ngram,suffix`: prompt lookup and suffix decoding run in our loop at each k (a multi-turn
+    record's turns included), checked token for token against plain decoding, with acceptance, speedup and a speedup
+    predicted from the target's step costs; no drift or health (nothing to instrument or fingerprint). Their settings
+    come from the registry, or the method flags; a bad setting is refused in one line before anything loads."""
+    prompts = str(_jsonl(tmp_path / "set.jsonl"))
+    args = ["bench", "--profile", "smoke", "--drafters", "eagle3.1,ngram,suffix", "--k", "3", "--prompts", prompts,
+            "--max-new-tokens", "12", "--repeats", "2"]
+    assert main([*args, "--prompt-lookup-max", "3", "--out", str(tmp_path / "out")]) == 0
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert data["config"]["method_settings"] == [["prompt_lookup_max", 3]]
+    rows = {r["drafter"]: r for r in data["rows"]}
+    assert set(rows) == {"none", "eagle3.1", "ngram", "suffix"}
+    for name in ("ngram", "suffix"):
+        row = rows[name]
+        assert row["kind"] == "weightless" and row["k"] == 3 and row["lossless"] is True, row
+        assert row["turns"] == 3  # the multi-turn record's second turn ran too
+        assert 1 <= row["mean_acceptance_length"] <= 4 and len(row["per_position_acceptance"]) == 3
+        assert row["speedup"] > 0 and row["speedup_runs"] and 0 < row["predicted_speedup"]
+        assert row["attention_by_depth"] is None and row["hidden_rms_by_depth"] is None and row["health"] is None
+    assert rows["ngram"]["label"] == "prompt lookup (n-gram)" and rows["suffix"]["label"] == "suffix decoding"
+    (ranked,) = [f for f in data["findings"] if "by method at its fastest k" in f]
+    assert all(f"{rows[n]['label']} k=3 {rows[n]['speedup']:.2f}× plain decoding" in ranked
+               for n in ("eagle3.1", "ngram", "suffix")), ranked
+    capsys.readouterr()
+    assert main([*args, "--prompt-lookup-min", "4", "--prompt-lookup-max", "3"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: prompt_lookup_min (4) must not exceed prompt_lookup_max (3)"]
+
+
+def test_findings_rank_every_method_and_say_where_each_wins() -> None:
+    """No two EAGLE variants assumed: each method (its fastest k) ranked per prompt set, and the winner of each set
+    named, plain decoding where no method beat it."""
+    rows = []
+    for prompt_set, speeds in (("chat", {"EAGLE-3.1": 1.6, "suffix decoding": 1.1}),
+                               ("editing", {"EAGLE-3.1": 1.5, "suffix decoding": 2.4}),
+                               ("quiz", {"EAGLE-3.1": 0.9, "suffix decoding": 0.8})):
+        for label, speedup in speeds.items():
+            row = _row(label, 4, speedup, prompt_set)
+            row.kind = "weightless" if label == "suffix decoding" else "eagle"
+            rows.append(row)
+    said = findings(rows, greedy=True)
+    assert ("On editing · default, by method at its fastest k: suffix decoding k=4 2.40× plain decoding, mean "
+            "acceptance length 2.40; EAGLE-3.1 k=4 1.50× plain decoding, mean acceptance length 1.50.") in said
+    assert ("Where each method was fastest: EAGLE-3.1 k=4 on chat · default; suffix decoding k=4 on editing · default; "
+            "plain decoding (no method beat it) on quiz · default.") in said, said
 
 
 def _row(variant: str, k: int, al: float, prompt_set: str = "held-out", template: str = "default") -> BenchRow:
@@ -313,17 +366,19 @@ def test_the_plan_is_made_without_a_model(tmp_path: Path) -> None:
 
 
 def test_engine_bench_rows_on_our_engine(tiny_pair: Path) -> None:
-    """`bench-engines` on our engine alone: every method at each C, plus an instrumented row per EAGLE method at the
-    lowest C whose cost is its own tokens/s against the uninstrumented row's; greedy rows equal plain decoding's."""
-    from playground.bench.engines import EngineBenchConfig, run_engine_bench, table
+    """`bench-engines` on our engine alone: every method at each C (the weightless ones too), plus an instrumented row
+    per EAGLE method at the lowest C whose cost is its own tokens/s against the uninstrumented row's; greedy rows
+    equal plain decoding's."""
+    from playground.bench.engines import DEFAULT_METHODS, EngineBenchConfig, run_engine_bench, table
 
     config = EngineBenchConfig(prompt_set="mt-bench", prompts=2, max_new_tokens=12, concurrency=(1, 2),
-                               engines=("local",))
+                               engines=("local",), methods=(*DEFAULT_METHODS, "ngram", "suffix"))
     result = run_engine_bench(config, log=lambda line: None)
     rows = result["rows"]
     assert {(r["drafter"], r["concurrency"], r["instrumented"]) for r in rows} == {
-        (d, c, False) for d in ("none", "eagle3", "eagle3.1") for c in (1, 2)} | {
+        (d, c, False) for d in ("none", "eagle3", "eagle3.1", "ngram", "suffix") for c in (1, 2)} | {
         ("eagle3", 1, True), ("eagle3.1", 1, True)}
+    assert all(r["mean_acceptance_length"] for r in rows if r["drafter"] in ("ngram", "suffix"))
     assert all(r["identical_to_plain"] for r in rows) and result["machine"]["engines"]["local"]["forward"] == "fast"
     for row in (r for r in rows if r["instrumented"]):
         uninstrumented = next(r for r in rows if (r["drafter"], r["concurrency"], r["instrumented"]) ==
@@ -383,7 +438,7 @@ def test_profile_labels_read_the_measured_durations(tmp_path: Path) -> None:
     assert tab_profiles(other) == (
         ("smoke: 3 prompts, k 1 and 3, 16 tokens, 2 passes — 1 min 30 s measured on a 4-core Test CPU (AVX-512)",
          "smoke"),
-        ("default: speed beside the peers, k 4, 128 tokens — duration not measured yet", "default"),
+        ("default: speed of every method beside the peers, k 4, 128 tokens — duration not measured yet", "default"),
         ("drift: EAGLE-3 vs EAGLE-3.1 by k, context, template — 12 min measured on a 2-core Test Xeon (AVX2)", "drift"))
 
 

@@ -79,3 +79,40 @@ def test_k_takes_a_number_or_auto(capsys, pair_models: Path) -> None:
         main(["generate", "--prompt", "Hello there", "--k", "four"])
     assert refused.value.code == 2
     assert "argument --k: a whole number from 1 to 16 or auto, got 'four'" in capsys.readouterr().err
+
+
+def test_a_weightless_step_is_priced_at_its_verification_alone() -> None:
+    """(rows verified, tokens emitted): 6 tokens at 30 ms plain over verifying 5 rows (40 ms) and 1 row (32 ms)."""
+    assert PROFILE.verified_speedup([(5, 5), (1, 1)])[0] == pytest.approx(6 * 30 / (40 + 32))
+    assert PROFILE.verified_speedup([]) == (1.0, 1.0, 1.0)
+
+
+def test_text_steps_follow_a_greedy_run_over_the_text() -> None:
+    """Prompt lookup over an answer that copies its prompt accepts whole proposals; over new text it proposes
+    nothing, and each step is a plain one (one row, one token)."""
+    from playground.auto_k import text_steps
+
+    prompt = list(range(100, 140))
+    # the answer's first two tokens: the context's last two never occurred before (n from 5 down to 2); then each
+    # step's 4 proposals and the target's token, the last step cut where the text ends
+    assert text_steps("ngram", 4, prompt + prompt[:20], len(prompt)) == [(1, 1), (1, 1), (5, 5), (5, 5), (5, 5),
+                                                                          (5, 4)]
+    assert text_steps("ngram", 4, prompt + list(range(200, 220)), len(prompt)) == [(1, 1)] * 20
+
+
+def test_k_auto_among_methods_chooses_the_fastest_that_pays_and_says_each() -> None:
+    from playground.engine.choice import Candidate, choose_method
+
+    eagle = Candidate("eagle3.1", {2: (1.8, 1.5, 2.0), 4: (1.6, 1.2, 1.9)}, "a file", 30.0, (0.7, 0.5))
+    lookup = Candidate("ngram", {2: (1.4, 1.1, 1.6), 4: (2.6, 0.9, 3.0)}, "a replay", 30.0)
+    choice = choose_method([eagle, lookup], "some costs")
+    # ngram's 2.6x at k=4 has its range below 1x: not a speedup; EAGLE-3.1's 1.8x at k=2 is
+    assert (choice.method, choice.k, choice.predicted) == ("eagle3.1", 2, {2: 1.8, 4: 1.6})
+    assert choice.why.startswith("EAGLE-3.1 at k=2 is predicted fastest on this machine (EAGLE-3.1 k=2 1.80x "
+                                 "(1.50-2.00), ~60 tok/s, acceptance from a file; prompt lookup (n-gram) k=4 2.60x")
+    assert choice.short().startswith("k auto chose EAGLE-3.1 at k=2, predicted 1.80×")
+    assert choice.to_dict()["method"] == "eagle3.1" and set(choice.to_dict()["predicted_by_method"]) == {
+        "eagle3.1", "ngram"}
+    nothing = choose_method([Candidate("ngram", {1: (1.02, 0.9, 1.1)}, "a replay", 30.0)], "some costs")
+    assert nothing.k is None and nothing.method is None and "no method and k is predicted" in nothing.why
+    assert nothing.short().startswith("k auto chose plain decoding: no method and k")
