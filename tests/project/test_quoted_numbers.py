@@ -361,3 +361,16 @@ def test_the_readme_and_engine_doc_quote_the_llamacpp_files() -> None:
     texts = {"README.md": " ".join(README.split()), "docs/engine.md": " ".join(engine.split())}
     missing = [(doc, q) for doc, quotes in quoted.items() for q in quotes if q not in texts[doc]]
     assert not missing, missing
+
+
+def test_benchmarks_quote_the_predictions_made_after_a_busy_profile() -> None:
+    """docs/benchmarks.md's check of predictions on an idle machine after a profile kept from beside a busy loop."""
+    pooled = _load(ROOT / "assets" / "bench" / "replay" / "after-busy" / "idle.json")["pooled"]
+    predicted = ", ".join(f"{row['predicted_speedup']:.2f}×" for row in pooled)
+    measured = ", ".join(f"{row['measured_speedup']:.2f}×" for row in pooled)
+    flat = " ".join(BENCHMARKS.split())
+    for quoted in (predicted, measured):
+        assert " and ".join(quoted.rsplit(", ", 1)) in flat, quoted
+    low = min(row["prediction_error_range"][0] for row in pooled)
+    high = max(row["prediction_error_range"][1] for row in pooled)
+    assert f"−{-low:.0%} to +{high:.0%}".replace("%", " %") in flat
