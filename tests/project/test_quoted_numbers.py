@@ -374,3 +374,28 @@ def test_benchmarks_quote_the_predictions_made_after_a_busy_profile() -> None:
     low = min(row["prediction_error_range"][0] for row in pooled)
     high = max(row["prediction_error_range"][1] for row in pooled)
     assert f"−{-low:.0%} to +{high:.0%}".replace("%", " %") in flat
+
+
+METHOD_KINDS = ("mt-bench", "code-editing", "rewriting", "multilingual", "multi-turn")
+METHOD_COLUMNS = ("eagle3", "eagle3.1", "ngram", "suffix")
+
+
+def test_benchmarks_and_the_readme_quote_the_methods_file() -> None:
+    """docs/benchmarks.md's every-method table, row by row, and the README's line of it, from the committed file."""
+    rows = _load(ROOT / "assets" / "bench" / "methods" / "amd-zen4-avx512-bf16.json")["rows"]
+
+    def cell(row: dict) -> str:
+        runs = row["speedup_runs"]
+        return f"{row['speedup']:.2f}× ({min(runs):.2f}–{max(runs):.2f}), {row['mean_acceptance_length']:.2f}"
+
+    by_kind = {kind: {r["drafter"]: r for r in rows if r["prompt_set"] == kind} for kind in METHOD_KINDS}
+    for kind, methods in by_kind.items():
+        line = (f"| `{kind}` | {methods['none']['tokens_per_second']:.1f} | "
+                + " | ".join(cell(methods[m]) for m in METHOD_COLUMNS) + " |")
+        assert line in BENCHMARKS, line
+    quoted = [f"{by_kind['rewriting']['suffix']['speedup']:.2f}× rewriting",
+              f"{by_kind['mt-bench']['suffix']['speedup']:.2f}× on MT-Bench",
+              f"EAGLE-3.1's {by_kind['rewriting']['eagle3.1']['speedup']:.2f}× and "
+              f"{by_kind['mt-bench']['eagle3.1']['speedup']:.2f}×"]
+    flat = " ".join(README.split())
+    assert all(q in flat for q in quoted), quoted
