@@ -399,3 +399,14 @@ def test_benchmarks_and_the_readme_quote_the_methods_file() -> None:
               f"{by_kind['mt-bench']['eagle3.1']['speedup']:.2f}×"]
     flat = " ".join(README.split())
     assert all(q in flat for q in quoted), quoted
+
+
+def test_benchmarks_quote_the_method_check_on_two_unseen_prompts() -> None:
+    rows = _load(ROOT / "assets" / "bench" / "methods" / "must-show" / "results.json")["rows"]
+    flat = " ".join(BENCHMARKS.split())
+    for row in rows:
+        if row["drafter"] == "none":
+            continue
+        runs = row["speedup_runs"]
+        assert f"{row['speedup']:.2f}× ({min(runs):.2f}–{max(runs):.2f})" in flat, (row["prompt_set"], row["drafter"])
+        assert f"{row['mean_acceptance_length']:.2f}" in flat or row["prompt_set"] == "open-chat"
