@@ -102,7 +102,7 @@ def test_sampling_options_out_of_range(pair_models: Path, server, capsys: pytest
 @pytest.mark.parametrize("argv, settings", [
     (("--k", "0"), {"k": 0}),  # k out of range: drafting.k_problem
     (("--drafter", "medusa"), {"drafter": "medusa"}),  # a drafter the preset does not have: request.check_run
-    (("--drafter", "ngram", "--k", "auto"), {"drafter": "ngram", "k_auto": True}),  # k auto: request.check_auto_k
+    (("--k", "auto", "--tree-nodes", "8"), {"k_auto": True, "tree_nodes": 8}),  # k auto prices chains: request/check
 ])
 def test_what_the_server_fixes_as_it_starts(pair_models: Path, capsys: pytest.CaptureFixture,
                                             monkeypatch: pytest.MonkeyPatch, argv: tuple[str, ...],
