@@ -129,7 +129,7 @@ def weightless_generate(target: Target, method: str, prompt_ids: list[int], cfg:
     if cfg.tree is None:
         return speculate(target, [], prompt_ids, cfg,
                          lambda generator: WeightlessChain(proposer, cfg, target, generator), should_stop)
-    if not hasattr(proposer, "propose_tree"):
+    if not METHODS[method].trees:
         raise ValueError(f"{method} drafts chains: set the tree's nodes to 0")
     return speculate(target, [], prompt_ids, cfg,
                      lambda generator: WeightlessTree(proposer, cfg, cfg.tree, target, generator), should_stop)
