@@ -40,9 +40,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from playground.bench.neighbours import busy_neighbours, parse_neighbours
+from playground.bench.landing_run import write_vllm_landing
+from playground.bench.neighbours import busy_neighbours, other_work, parse_neighbours
 from playground.drafting import METHODS, PLAIN, is_weightless, method_of
 from playground.engine import GenerationConfig, SpecCounters, emitted_ids
+from playground.flags import UsageError
 from playground.machine import machine_info
 from playground.presets import DEFAULT, DRAFTER_LABELS, REPO_ROOT, get_preset
 from playground.prompt_sets import load_prompt_set
@@ -323,13 +325,30 @@ def main(args: argparse.Namespace) -> None:
                                k=args.k, concurrency=tuple(int(c) for c in args.concurrency.split(",")),
                                engines=tuple(args.engines.split(",")), methods=tuple(args.methods.split(",")),
                                dtype=args.dtype, weights=args.weights, neighbours=parse_neighbours(args.neighbours))
+    if args.landing and (problem := landing_problem(config)):
+        raise UsageError(f"bench-engines --landing: {problem}")
     out = Path(args.out or REPO_ROOT / "runs" / "bench" / f"engines-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    result = run_engine_bench(config, lambda line: print(line, flush=True))
+    with other_work() as beside:
+        result = run_engine_bench(config, lambda line: print(line, flush=True))
+    result["other_work"] = beside.to_dict()
     (out / "results.json").write_text(json.dumps(result, indent=1))
     (out / "table.md").write_text(table(result) + "\n")
     print(table(result))
     print(f"→ {out / 'results.json'}")
+    if args.landing:
+        print(f"vLLM's landing figures for this CPU kind → {write_vllm_landing(result)} "
+              "(render them: python scripts/render_readme.py)")
+
+
+def landing_problem(config: EngineBenchConfig) -> str | None:
+    """Why a run cannot stand as a CPU kind's vLLM landing file (the README's vLLM rows), or None."""
+    if not {"local", "vllm"} <= set(config.engines) or 1 not in config.concurrency:
+        return "it needs --engines with local and vllm, and --concurrency with 1 (one request at a time)"
+    if not set(DEFAULT_METHODS) <= set(config.methods) or config.weights != "float32" or config.dtype != "float32":
+        return (f"it needs --methods with {', '.join(DEFAULT_METHODS)} and float32 weights (the landing table's "
+                "pair, as it ships)")
+    return None
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -349,4 +368,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--neighbours", default="0", help="comma list of busy-loop process counts to run every level "
                    "beside, a row per condition (e.g. 0,1,2: idle, then beside one and two busy neighbours)")
     p.add_argument("--out", help="output folder (default: runs/bench/engines-<time>)")
+    p.add_argument("--landing", action="store_true",
+                   help="also write the result as this CPU kind's vLLM landing file, assets/bench/landing/vllm/"
+                        "<kind>.json, which the README's vLLM rows and the About tab read (needs local and vllm at "
+                        "concurrency 1)")
     p.set_defaults(func=main)

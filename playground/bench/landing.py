@@ -18,7 +18,7 @@ from playground.machine import cpu_kind, cpu_name, kind_words, nearest_kind, rec
 from playground.presets import REPO_ROOT, SHIPPED_DRAFTERS
 from playground.viz.summary import times_text as _times
 
-from .landing_run import LANDING_DIR
+from .landing_run import LANDING_DIR, VLLM_LANDING_DIR
 from .rows import result_cell
 
 BEGIN = "<!-- speedup table: rendered by scripts/render_readme.py from the committed result files -->"
@@ -117,23 +117,29 @@ def _same_machine(machine: dict, started: str | None, before: dict, requests: st
     return f"the same CPU, {_date(started)}, {requests}" if same else _machine(machine, started, requests)
 
 
-def _engine_rows(engines: dict, before: dict) -> list[str]:
+def _engine_rows(engines: dict, before: dict, path: Path = ENGINES, pair: str = "the step-1840 pair") -> list[str]:
+    """vLLM's rows from a `bench-engines` result: one request at a time, and the most requests at once where the run
+    had several levels."""
     config = engines["config"]
     speedup = {(r["engine"], r["drafter"], r["concurrency"]): r["speedup"] for r in engines["rows"]
-               if not r["instrumented"] and r["drafter"] != PLAIN}
+               if not r["instrumented"] and r["drafter"] != PLAIN and not r.get("neighbours")}
     most = max(c for _, _, c in speedup)
     one = [speedup["vllm", d, 1] for d in DRAFTERS]
     ours_one = " and ".join(_times(speedup["local", d, 1]) for d in DRAFTERS)
     many = [(speedup["vllm", d, most], speedup["local", d, most]) for d in DRAFTERS]
-    return [
-        _row(_same_machine(engines["machine"], engines.get("started"), before, "one request"),
+    requests = "one request" + (f", {beside_words(engines)}" if engines.get("other_work") else "")
+    rows = [
+        _row(_same_machine(engines["machine"], engines.get("started"), before, requests),
              f"vLLM's CPU build, k = {config['k']}, {config['prompts']} {SET_NAMES.get(config['prompt_set'])} prompts "
-             f"× {config['max_new_tokens']} tokens, the step-1840 pair ({_link(ENGINES)})",
+             f"× {config['max_new_tokens']} tokens, one pass, {pair} ({_link(path)})",
              *(_times(s) for s in one),
              f"{row_verdict(dict(zip(DRAFTERS, ([s] for s in one))))} (our engine in the same run: {ours_one})"),
-        _row("the same", f"vLLM / our engine, the same run, {most} requests at once",
-             *(f"{_times(v)} / {_times(o)}" for v, o in many), row_verdict(dict(zip(DRAFTERS, map(list, many))))),
     ]
+    if most > 1:
+        rows.append(_row("the same", f"vLLM / our engine, the same run, {most} requests at once",
+                         *(f"{_times(v)} / {_times(o)}" for v, o in many),
+                         row_verdict(dict(zip(DRAFTERS, map(list, many))))))
+    return rows
 
 
 def _drift_row(drift: dict, before: dict) -> str:
@@ -235,19 +241,34 @@ def _landing_row(record: dict, auto: bool) -> str:
                 verdict)
 
 
-def _landing_rows(records: list[dict]) -> list[str]:
-    return [_landing_row(record, auto) for record in records for auto in (False, True)]
+def vllm_landing_records(folder: Path = VLLM_LANDING_DIR) -> dict[str, dict]:
+    """The vLLM landing files (`bench-engines --landing`) by CPU kind, each with its `path`."""
+    if not folder.is_dir():
+        return {}
+    records = [{**_load(path), "path": path} for path in sorted(folder.glob("*.json"))]
+    return {recorded_kind(r["machine"]): r for r in records}
+
+
+def _landing_rows(records: list[dict], vllm: dict[str, dict]) -> list[str]:
+    """Each CPU kind's rows: our engine at k = 4 and at k auto, then vLLM's, where that kind has a vLLM file."""
+    rows = []
+    for record in records:
+        rows += [_landing_row(record, auto) for auto in (False, True)]
+        if record["cpu_kind"] in vllm:
+            engines = vllm[record["cpu_kind"]]
+            rows += _engine_rows(engines, record["machine"], engines["path"], "the shipped pair")
+    return rows
 
 
 def speedup_table(folder: Path = LANDING_DIR) -> str:
     speed, engines, drift, h200 = (_load(p) for p in (SPEED, ENGINES, DRIFT, H200))
-    landing = landing_records(folder)
+    landing, vllm = landing_records(folder), vllm_landing_records(folder / "vllm")
     best_elsewhere = max([r["speedup"] for r in engines["rows"] if r["drafter"] != PLAIN]
                          + [r["speedup"] for record in landing for r in record["rows"]
                             if r["drafter"] != PLAIN and r.get("speedup") is not None])
     speed_rows, machine = _speed_rows(speed, best_elsewhere)
     lines = [f"| machine | what ran | {' | '.join(DRAFTER_NAMES.values())} | pays? |",
-             "|---|---|" + "---|" * len(DRAFTERS) + "---|", *_landing_rows(landing),
+             "|---|---|" + "---|" * len(DRAFTERS) + "---|", *_landing_rows(landing, vllm),
              *speed_rows, *_engine_rows(engines, machine), _drift_row(drift, machine), _h200_row(h200),
              _row("4 Blackwell GPUs (Kimi K2.6)", "vLLM, tensor parallelism 4", "not measured here",
                   "not measured here", "not verified")]

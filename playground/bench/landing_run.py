@@ -5,6 +5,10 @@ tab and the Chat's example line are rendered from (landing.py).
 The file is the bench's results.json (rows, machine, config, date) plus the CPU kind (machine.cpu_kind), what ran
 beside the measurement (neighbours.other_work: other processes' share of the machine) and EAGLE-3.1's acceptance
 length on each of the Chat tab's example prompts at the tab's defaults.
+
+vLLM's column comes from a second command, `python -m playground bench-engines --landing` (engines.py), whose result
+goes to `assets/bench/landing/vllm/<kind>.json`: the same shipped pair on vLLM's CPU build and on our engine, one
+request at a time, in one run.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from playground.machine import cpu_kind
 from playground.presets import REPO_ROOT
 
 LANDING_DIR = REPO_ROOT / "assets" / "bench" / "landing"
+VLLM_LANDING_DIR = LANDING_DIR / "vllm"  # `bench-engines --landing`: the same pair on vLLM and ours, per CPU kind
 PROFILE = "landing"
 
 
@@ -51,6 +56,15 @@ def landing_record(result: BenchResult, findings: list[str], other: OtherWork, e
             "chat_examples": {"drafter": EXAMPLES_DRAFTER, "k": EXAMPLES_K, "max_new_tokens": EXAMPLES_TOKENS,
                               "prompts": examples},
             **data, "findings": findings}
+
+
+def write_vllm_landing(result: dict, folder: Path = VLLM_LANDING_DIR) -> Path:
+    """A `bench-engines` result as this CPU kind's vLLM landing file, which the README's vLLM rows and the About
+    tab read (landing.py)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{result['machine'].get('cpu_kind') or cpu_kind()}.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    return path
 
 
 def write_landing(record: dict, path: Path | None = None) -> Path:

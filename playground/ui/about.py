@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from playground.bench.engines import committed_section
-from playground.bench.landing import SET_NAMES, beside_words, kind_words_of, landing_records, nearest_record
+from playground.bench.landing import (
+    SET_NAMES,
+    beside_words,
+    kind_words_of,
+    landing_records,
+    nearest_record,
+    vllm_landing_records,
+)
 from playground.bench.rows import result_cell
 from playground.drafting import EAGLE3, EAGLE3_1, METHODS, PLAIN
 from playground.machine import cpu_kind, cpu_name, kind_words
@@ -57,11 +64,12 @@ class Measurements:
     kimi_engines: dict | None  # its engines.json (ours vs vLLM)
     kimi_drift: dict | None  # its drift study
     landing: list[dict] = field(default_factory=list)  # bench --profile landing, one file per CPU kind, newest first
+    vllm_landing: dict[str, dict] = field(default_factory=dict)  # bench-engines --landing, by CPU kind
     kind: str = ""  # this machine's CPU kind (machine.cpu_kind)
 
     @classmethod
     def committed(cls) -> Measurements:
-        return cls(landing=landing_records(), kind=cpu_kind(),
+        return cls(landing=landing_records(), vllm_landing=vllm_landing_records(), kind=cpu_kind(),
                    drift=_load(DRIFT_STUDY), evaluation=_load(SHIPPED_DRAFTERS / "evaluation.json"),
                    speed=_load(SHIPPED_DRAFTERS / "speed.json"),
                    long_context=_load(SHIPPED_DRAFTERS / "long-context.json"),
@@ -320,6 +328,19 @@ def _kind_speedups(record: dict, auto: bool) -> str:
     return "; ".join(f"{NAMES[d]} {cells(d)}" for d in DRAFTERS)
 
 
+def _vllm_on_kind(engines: dict | None) -> str:
+    """' vLLM's CPU build on the same kind, <date>: EAGLE-3 1.07×, …' from a kind's vLLM landing file ("" without)."""
+    if engines is None:
+        return ""
+    c = engines["config"]
+    one = {(r["engine"], r["drafter"]): r["speedup"] for r in engines["rows"]
+           if r["concurrency"] == 1 and not r["instrumented"] and not r.get("neighbours") and r["drafter"] in DRAFTERS}
+    each = ", ".join(f"{NAMES[d]} {_times(one['vllm', d])} (ours {_times(one['local', d])})" for d in DRAFTERS)
+    return (f" vLLM's CPU build on the same machine, {engines['started'][:10]}, one request at a time, "
+            f"{c['prompts']} {SET_NAMES.get(c['prompt_set'], c['prompt_set'])} prompts × {c['max_new_tokens']} "
+            f"tokens, over its own plain decoding: {each}.")
+
+
 def nearest_kind_line(m: Measurements) -> str:
     """Which committed kind's figures stand nearest for the machine this app runs on, or that none does."""
     mine = f"This app runs on a CPU of the kind {kind_words(m.kind)}"
@@ -344,7 +365,7 @@ def _per_kind(m: Measurements) -> str:
         machine = record["machine"]
         lines.append(f"- **{kind_words(record['cpu_kind'])}**, {machine['cores']} cores, {record['date']}, "
                      f"{beside_words(record)}. At k = 4, {_kind_speedups(record, False)}; at k auto, "
-                     f"{_kind_speedups(record, True)}.")
+                     f"{_kind_speedups(record, True)}.{_vllm_on_kind(m.vllm_landing.get(record['cpu_kind']))}")
     lines.append("")
     lines.append(nearest_kind_line(m))
     return "\n".join(lines) + "\n"

@@ -45,6 +45,7 @@ def _record() -> dict:
 def _altered(tmp_path: Path, kind: str, date: str, scale: float, share: float) -> dict:
     record = _record()
     record.update(cpu_kind=kind, date=date)
+    record["machine"]["cpu_kind"] = kind
     record["other_work"]["other_cpu_share"], record["other_work"]["beside_other_work"] = share, share >= 0.05
     for row in record["rows"]:
         if row.get("speedup") is not None and row["drafter"] != "none":
@@ -115,3 +116,47 @@ def test_the_chat_example_line_reads_the_nearest_file(tmp_path: Path) -> None:
     first = amx["chat_examples"]["prompts"][0]
     assert labels[0] == f"{CHAT_EXAMPLES[0].title} · {first['mean_acceptance_length']:.2f} tokens/step"
     assert example_labels([]) == ("Examples", [e.title for e in CHAT_EXAMPLES])
+
+
+def _vllm_record(kind: str, started: str, vllm: dict[str, float], ours: dict[str, float]) -> dict:
+    """A vLLM landing file as `bench-engines --landing` writes one (the keys the renderings read)."""
+    def row(engine: str, drafter: str, speedup: float | None, instrumented: bool = False) -> dict:
+        return {"engine": engine, "drafter": drafter, "concurrency": 1, "speedup": speedup,
+                "instrumented": instrumented, "neighbours": 0}
+
+    rows = [row(e, "none", None) for e in ("local", "vllm")]
+    rows += [row("vllm", d, s) for d, s in vllm.items()] + [row("local", d, s) for d, s in ours.items()]
+    rows += [row("local", d, 0.1, instrumented=True) for d in ours]  # instrumented rows are not the figure
+    return {"rows": rows, "started": started, "machine": {"cpu": "AMD EPYC", "cores": 2, "cpu_kind": kind},
+            "config": {"prompt_set": "mt-bench", "prompts": 5, "max_new_tokens": 96, "k": 4},
+            "other_work": {"other_cpu_share": 0.01, "beside_other_work": False}}
+
+
+def test_vllms_rows_follow_their_kinds_landing_rows_and_read_their_file(tmp_path: Path) -> None:
+    from playground.ui.about import Measurements, about_markdown
+
+    zen5 = _altered(tmp_path, "amd-zen5-avx512-bf16", "2031-01-02", 1.5, 0.0)
+    _altered(tmp_path, "intel-avx512-bf16-amx", "2030-05-06", 0.5, 0.4)
+    (tmp_path / "vllm").mkdir()
+    vllm = _vllm_record("amd-zen5-avx512-bf16", "2031-01-03 10:00:00", {"eagle3": 1.234, "eagle3.1": 1.567},
+                        {"eagle3": 1.876, "eagle3.1": 2.345})
+    (tmp_path / "vllm" / "amd-zen5-avx512-bf16.json").write_text(json.dumps(vllm))
+    lines = speedup_table(tmp_path).splitlines()
+    vllm_line = next(line for line in lines if "vLLM's CPU build, k = 4, 5 MT-Bench prompts" in line)
+    zen5_auto = next(i for i, line in enumerate(lines) if "2031-01-02" in line) + 1  # k = 4, then k auto, then vLLM
+    assert lines.index(vllm_line) == zen5_auto + 1
+    assert "| 1.23× | 1.57× |" in vllm_line and "our engine in the same run: 1.88× and 2.35×" in vllm_line
+    assert "the same CPU, 2031-01-03, one request, on an otherwise idle machine" in vllm_line
+    assert "the shipped pair" in vllm_line and "requests at once" not in lines[lines.index(vllm_line) + 1]
+    assert sum("vLLM's CPU build" in line for line in lines) == 2  # this kind's, and the older Xeon file's
+    zen5["path"] = tmp_path / "amd-zen5-avx512-bf16.json"
+    text = about_markdown(Measurements(None, None, None, None, None, None, None, landing=[zen5],
+                                       vllm_landing={"amd-zen5-avx512-bf16": vllm}, kind="amd-zen4-avx512-bf16"))
+    assert "vLLM's CPU build on the same machine, 2031-01-03" in text and "EAGLE-3.1 1.57× (ours 2.35×)" in text
+
+
+def test_bench_engines_refuses_a_landing_run_that_is_not_the_landing_tables() -> None:
+    done = subprocess.run([sys.executable, "-m", "playground", "bench-engines", "--landing", "--engines", "local",
+                           "--out", "/nonexistent/never-written"], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "needs --engines with local and vllm" in done.stderr
