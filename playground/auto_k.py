@@ -29,7 +29,7 @@ from playground.engine.costs import AutoK, CostProfile, choose_k, expected_token
 from playground.engine.replay import replay, teacher_force
 from playground.engine.weightless import proposer_for
 from playground.presets import repo_relative
-from playground.request.check import candidates, chosen_among, shipped_rates
+from playground.request.check import candidates, chosen_among, own_settings, shipped_rates
 from playground.smollm2 import cache_root
 
 PRIOR_STEPS = 64  # the shipped acceptance weighs as much as this many drafting steps of the session's own answers
@@ -37,6 +37,7 @@ SESSION_ANSWERS = 4  # the session's latest greedy answers replayed, at most (ea
 MOST_K = 8  # the deepest k k auto prices (the cost profile's deepest chain)
 PROBE_TOKENS = 32  # choosing among methods: this answer's first tokens, decoded plainly, are the evidence
 Answer = tuple[Sequence[int], Sequence[int]]  # (prompt ids, answer ids) of a finished greedy answer
+Settings = tuple[tuple[str, int | float], ...]  # method settings by name (GenerationConfig.method_settings)
 _replayed: OrderedDict[tuple, tuple[int, list[int]]] = OrderedDict()  # (pair, drafter, k, answer) -> counts
 
 
@@ -66,16 +67,17 @@ def updated_acceptance(shipped: list[float], counts: list[tuple[int, list[int]]]
 
 def auto_k(backend: LocalBackend, drafter: str, context_ids: list[int], tokens: int,
            announce: Callable[[str], None] | None = None, profile: CostProfile | None = None,
-           session: Sequence[Answer] = ()) -> AutoK:
+           session: Sequence[Answer] = (), settings: Settings = ()) -> AutoK:
     """The choice for `drafter` of the backend's preset at a context of `tokens` (its step costs measured over
     `context_ids` repeated to that length, or `profile` where the caller measured them), its acceptance updated with
     the latest SESSION_ANSWERS of `session` (the session's earlier greedy answers on this pair) replayed; ValueError
     where it cannot choose (a drafter given as a folder, or one without an acceptance by position), worded to follow
     k's name ("--k " + message, "k " + message). A choice among methods (ANY_METHOD, a comma list) or a weightless
-    method: `auto_method`, whose `context_ids` are the prompt."""
+    method: `auto_method`, whose `context_ids` are the prompt, each weightless method replayed with its own of the
+    request's method `settings` (GenerationConfig.method_settings; the registry's defaults for the rest)."""
     if chosen_among(drafter) or is_weightless(drafter):
         methods = candidates(backend.preset, drafter) if chosen_among(drafter) else [drafter]
-        return auto_method(backend, methods, context_ids, tokens, announce, session)
+        return auto_method(backend, methods, context_ids, tokens, announce, session, settings)
     answers = latest(session)
     per_position, source = eagle_acceptance(backend, drafter, answers, session_words(answers))
     since = time.time()
@@ -121,7 +123,8 @@ def probe_answer(backend: LocalBackend, prompt_ids: list[int]) -> list[int]:
 
 
 def auto_method(backend: LocalBackend, methods: list[str], prompt_ids: list[int], tokens: int,
-                announce: Callable[[str], None] | None = None, session: Sequence[Answer] = ()) -> AutoK:
+                announce: Callable[[str], None] | None = None, session: Sequence[Answer] = (),
+                settings: Settings = ()) -> AutoK:
     """The method of `methods` and k predicted fastest (or plain decoding), each at this machine's step costs at a
     context of `tokens`: the module's docstring. The evidence is the session's latest answers and this answer's
     first PROBE_TOKENS tokens (`probe_answer`), replayed under each method."""
@@ -138,7 +141,7 @@ def auto_method(backend: LocalBackend, methods: list[str], prompt_ids: list[int]
     evidence = [*answers, (list(prompt_ids), probe)] if len(probe) > 1 else answers
     described = " and ".join(filter(None, (session_words(answers), f"this answer's first {len(probe)} tokens "
                                                                     "(decoded plainly to choose)")))
-    candidates = [weightless_candidate(name, target_costs, evidence, described) if is_weightless(name)
+    candidates = [weightless_candidate(name, target_costs, evidence, described, settings) if is_weightless(name)
                   else eagle_candidate(backend, name, profiles[name], evidence, described) for name in methods]
     return choose_method(candidates, target_costs.load_text(since))
 
@@ -151,22 +154,25 @@ def eagle_candidate(backend: LocalBackend, drafter: str, profile: CostProfile, a
     return Candidate(drafter, ranged, source, profile.plain.ms, tuple(per_position))
 
 
-def weightless_candidate(method: str, profile: CostProfile, answers: Sequence[Answer], described: str) -> Candidate:
+def weightless_candidate(method: str, profile: CostProfile, answers: Sequence[Answer], described: str,
+                         settings: Settings = ()) -> Candidate:
     """A weightless method's speedup by k from the steps a greedy run would take over `answers` (each proposed from
-    its prompt and the answer before it), priced at the target's verification alone."""
+    its prompt and the answer before it, with its own of `settings`), priced at the target's verification alone."""
     ranged = {}
     for k in range(1, MOST_K + 1):
         steps = [step for prompt, answer in answers  # the answer's first token is the prefill's, as live
-                 for step in text_steps(method, k, [*prompt, *answer], len(prompt) + 1)]
+                 for step in text_steps(method, k, [*prompt, *answer], len(prompt) + 1, settings)]
         ranged[k] = profile.verified_speedup(steps)
     return Candidate(method, ranged, f"its replay over {described}", profile.plain.ms)
 
 
-def text_steps(method: str, k: int, tokens: list[int], start: int) -> list[tuple[int, int]]:
+def text_steps(method: str, k: int, tokens: list[int], start: int, settings: Settings = ()) -> list[tuple[int, int]]:
     """(rows verified, tokens emitted) of each step a greedy run of the weightless `method` at k would take over
-    `tokens[start:]`, were they the target's choices: each step proposes from the tokens before it (the registry's
-    settings), keeps the proposal's prefix that matches the text, and emits one token more."""
-    proposer = proposer_for(method, GenerationConfig(k=k, instrument=False))
+    `tokens[start:]`, were they the target's choices: each step proposes from the tokens before it (with its own of
+    `settings`, the registry's defaults for the rest), keeps the proposal's prefix that matches the text, and emits
+    one token more."""
+    cfg = GenerationConfig(k=k, instrument=False, method_settings=settings)
+    proposer = proposer_for(method, GenerationConfig(k=k, instrument=False, method_settings=own_settings(method, cfg)))
     steps, position = [], start
     while position < len(tokens):
         drafted = proposer.propose(tokens[:position], k)[:k]

@@ -93,7 +93,8 @@ def choose_auto_k(args: argparse.Namespace, preset: Preset, drafter: str, messag
     backend = make_backend(args, preset)
     prompt = backend.encode(messages, chat_template=args.chat_template, raw=args.raw)
     return auto_k(backend, drafter, prompt, len(prompt) + args.max_new_tokens // 2,
-                  announce=lambda message: print(f"--k auto: {message}", file=sys.stderr))
+                  announce=lambda message: print(f"--k auto: {message}", file=sys.stderr),
+                  settings=method_settings(args))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

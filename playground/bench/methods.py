@@ -180,11 +180,12 @@ class Runner:
         trees = (method.tree,) if method.tree else ()
         return self._profile(method.name, seed, middle, trees).predict(steps, method.tree, plain_tokens)
 
-    def auto_choice(self, name: str, prompt_ids: list[int], max_new_tokens: int) -> AutoK:
+    def auto_choice(self, name: str, prompt_ids: list[int], cfg: GenerationConfig) -> AutoK:
         """k auto's choice for one prompt, at the context `generate --k auto` prices (the prompt and half the token
-        budget), from the step costs measured in this run."""
-        tokens = len(prompt_ids) + max_new_tokens // 2
-        return auto_k(self.backend, name, prompt_ids, tokens, profile=self._profile(name, prompt_ids, tokens))
+        budget), from the step costs measured in this run, a weightless method replayed with `cfg`'s settings."""
+        tokens = len(prompt_ids) + cfg.max_new_tokens // 2
+        return auto_k(self.backend, name, prompt_ids, tokens, profile=self._profile(name, prompt_ids, tokens),
+                      settings=cfg.method_settings)
 
     def _profile(self, name: str, seed: list[int], tokens: int, trees: tuple[TreeShape, ...] = ()) -> CostProfile:
         """The pair's step costs at the context bucket of `tokens`, measured afresh once per run (a kept profile may
@@ -229,7 +230,7 @@ class Runner:
         preset = self.backend.preset
         named = method.name in (PLAIN, *preset.drafters) or is_weightless(method.name)
         drafter_path = None if named else method.name  # a folder or Hub id
-        choose_k = (lambda: self.auto_choice(method.name, prompt_ids, cfg.max_new_tokens)) if method.auto else None
+        choose_k = (lambda: self.auto_choice(method.name, prompt_ids, cfg)) if method.auto else None
         return resolve_request(preset, method.name, replace(own_settings(cfg, method.name), k=method.k or 1,
                                                             tree=method.tree), drafter_path, choose_k)
 

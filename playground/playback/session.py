@@ -39,7 +39,7 @@ def _prepare(settings: RunSettings, messages: list[dict], earlier: Sequence[Run]
                    if run.finished and not run.error and run.engine == "local" and run.prompt_ids
                    and run.settings.temperature == 0 and run.settings.preset == settings.preset]
         return auto_k(backend, settings.drafter, prompt_ids, len(prompt_ids) + settings.max_new_tokens // 2,
-                      session=session)
+                      session=session, settings=settings.method_settings)
 
     request = settings.resolved(choose_k)
     backend, prompt_ids = backend_and_prompt(request.preset)

@@ -98,6 +98,12 @@ def test_text_steps_follow_a_greedy_run_over_the_text() -> None:
     assert text_steps("ngram", 4, prompt + prompt[:20], len(prompt)) == [(1, 1), (1, 1), (5, 5), (5, 5), (5, 5),
                                                                           (5, 4)]
     assert text_steps("ngram", 4, prompt + list(range(200, 220)), len(prompt)) == [(1, 1)] * 20
+    # the request's own settings, not the registry's: matching three tokens at least, the copy starts a step later
+    assert text_steps("ngram", 4, prompt + prompt[:20], len(prompt), (("prompt_lookup_min", 3),)) == [
+        (1, 1), (1, 1), (1, 1), (5, 5), (5, 5), (5, 5), (5, 3)]
+    # another method's settings are not prompt lookup's
+    assert text_steps("ngram", 4, prompt + prompt[:20], len(prompt), (("suffix_decoding_max_tree_depth", 4),)) == \
+        text_steps("ngram", 4, prompt + prompt[:20], len(prompt))
 
 
 def test_k_auto_among_methods_chooses_the_fastest_that_pays_and_says_each() -> None:
