@@ -8,7 +8,9 @@ step, accepting as verification would — the longest run of drafts that equals 
 drafter the features of the accepted positions, as the live loop does. So the step boundaries, the drafter's inputs
 and the acceptance at every step are a live run's, up to floating-point rounding: the teacher-forced pass computes
 the same features in one forward where a live run computes them k + 1 rows at a time, which can move a drafter's
-argmax where two of its tokens tie to within rounding (tests/engine/test_replay.py measures it).
+argmax where two of its tokens tie to within rounding (tests/engine/test_replay.py measures it). On a target that
+verifies row-exactly (bfloat16 or int4 where probed so) the pass reads the answer a verification at a time, so the
+target's choices and features are exactly those plain decoding computed (`_read_through`).
 
 A weightless method (prompt lookup, suffix decoding) proposes from the text alone, so `replay_weightless` replays it
 exactly: its proposals at every step are a live run's, and so is what the target accepts of them.
@@ -28,6 +30,7 @@ import torch
 from .config import GenerationConfig
 from .decode import ChainDrafter
 from .drafter import Eagle3Drafter
+from .llama import MAX_EXACT_ROWS
 from .loop import Pending
 from .sampling import probabilities
 from .target import Target, TargetOutput
@@ -57,12 +60,23 @@ class Forced:
 
 def _read_through(target: Target, aux_layers: list[int], prompt_ids: list[int],
                   answer_ids: list[int]) -> tuple[list[int], TargetOutput]:
-    """Prompt + answer through the target in one forward (logits and the drafter's features at every position)."""
+    """Prompt + answer through the target (logits and the drafter's features at every position): in one forward, or,
+    on a target that verifies row-exactly (`FastLlama.row_exact`: bfloat16 or int4 where probed so), the prompt as a
+    live run's prefill and then the answer in verifications of at most MAX_EXACT_ROWS rows, each row computed bit for
+    bit as plain decoding computed it. One forward there rounds differently (its attention is one masked product),
+    and on SmolLM2's int4 target 31 of 48 greedy answers then read a near-tie the other way somewhere."""
     ids = list(prompt_ids) + list(answer_ids)
     if len(ids) > target.max_positions:
         raise ValueError(f"prompt and answer have {len(ids)} tokens; the target's context is {target.max_positions}")
-    target.expect_rows(len(ids))
-    return ids, target.forward(ids, target.new_cache(), aux_layers)
+    cache = target.new_cache()
+    if target.fast is None or not target.fast.row_exact:
+        target.expect_rows(len(ids))
+        return ids, target.forward(ids, cache, aux_layers)
+    parts = [target.forward(list(prompt_ids), cache, aux_layers)]
+    parts += [target.forward(list(answer_ids[i : i + MAX_EXACT_ROWS]), cache, aux_layers)
+              for i in range(0, len(answer_ids), MAX_EXACT_ROWS)]
+    return ids, replace(parts[0], logits=torch.cat([p.logits for p in parts]),
+                        aux=torch.cat([p.aux for p in parts]) if aux_layers else None)
 
 
 @torch.inference_mode()

@@ -161,3 +161,54 @@ def test_a_local_backend_refuses_speculation_on_int4_that_is_not_row_exact(tiny_
     with pytest.raises(RequestError, match="not be token-identical"):
         list(backend.stream(prompt, "eagle3.1", GenerationConfig(max_new_tokens=8, k=2)))
     assert list(backend.stream(prompt, "none", GenerationConfig(max_new_tokens=8)))  # plain decoding still runs
+
+
+def test_replay_on_a_row_exact_int4_target_steps_exactly_as_live_runs(tiny_root: Path, int4_target: Target) -> None:
+    """On a row-exact target the teacher-forced pass reads the answer a verification at a time (replay._read_through),
+    so every plain answer is taken as the target's own and a replay's steps equal a live run's at every k: drafts,
+    acceptance and tokens. Prompts and answers longer than MAX_EXACT_ROWS, so the answer spans several reads."""
+    from playground.engine.llama import MAX_EXACT_ROWS
+    from playground.engine.replay import replay, teacher_force
+
+    if not int4_target.fast.row_exact:
+        pytest.skip("this CPU's int4 products are not row-exact: replay there is up to rounding, as for float32")
+    drafter, _ = load_drafter(tiny_root / "eagle3.1")
+    aux = int4_target.attach(drafter)
+    drafter.prepare_for_decoding()
+    for seed in range(20, 24):
+        prompt = ids(30, int4_target.vocab_size, seed)
+        cfg = GenerationConfig(max_new_tokens=48, instrument=False)
+        answer = [t for e in plain_generate(int4_target, prompt, cfg) for t in e.emitted]
+        assert len(answer) > MAX_EXACT_ROWS
+        forced = teacher_force(int4_target, aux, prompt, answer)
+        for k in (1, 3, 5):
+            live = list(speculative_generate(int4_target, drafter, aux, prompt, GenerationConfig(
+                max_new_tokens=48, k=k, instrument=False)))
+            replayed = replay(forced, int4_target, drafter, k)
+            assert [(e.drafted, e.accepted, e.emitted) for e in replayed] == \
+                [(e.drafted, e.accepted, e.emitted) for e in live], (seed, k)
+
+
+def test_the_default_targets_int4_answers_replay_where_one_forward_reads_them_otherwise() -> None:
+    """SmolLM2's int4 target (the preset smollm2-135m-int4): its plain answers to two held-out prompts are taken as
+    its own by the teacher-forced pass and replay as live EAGLE-3.1 runs step; one forward over prompt + answer read
+    a near-tie the other way in 15 of 18 such answers on a Zen 4 (2026-12-06), which made replay, k auto's session
+    evidence and the fingerprint leave them out."""
+    from playground.backends.local import LocalBackend
+    from playground.engine.replay import replay, teacher_force
+    from playground.presets import get_preset
+    from playground.prompt_sets import load_prompt_set
+
+    backend = LocalBackend(get_preset("smollm2-135m-int4"))
+    target, loaded = backend.target, backend.drafter("eagle3.1")
+    if not target.fast.row_exact:
+        pytest.skip("this CPU's int4 products are not row-exact: replay there is up to rounding, as for float32")
+    for record in load_prompt_set("held-out", 5).records[2::2]:
+        prompt = backend.encode(record.messages([]))
+        answer = [t for e in plain_generate(target, prompt, GenerationConfig(max_new_tokens=64, instrument=False))
+                  for t in e.emitted]
+        forced = teacher_force(target, loaded.aux_layers, prompt, answer)
+        live = speculative_generate(target, loaded.drafter, loaded.aux_layers, prompt,
+                                    GenerationConfig(max_new_tokens=64, k=2, instrument=False))
+        assert [(e.drafted, e.accepted) for e in replay(forced, target, loaded.drafter, 2)] == \
+            [(e.drafted, e.accepted) for e in live], record.question_id
