@@ -30,7 +30,7 @@ from playground.drafting import (
 )
 from playground.engine import GenerationConfig
 from playground.engine.costs import AutoK, shipped_acceptance
-from playground.engine.loop import EMPTY_PROMPT
+from playground.engine.loop import prompt_text_problem
 from playground.presets import Preset
 
 from .availability import backend_unavailable_reason
@@ -172,8 +172,9 @@ def check_auto_k(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_pa
 def nonempty_prompt(prompt: str | None) -> str:
     """The prompt as typed, or RequestError where it holds nothing to answer (nothing, or only spaces): the engine's
     wording, before any model work."""
-    if prompt is None or not prompt.strip():
-        raise RequestError(EMPTY_PROMPT)
+    problem = prompt_text_problem(prompt)
+    if problem:
+        raise RequestError(problem)
     return prompt
 
 
