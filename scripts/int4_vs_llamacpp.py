@@ -22,7 +22,7 @@ import time
 from dataclasses import replace
 
 from playground.bench.against_llamacpp import INT4_DIR
-from playground.bench.llamacpp import LlamaCppPeer, unavailable_reason
+from playground.bench.llamacpp import LlamaCppPeer, encoded_prompts, unavailable_reason, user_turns
 from playground.bench.neighbours import busy_neighbours
 from playground.engine import (
     GenerationConfig,
@@ -110,7 +110,7 @@ def main() -> None:
             per_forward.setdefault((name, kind), []).append(len(out) / forwards)
         return out
 
-    encoded = {kind: [target.encode_chat([{"role": "user", "content": q}]) for q in qs] for kind, qs in PROMPTS.items()}
+    encoded = {kind: encoded_prompts(user_turns(qs)) for kind, qs in PROMPTS.items()}
     for name in runs:  # untimed warm-up of every path
         timed(name, "warm", encoded["fresh"][0])
     with busy_neighbours(args.neighbours):

@@ -14,10 +14,9 @@ import time
 from pathlib import Path
 
 from playground.bench.against_llamacpp import INT4_DIR
-from playground.bench.llamacpp import LlamaCppPeer
+from playground.bench.llamacpp import LlamaCppPeer, encoded_prompts, user_turns
 from playground.bench.neighbours import busy_neighbours
 from playground.machine import cpu_kind, machine_info
-from playground.smollm2 import HUB_ID, local_folder
 
 PROMPTS = ["Write a Python function that returns the n-th Fibonacci number iteratively, with a docstring.",
            "Write a JavaScript function that debounces another function.",
@@ -31,12 +30,7 @@ def main() -> None:
     p.add_argument("--passes", type=int, default=2)
     p.add_argument("--out", help="default: assets/bench/int4/threads/<this CPU's kind>.json")
     args = p.parse_args()
-    from transformers import AutoTokenizer
-
-    from playground.engine.templates import encode_chat
-
-    tokenizer = AutoTokenizer.from_pretrained(local_folder(HUB_ID))
-    prompts = [encode_chat(tokenizer, [{"role": "user", "content": q}]) for q in PROMPTS]
+    prompts = encoded_prompts(user_turns(PROMPTS))
     peers = {n: LlamaCppPeer(threads=n) for n in sorted({1, os.cpu_count() or 1})}
     for peer in peers.values():
         peer.run(prompts[0], "none", 1, 8)  # load and warm up

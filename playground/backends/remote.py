@@ -28,7 +28,7 @@ from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, SpecCounters, StepEvent
 from playground.engine.templates import raw_prompt, resolve_template
 from playground.presets import SERVER_DRAFTER, Preset
-from playground.request import require_local_engine_options
+from playground.request import check_preset_drafter, require_local_engine_options
 from playground.request.fit import check_drafter_fits
 from playground.specstats import counters_from_samples, parse_prometheus
 from playground.streamed_steps import MISSING_FIELDS, DeltaStepper, finish_reason
@@ -267,8 +267,7 @@ class RemoteBackend:
         if drafter == PLAIN:
             raise RemoteError("a remote server speculates with the drafter it was started with; for plain decoding "
                               "point a preset at a server started without --speculative-config")
-        if drafter not in self.preset.drafters:
-            raise RemoteError(f"drafter {drafter!r} is not served here (choose from {list(self.preset.drafters)})")
+        check_preset_drafter(self.preset, drafter)
         self.check_drafter()
         body: dict = {
             "model": self.model, "prompt": list(prompt_ids), "max_tokens": cfg.max_new_tokens,

@@ -202,18 +202,13 @@ def run_engine_bench(config: EngineBenchConfig, log: Callable[[str], None] = pri
 def llamacpp_rows(config: EngineBenchConfig, records: list, log: Callable[[str], None], info: dict) -> list[EngineRow]:
     """llama.cpp's rows: its methods at C = 1 (one `Llama` serves one sequence), on our tokenizer's ids."""
     from playground.bench.llamacpp import METHODS as PEER_METHODS
-    from playground.bench.llamacpp import LlamaCppPeer, unavailable_reason
-    from playground.engine.templates import encode_chat
-    from playground.smollm2 import HUB_ID, local_folder
+    from playground.bench.llamacpp import LlamaCppPeer, encoded_prompts, unavailable_reason
 
     reason = unavailable_reason()
     if reason:
         log(reason)
         return []
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(local_folder(HUB_ID))
-    prompts = [encode_chat(tokenizer, r.messages([])) for r in records]
+    prompts = encoded_prompts([r.messages([]) for r in records])
     peer, rows = LlamaCppPeer(), []
     skipped = [m for m in config.methods if m not in PEER_METHODS]
     if skipped or any(c != 1 for c in config.concurrency):

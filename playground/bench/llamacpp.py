@@ -32,6 +32,23 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def encoded_prompts(conversations: list[list[dict]]) -> list[list[int]]:
+    """Each conversation's prompt ids from the default target's tokenizer and chat template: the ids llama.cpp is
+    given, the very ones our engine decodes."""
+    from transformers import AutoTokenizer
+
+    from playground.engine.templates import encode_chat
+    from playground.smollm2 import HUB_ID, local_folder
+
+    tokenizer = AutoTokenizer.from_pretrained(local_folder(HUB_ID))
+    return [encode_chat(tokenizer, messages) for messages in conversations]
+
+
+def user_turns(questions: list[str]) -> list[list[dict]]:
+    """Each question as a conversation of one user turn."""
+    return [[{"role": "user", "content": question}] for question in questions]
+
+
 class LlamaCppPeer:
     """One llama.cpp model per method, loaded on first use; `run(prompt_ids, method, k, max_new_tokens)` returns
     (token ids, seconds, counters) as the bench's other engines' requests do."""

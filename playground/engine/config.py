@@ -14,8 +14,14 @@ from .tree_shape import TreeShape
 SEEDS = 2**63  # seeds are 0 .. SEEDS - 1 (what torch.Generator.manual_seed takes, without negatives)
 
 
-def max_new_tokens_problem(max_new_tokens: int) -> str | None:
-    return f"max_new_tokens must be at least 1, got {max_new_tokens}" if max_new_tokens < 1 else None
+def max_new_tokens_problem(max_new_tokens: int, most: int | None = None) -> str | None:
+    """Why an answer cannot have this many new tokens, or None: at least 1, and at most `most` where an entry point
+    bounds it (the app's slider); the one wording of this refusal, for every entry point."""
+    if max_new_tokens < 1:
+        return f"max new tokens must be at least 1, got {max_new_tokens}"
+    if most is not None and max_new_tokens > most:
+        return f"max new tokens must be at most {most}, got {max_new_tokens}"
+    return None
 
 
 def temperature_problem(temperature: float) -> str | None:

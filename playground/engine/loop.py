@@ -87,6 +87,12 @@ def cancelled_event(step: int, generated: list[int], start: float, now: float) -
 EMPTY_PROMPT = "the prompt is empty: give the model some text to answer"
 
 
+def prompt_text_problem(prompt: str | None) -> str | None:
+    """Why a prompt's text holds nothing to answer (nothing, or only spaces), or None: the one rule, for every entry
+    point that takes text (the CLI, the Chat, the server's completions), before it is encoded."""
+    return EMPTY_PROMPT if prompt is None or not prompt.strip() else None
+
+
 def prompt_problem(prompt_tokens: int, max_positions: int) -> str | None:
     """Why a prompt of this many tokens cannot be answered, or None: the one wording, for every entry point (the
     server's 400 included, which keeps OpenAI's words "maximum context length" that clients look for)."""

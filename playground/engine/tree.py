@@ -33,7 +33,7 @@ from .config import GenerationConfig, tree_problem
 from .drafter import Eagle3Drafter
 from .loop import Pending, Verified, attention_mass, speculate
 from .sampling import accept_sampled_tree, probabilities, sample_without_replacement
-from .target import Target
+from .target import Target, TargetOutput
 from .trace import AttentionMass, StepEvent
 from .tree_shape import TreeShape
 
@@ -298,28 +298,56 @@ class TreeDrafting:
                                   self.vocab_map, self.target.vocab_size, self.generator)
 
     def verify(self, drafts: DraftTree, tokens: list[int], context: int, cache: TargetCache) -> Verified:
-        cfg, device = self.cfg, self.target.device
-        ids = torch.tensor([tokens[-1]] + drafts.tokens, device=device)
-        verify = self.target.forward(ids, cache, self.aux_layers,
-                                     tree=(drafts.positions(context, device), drafts.sees(device)))
-        if self.template is None:
-            choices = verify.logits.argmax(-1).tolist()
-            path = drafts.accept(choices)
-            bonus = choices[path[-1] + 1 if path else 0]
-        else:
-            path, bonus = accept_sampled_tree(drafts.children, drafts.tokens, drafts.proposals,
-                                              probabilities(verify.logits, cfg.temperature, cfg.top_p),
-                                              self.generator)
-        rows = torch.tensor([0] + [i + 1 for i in path], device=device)
-        cache.keep(context, rows)
-        branch = drafts.branch(path)
-        attention, hidden_rms = drafts.drift(branch) or (None, None)
-        fields = {"drafted": [drafts.tokens[i] for i in branch], "accepted": len(path),
-                  "draft_probs": [drafts.probs[i] for i in branch] if cfg.instrument else None,
-                  "attention": attention, "hidden_rms": hidden_rms,
-                  **(drafts.step_fields(path) if len(drafts) else {})}
-        return Verified([drafts.tokens[i] for i in path] + [bonus], Pending(verify.aux[rows], context), fields,
-                        verify)
+        cfg = self.cfg
+        sampled = None if self.template is None else lambda logits: accept_sampled_tree(
+            drafts.children, drafts.tokens, drafts.proposals, probabilities(logits, cfg.temperature, cfg.top_p),
+            self.generator)
+        verdict = verify_tree(self.target, drafts, tokens[-1], context, cache, self.aux_layers, sampled)
+        attention, hidden_rms = drafts.drift(verdict.branch) or (None, None)
+        fields = {**verdict.fields(drafts), "attention": attention, "hidden_rms": hidden_rms,
+                  "draft_probs": [drafts.probs[i] for i in verdict.branch] if cfg.instrument else None}
+        return Verified(verdict.emitted(drafts), Pending(verdict.out.aux[verdict.rows], context), fields,
+                        verdict.out)
+
+
+@dataclass
+class TreeVerdict:
+    """A tree's verification: the target's forward over it, the accepted path (node indices), the bonus token, the
+    forward's rows the cache kept (the root's and the path's) and the branch the step reports (DraftTree.branch)."""
+
+    out: TargetOutput
+    path: list[int]
+    bonus: int
+    rows: torch.Tensor
+    branch: list[int]
+
+    def emitted(self, drafts: DraftTree) -> list[int]:
+        return [drafts.tokens[i] for i in self.path] + [self.bonus]
+
+    def fields(self, drafts: DraftTree) -> dict:
+        """The step's fields every tree fills: the branch drafted, how much of it was accepted, the tree itself."""
+        return {"drafted": [drafts.tokens[i] for i in self.branch], "accepted": len(self.path),
+                **(drafts.step_fields(self.path) if len(drafts) else {})}
+
+
+def verify_tree(target: Target, drafts: DraftTree, last_token: int, context: int, cache: TargetCache,
+                aux_layers: list[int] | None = None,
+                sampled: Callable[[torch.Tensor], tuple[list[int], int]] | None = None) -> TreeVerdict:
+    """`last_token` and the tree through the target in one forward under the tree's mask; the path accepted, greedy
+    (each child that equals the target's choice at its parent) or, with `sampled`, as it walks the logits; the
+    target's cache kept to the root and that path."""
+    device = target.device
+    out = target.forward(torch.tensor([last_token, *drafts.tokens], device=device), cache, aux_layers,
+                         tree=(drafts.positions(context, device), drafts.sees(device)))
+    if sampled is None:
+        choices = out.logits.argmax(-1).tolist()
+        path = drafts.accept(choices)
+        bonus = choices[path[-1] + 1 if path else 0]
+    else:
+        path, bonus = sampled(out.logits)
+    rows = torch.tensor([0] + [i + 1 for i in path], device=device)
+    cache.keep(context, rows)
+    return TreeVerdict(out, path, bonus, rows, drafts.branch(path))
 
 
 def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int], prompt_ids: list[int],

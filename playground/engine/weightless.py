@@ -26,7 +26,7 @@ from .sampling import accept_greedy, accept_point_mass_tree, accept_sampled, pro
 from .suffix import SuffixCache
 from .target import Target
 from .trace import StepEvent
-from .tree import NO_TREE, DraftTree
+from .tree import NO_TREE, DraftTree, verify_tree
 from .tree_shape import TreeShape
 
 
@@ -99,23 +99,12 @@ class WeightlessTree:
                          [n[3] for n in nodes], [0.0] * len(nodes))
 
     def verify(self, drafts: DraftTree, tokens: list[int], context: int, cache: TargetCache) -> Verified:
-        device = self.target.device
-        out = self.target.forward(torch.tensor([tokens[-1], *drafts.tokens], device=device), cache,
-                                  tree=(drafts.positions(context, device), drafts.sees(device)))
-        if self.cfg.greedy:
-            choices = out.logits.argmax(-1).tolist()
-            path = drafts.accept(choices)
-            bonus = choices[path[-1] + 1 if path else 0]
-        else:
-            path, bonus = accept_point_mass_tree(drafts.children, drafts.tokens,
-                                                 probabilities(out.logits, self.cfg.temperature, self.cfg.top_p),
-                                                 self.generator)
-        rows = torch.tensor([0] + [i + 1 for i in path], device=device)
-        cache.keep(context, rows)
-        branch = drafts.branch(path)
-        fields = {"drafted": [drafts.tokens[i] for i in branch], "accepted": len(path), "draft_probs": None,
-                  "attention": None, "hidden_rms": None, **(drafts.step_fields(path) if len(drafts) else {})}
-        return Verified([drafts.tokens[i] for i in path] + [bonus], Pending(out.aux, context), fields, out)
+        cfg = self.cfg
+        sampled = None if cfg.greedy else lambda logits: accept_point_mass_tree(
+            drafts.children, drafts.tokens, probabilities(logits, cfg.temperature, cfg.top_p), self.generator)
+        verdict = verify_tree(self.target, drafts, tokens[-1], context, cache, sampled=sampled)
+        fields = {**verdict.fields(drafts), "draft_probs": None, "attention": None, "hidden_rms": None}
+        return Verified(verdict.emitted(drafts), Pending(verdict.out.aux, context), fields, verdict.out)
 
 
 def weightless_generate(target: Target, method: str, prompt_ids: list[int], cfg: GenerationConfig,

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from playground.drafting import DEFAULT_DRAFTER, PLAIN, method_of
 from playground.engine import GenerationConfig, TreeShape
+from playground.engine.config import max_new_tokens_problem
 from playground.engine.costs import AutoK
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.tree_shape import MAX_NODES
@@ -93,8 +94,8 @@ class RunSettings:
             raise RequestError(err.args[0]) from None
         if not 0 <= self.tree_nodes <= MAX_NODES:
             raise RequestError(f"the draft tree's nodes must be from 0 (a chain) to {MAX_NODES}, got {self.tree_nodes}")
-        if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
-            raise RequestError(f"max new tokens must be between 1 and {MAX_NEW_TOKENS}, got {self.max_new_tokens}")
+        if problem := max_new_tokens_problem(self.max_new_tokens, MAX_NEW_TOKENS):
+            raise RequestError(problem)
         if self.chat_template not in CHAT_TEMPLATES:
             raise RequestError(f"unknown chat template {self.chat_template!r}; "
                                f"choose one of {', '.join(CHAT_TEMPLATES)}")

@@ -8,6 +8,7 @@ from .check import (
     BackendUnavailable,
     RequestError,
     ResolvedRequest,
+    check_preset_drafter,
     check_request,
     check_run,
     nonempty_prompt,
@@ -15,5 +16,6 @@ from .check import (
     resolve_request,
 )
 
-__all__ = ["BackendUnavailable", "RequestError", "ResolvedRequest", "backend_unavailable_reason", "check_request",
-           "check_run", "nonempty_prompt", "require_local_engine_options", "resolve_request"]
+__all__ = ["BackendUnavailable", "RequestError", "ResolvedRequest", "backend_unavailable_reason",
+           "check_preset_drafter", "check_request", "check_run", "nonempty_prompt", "require_local_engine_options",
+           "resolve_request"]

@@ -30,7 +30,7 @@ from playground.drafting import (
 )
 from playground.engine import GenerationConfig
 from playground.engine.costs import AutoK, shipped_acceptance
-from playground.engine.loop import EMPTY_PROMPT
+from playground.engine.loop import prompt_text_problem
 from playground.presets import Preset
 
 from .availability import backend_unavailable_reason
@@ -172,8 +172,9 @@ def check_auto_k(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_pa
 def nonempty_prompt(prompt: str | None) -> str:
     """The prompt as typed, or RequestError where it holds nothing to answer (nothing, or only spaces): the engine's
     wording, before any model work."""
-    if prompt is None or not prompt.strip():
-        raise RequestError(EMPTY_PROMPT)
+    problem = prompt_text_problem(prompt)
+    if problem:
+        raise RequestError(problem)
     return prompt
 
 
@@ -190,15 +191,22 @@ def check_run(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_path:
     if is_weightless(drafter) and not drafter_path:
         check_weightless(preset, drafter, cfg)
         return
-    if drafter != PLAIN and not drafter_path and drafter not in preset.drafters:
-        weightless = [name for name in WEIGHTLESS if preset.backend in METHODS[name].engines]
-        raise RequestError(f"unknown drafter {drafter!r} for preset {preset.name!r}; choose one of "
-                           f"{', '.join([*preset.drafter_names, *weightless])}")
+    if not drafter_path:
+        check_preset_drafter(preset, drafter)
     if cfg.tree is not None and drafter == PLAIN and not drafter_path:
         raise RequestError("draft trees need a drafter: choose one, or set the tree's nodes to 0")
     require_local_engine_options(preset.backend, cfg)
     if drafter_path and Path(preset.target).is_dir():  # a Hub target's config is read as it loads (Target.attach)
         check_drafter_fits(preset.target, drafter_path)
+
+
+def check_preset_drafter(preset: Preset, drafter: str) -> None:
+    """RequestError where `drafter`, named (not a folder given as such), is none of the preset's drafters, plain
+    decoding or a weightless method its engine runs; the refusal lists those."""
+    weightless = [name for name in WEIGHTLESS if preset.backend in METHODS[name].engines]
+    if drafter != PLAIN and drafter not in preset.drafters and drafter not in weightless:
+        raise RequestError(f"unknown drafter {drafter!r} for preset {preset.name!r}; choose one of "
+                           f"{', '.join([*preset.drafter_names, *weightless])}")
 
 
 def check_weightless(preset: Preset, drafter: str, cfg: GenerationConfig) -> None:

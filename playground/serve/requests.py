@@ -13,8 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from playground.engine.config import seed_problem, temperature_problem, top_p_problem
-from playground.engine.loop import EMPTY_PROMPT
+from playground.engine.config import max_new_tokens_problem, seed_problem, temperature_problem, top_p_problem
+from playground.engine.loop import EMPTY_PROMPT, prompt_text_problem
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_LENGTH = 256
@@ -79,14 +79,24 @@ class Message(Strict):
         return "".join(part["text"] for part in content)
 
 
-CHECKS = {"temperature": temperature_problem, "top_p": top_p_problem, "seed": seed_problem}
+CHECKS = {"temperature": temperature_problem, "top_p": top_p_problem, "seed": seed_problem,
+          "max_tokens": max_new_tokens_problem, "max_completion_tokens": max_new_tokens_problem}
+
+
+def in_range(value: float | int | None, info: ValidationInfo) -> float | int | None:
+    """`value` refused by the engine's own check of its field (CHECKS), so that the CLI, the app and the server
+    refuse in the same words."""
+    problem = None if value is None else CHECKS[info.field_name](value)
+    if problem:
+        raise ValueError(problem)
+    return value
 
 
 class Sampling(Strict):
     """What every generation request shares."""
 
     model: str | None = None
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = None
     temperature: float | None = None  # None: the server's default (serve/defaults.py)
     top_p: float | None = None
     seed: int | None = None
@@ -95,14 +105,10 @@ class Sampling(Strict):
     stream_options: StreamOptions | None = None
     return_token_ids: bool = False
 
-    @field_validator("temperature", "top_p", "seed")
+    @field_validator("temperature", "top_p", "seed", "max_tokens")
     @classmethod
     def _in_range(cls, value: float | int | None, info: ValidationInfo) -> float | int | None:
-        # the engine's own check, so that the CLI, the app and the server refuse in the same words
-        problem = None if value is None else CHECKS[info.field_name](value)
-        if problem:
-            raise ValueError(problem)
-        return value
+        return in_range(value, info)
 
     @field_validator("stop")
     @classmethod
@@ -133,15 +139,21 @@ class CompletionRequest(Sampling):
             if len(prompt) != 1:
                 raise ValueError("one prompt per request (this server does not batch prompts)")
             prompt = prompt[0]
-        if not prompt:
-            raise ValueError(EMPTY_PROMPT)
+        problem = prompt_text_problem(prompt) if isinstance(prompt, str) else EMPTY_PROMPT if not prompt else None
+        if problem:
+            raise ValueError(problem)
         return prompt
 
 
 class ChatCompletionRequest(Sampling):
     messages: list[Message] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = None
     chat_template: str | None = None
+
+    @field_validator("max_completion_tokens")
+    @classmethod
+    def _a_budget(cls, value: int | None, info: ValidationInfo) -> int | None:
+        return in_range(value, info)
 
     @property
     def answer_budget(self) -> int | None:

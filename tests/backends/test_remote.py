@@ -16,6 +16,7 @@ import pytest
 from playground.backends.remote import RemoteBackend, RemoteError, base_url
 from playground.engine import GenerationConfig, SpecCounters, speculative_generate, summarize
 from playground.presets import Preset
+from playground.request import RequestError
 from playground.request.fit import DrafterMismatch
 from playground.specstats import request_metrics
 from tests.support.appserver import running_server
@@ -100,6 +101,10 @@ def test_server_refusals(server: str, tiny, tmp_path: Path) -> None:
     backend = remote(server)
     with pytest.raises(RemoteError, match="plain decoding"):
         backend.stream([5, 6], "none", GenerationConfig())
+    for stray in ("eagle3", "ngram"):  # refused in check_run's words: the server runs its own drafter only
+        with pytest.raises(RequestError, match=f"unknown drafter '{stray}' for preset 'remote'; choose one of none, "
+                                               "served$"):
+            backend.stream([5, 6], stray, GenerationConfig())
     with pytest.raises(RemoteError, match="failed \\(400\\)"):
         list(backend.stream([5] * 600, "served", GenerationConfig(max_new_tokens=4)))
     # a drafter named for the server is checked against the served target, from the two config.json files

@@ -45,6 +45,8 @@ def test_what_k_auto_cannot_choose_for_is_refused_before_the_choice_is_made(monk
     import playground.request.check as auto_k_module
 
     monkeypatch.setattr(auto_k_module, "auto_k_problem", lambda preset, drafter: None)  # as if shipped
+    # the Hub target, whatever ran before (`pair_models` makes it a folder, whose fit a drafter folder is checked for)
+    monkeypatch.delenv("PLAYGROUND_MODELS_DIR", raising=False)
     preset, calls = get_preset("smollm2-135m"), []
     refusals = {
         "unknown drafter 'medusa'": ("medusa", GenerationConfig(k=1), None),

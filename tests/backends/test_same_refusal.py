@@ -13,9 +13,9 @@ import gradio as gr
 import pytest
 
 from playground.__main__ import main
-from playground.engine.config import seed_problem, temperature_problem, top_p_problem
+from playground.engine.config import max_new_tokens_problem, seed_problem, temperature_problem, top_p_problem
 from playground.engine.loop import EMPTY_PROMPT, prompt_problem
-from playground.playback import RunSettings
+from playground.playback import MAX_NEW_TOKENS, RunSettings
 from playground.playback.session import Conversation, chat_turn
 from playground.ui.refusals import report_user_errors
 
@@ -70,9 +70,28 @@ def server_says(client, body: dict) -> str:
 
 
 def test_an_empty_prompt(pair_models: Path, server, capsys: pytest.CaptureFixture) -> None:
-    assert cli(capsys, "generate", "--prompt", "  ") == EMPTY_PROMPT
-    assert app("  ") == EMPTY_PROMPT
-    assert server_says(server, {"prompt": ""}) == f"prompt: {EMPTY_PROMPT}"
+    """Nothing, or only spaces: nothing to answer (engine/loop.py's prompt_text_problem)."""
+    for prompt in ("", "  \n\t"):
+        assert cli(capsys, "generate", "--prompt", prompt) == EMPTY_PROMPT
+        assert app(prompt) == EMPTY_PROMPT
+        assert server_says(server, {"prompt": prompt}) == f"prompt: {EMPTY_PROMPT}"
+    assert server_says(server, {"prompt": []}) == f"prompt: {EMPTY_PROMPT}"  # no token ids either
+
+
+def test_max_new_tokens_out_of_range(pair_models: Path, server, capsys: pytest.CaptureFixture) -> None:
+    """One rule (engine/config.py's max_new_tokens_problem) for the CLI, the app, and the server's max_tokens and
+    max_completion_tokens; the app alone bounds it above (its slider's MAX_NEW_TOKENS), in the same words."""
+    problem = max_new_tokens_problem(0)
+    assert problem == "max new tokens must be at least 1, got 0"
+    assert cli(capsys, "generate", "--prompt", "hi", "--max-new-tokens", "0") == problem
+    assert app("hi", max_new_tokens=0) == problem
+    assert server_says(server, {"prompt": "hi", "max_tokens": 0}) == f"max_tokens: {problem}"
+    chat = server.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
+                                                     "max_completion_tokens": 0})
+    assert chat.status_code == 400 and chat.json()["error"]["message"] == f"max_completion_tokens: {problem}"
+    too_many = MAX_NEW_TOKENS + 1
+    assert app("hi", max_new_tokens=too_many) == max_new_tokens_problem(too_many, MAX_NEW_TOKENS) == (
+        f"max new tokens must be at most {MAX_NEW_TOKENS}, got {too_many}")
 
 
 def test_a_prompt_past_the_context(pair_models: Path, server, capsys: pytest.CaptureFixture) -> None:

@@ -42,17 +42,16 @@ def test_without_llamacpp_the_peer_is_skipped_in_one_line(monkeypatch: pytest.Mo
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python is not installed "
                     "(optional: requirements-llamacpp.txt)")
 def test_the_peer_decodes_the_default_gguf_greedily_from_our_ids() -> None:
-    from playground.bench.llamacpp import LlamaCppPeer, unavailable_reason
+    from playground.bench.llamacpp import LlamaCppPeer, encoded_prompts, unavailable_reason, user_turns
 
     if unavailable_reason():
         pytest.skip(unavailable_reason())
     from transformers import AutoTokenizer
 
-    from playground.engine.templates import encode_chat
     from playground.smollm2 import HUB_ID, local_folder
 
+    (ids,) = encoded_prompts(user_turns(["Repeat after me: one two three one two three."]))
     tokenizer = AutoTokenizer.from_pretrained(local_folder(HUB_ID))
-    ids = encode_chat(tokenizer, [{"role": "user", "content": "Repeat after me: one two three one two three."}])
     peer = LlamaCppPeer(threads=1)
     plain, seconds, _ = peer.run(ids, "none", 4, 24)
     again, _, _ = peer.run(ids, "none", 4, 24)

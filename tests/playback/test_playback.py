@@ -29,6 +29,7 @@ from playground.playback import (
 from playground.playback.run import _ActiveTimeEvents
 from playground.presets import get_preset
 from tests.support.appserver import long_answer_prompt
+from tests.support.step_costs import CHOSEN_K, predicted, use_hand_costs
 
 PROMPT = long_answer_prompt()
 NEVER = lambda: False  # noqa: E731
@@ -439,9 +440,10 @@ def test_k_auto_learns_from_the_sessions_earlier_answers_replayed(pair_models: P
 def test_k_auto_runs_the_k_predicted_fastest_or_plain_decoding_and_says_so(pair_models: Path, tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """A chat turn with k auto: the k chosen at its start from the drafter's acceptance by position (evaluation.json
-    beside the drafters) and this machine's step costs, or plain decoding where none pays — the answer as plain
-    decoding's either way, the status and the record saying what was chosen; a tree, or a drafter without an
-    acceptance by position, refused in one line."""
+    beside the drafters) and the pair's step costs (written by hand: timed here they move with the machine's load),
+    or plain decoding where none pays — the answer as plain decoding's either way, the status and the record saying
+    what was chosen; a tree, or a drafter without an acceptance by position, refused in one line."""
+    use_hand_costs(monkeypatch)
     for name in ("target", "eagle3", "eagle3.1"):
         (tmp_path / "models" / name).parent.mkdir(exist_ok=True)
         (tmp_path / "models" / name).symlink_to(pair_models / name)
@@ -455,9 +457,12 @@ def test_k_auto_runs_the_k_predicted_fastest_or_plain_decoding_and_says_so(pair_
         evaluation.write_text(json.dumps({"acceptance": {"eagle3.1": {"8": {"per_position_acceptance": [rate] * 8}}}}))
         run = answer(Conversation(), k_auto=True)[-1]
         assert run.settings.drafter == drafter and run.token_ids == plain, run.auto_k
-        assert (run.auto_k.k is None) == (drafter == "none") and run.settings.k_auto
-        chosen = "plain decoding" if drafter == "none" else f"k={run.settings.k}"
-        assert f"k auto chose {chosen}" in run.status, run.status
+        assert run.auto_k.k == (None if drafter == "none" else CHOSEN_K) and run.settings.k_auto
+        assert run.auto_k.predicted[CHOSEN_K] == pytest.approx(predicted(rate, CHOSEN_K))
+        chosen = ("plain decoding: no k is predicted to pay" if drafter == "none" else
+                  f"k={CHOSEN_K}, predicted {predicted(rate, CHOSEN_K):.2f}×")
+        assert f"k auto chose {chosen} on this machine (step costs measured on a machine whose load was not read" \
+            in run.status, run.status
         assert run.record("turn 1", with_steps=False)["auto_k"]["k"] == run.auto_k.k
     with pytest.raises(RequestError, match="k auto chooses a chain's k"):
         answer(Conversation(), k_auto=True, tree_nodes=8)

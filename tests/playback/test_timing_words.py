@@ -5,10 +5,12 @@ restating them: every number in that prose is one of the constants."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from playground.engine.trace import MIN_SPEEDUP_GROUPS
 from playground.playback.baseline import GROUP_SECONDS, GROUP_STEPS, SAMPLING_HELP, SHARE, SHARE_IN_CHAT
 from playground.playback.exports import TIMING_NOTE
+from playground.playback.run import RENDER_SHARE
 from playground.ui.about import METRICS
 from playground.viz.summary import (
     BASELINE_HELP,
@@ -20,6 +22,7 @@ from playground.viz.summary import (
     WITHIN_NOISE,
 )
 
+APP_DOC = Path(__file__).resolve().parents[2] / "docs" / "app.md"
 TIMING_WORDS = (SPEEDUP_RANGE_HELP, TOO_FEW_STEPS_HELP, VERDICT_HELP, BASELINE_HELP, SAMPLING_HELP,
                 TOKENS_PER_SECOND_HELP)
 
@@ -44,3 +47,15 @@ def test_every_number_in_the_explanation_is_the_codes() -> None:
     spelled = re.compile(r"\b(a (half|third|quarter|tenth)|two|three|four|five|six|ten)\b", re.IGNORECASE)
     for text in (TIMING_NOTE, METRICS):
         assert not spelled.search(text), spelled.search(text)
+
+
+def test_docs_app_gives_each_share_as_its_constant_says() -> None:
+    """docs/app.md's timing section names each share's constant beside its value, the value as the code has it; no
+    fraction is spelled there by hand (a "tenth" that outlived its constant)."""
+    doc = APP_DOC.read_text()
+    section = doc[doc.index("## Timing: what the speedup measures"):].split("\n## ")[0].replace("\n", " ")
+    for name, value in {"SHARE_IN_CHAT": SHARE_IN_CHAT, "SHARE": SHARE, "RENDER_SHARE": RENDER_SHARE}.items():
+        quoted = re.findall(rf"(\S+) \(`{name}`\)", section)
+        assert quoted == [f"{value:.0%}"], (name, quoted)
+    spelled = re.search(r"\ba (half|third|quarter|tenth|fifth)\b", section, re.IGNORECASE)
+    assert spelled is None, spelled

@@ -21,6 +21,7 @@ from playground.engine import GenerationConfig, SpecCounters, speculative_genera
 from playground.serve.app import Admission, ApiError
 from playground.serve.requests import ChatCompletionRequest, CompletionRequest
 from tests.support.appserver import running_server
+from tests.support.step_costs import CHOSEN_K, use_hand_costs
 
 MESSAGES = [{"role": "user", "content": "def add(a, b):"}]
 DRAFT_COUNTERS = ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total")
@@ -489,9 +490,10 @@ def test_an_unsupported_parameter_is_refused_for_its_own_reason() -> None:
 def test_serve_k_auto_serves_the_k_predicted_fastest_or_plain_decoding_and_says_why(
         pair_models: Path, tiny, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`serve --k auto` chooses at start-up from the drafter's acceptance by position (evaluation.json beside the
-    drafters) and this machine's step costs: an untrained drafter's is served as plain decoding, a drafter that
-    accepts nearly every draft gets a k; /v1/models says what was chosen and why. A drafter folder has no
-    acceptance to choose from and is refused in one line."""
+    drafters) and the pair's step costs (written by hand: timed here they move with the machine's load): an
+    untrained drafter's is served as plain decoding, a drafter that accepts nearly every draft gets the k those
+    costs make fastest; /v1/models says what was chosen and why. A drafter folder has no acceptance to choose from
+    and is refused in one line."""
     from fastapi.testclient import TestClient
 
     from playground.presets import get_preset
@@ -499,6 +501,7 @@ def test_serve_k_auto_serves_the_k_predicted_fastest_or_plain_decoding_and_says_
     from playground.serve.engine import load_engine
 
     monkeypatch.setenv("PLAYGROUND_CACHE_DIR", str(tmp_path / "cache"))
+    use_hand_costs(monkeypatch)
     evaluation = pair_models / "evaluation.json"
     preset = get_preset("smollm2-135m")
     try:
@@ -510,7 +513,7 @@ def test_serve_k_auto_serves_the_k_predicted_fastest_or_plain_decoding_and_says_
             with TestClient(build_app(engine)) as client:
                 card = client.get("/v1/models").json()["data"][0]["speculative"]
             assert card["drafter"] == served and card["auto_k"]["why"] == engine.auto.why
-            assert card["k"] == (engine.auto.k if served != "none" else None)
+            assert card["k"] == (CHOSEN_K if served != "none" else None) and engine.auto.k == card["k"]
             assert ("plain decoding" in engine.auto.why) == (served == "none")
         with pytest.raises(ValueError, match="auto chooses k for a preset drafter"):
             load_engine(preset, "eagle3.1", 1, None, drafter_path=str(pair_models / "eagle3.1"), k_auto=True)
