@@ -150,6 +150,16 @@ class ChatCompletionRequest(Sampling):
     max_completion_tokens: int | None = None
     chat_template: str | None = None
 
+    @field_validator("messages")
+    @classmethod
+    def _a_question(cls, messages: list[Message]) -> list[Message]:
+        """The last user turn must hold text, as the Chat tab's and the CLI's prompt must (prompt_text_problem)."""
+        asked = [m.content for m in messages if m.role == "user"]
+        problem = prompt_text_problem(asked[-1]) if asked else None
+        if problem:
+            raise ValueError(problem)
+        return messages
+
     @field_validator("max_completion_tokens")
     @classmethod
     def _a_budget(cls, value: int | None, info: ValidationInfo) -> int | None:

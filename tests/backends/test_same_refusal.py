@@ -76,6 +76,10 @@ def test_an_empty_prompt(pair_models: Path, server, capsys: pytest.CaptureFixtur
         assert app(prompt) == EMPTY_PROMPT
         assert server_says(server, {"prompt": prompt}) == f"prompt: {EMPTY_PROMPT}"
     assert server_says(server, {"prompt": []}) == f"prompt: {EMPTY_PROMPT}"  # no token ids either
+    chat = server.post("/v1/chat/completions", json={"max_tokens": 4, "messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": " \n"}]})  # the turn asked now: a Chat turn of spaces is refused too
+    assert chat.status_code == 400 and chat.json()["error"]["message"] == f"messages: {EMPTY_PROMPT}"
 
 
 def test_max_new_tokens_out_of_range(pair_models: Path, server, capsys: pytest.CaptureFixture) -> None:
