@@ -142,14 +142,21 @@ STAT = Path("/proc/stat")
 CPU_INTERVAL_MAX_S = 1.0  # a longer gap between two readings (the app idle between runs) measures no run
 
 
-def machine_busy_seconds(stat: Path = STAT) -> float | None:
-    """CPU time every core of the machine has spent busy so far, in seconds (/proc/stat's first line less idle and
-    iowait); None where the system does not say."""
+def machine_ticks(stat: Path = STAT) -> tuple[int, int] | None:
+    """(busy, total) CPU time of the whole machine so far, in clock ticks (/proc/stat's first line: busy is all but
+    idle and iowait; guest time is already counted in user); None where the system does not say."""
     try:
         values = [int(v) for v in stat.read_text().splitlines()[0].split()[1:9]]
-        return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
+    total = sum(values)
+    return total - values[3] - (values[4] if len(values) > 4 else 0), total
+
+
+def machine_busy_seconds(stat: Path = STAT) -> float | None:
+    """CPU time every core of the machine has spent busy so far, in seconds; None where the system does not say."""
+    ticks = machine_ticks(stat)
+    return None if ticks is None else ticks[0] / os.sysconf("SC_CLK_TCK")
 
 
 def own_cpu_seconds() -> float:
