@@ -80,7 +80,7 @@ def generate(args: argparse.Namespace) -> dict:
     else:
         m = record.metrics
         al = f"{m.mean_acceptance_length:.2f}" if m.mean_acceptance_length else "n/a"
-        busy = busy_text(m.busy_share)
+        busy = busy_text(m.cores_taken)
         print(f"\n\n[{m.generated_tokens} tokens, {m.tokens_per_second:.1f} tok/s, mean acceptance length {al}, "
               f"finish: {record.finish_reason}{'; ' + busy if busy else ''}]", file=sys.stderr)
         if drafter != PLAIN:

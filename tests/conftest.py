@@ -39,6 +39,8 @@ MARKERS = {
     "vllm": "starts vLLM engines (its module says so: `pytestmark = pytest.mark.vllm`)",
     "slow": "starts an app or a server in a subprocess (uses a fixture of SLOW_FIXTURES), loads the real default "
             "pair or trains (its module says so: `pytestmark = pytest.mark.slow`)",
+    "idle": "asserts what happens on an idle machine: it measures what else ran and skips, saying so, where "
+            "something did (its module or test says so)",
 }
 # The fixtures that start an app or a server: a test using one (directly or through another fixture) is slow.
 SLOW_FIXTURES = {"app_url", "real_app_url", "server", "vllm_app_url"}

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from playground.engine.threads import machine_ticks
+
 MAX_SECONDS = 3600
 _LOOP = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass\n"
 
@@ -51,17 +53,6 @@ def parse_neighbours(text: str) -> tuple[int, ...]:
 
 STAT = Path("/proc/stat")
 LOADAVG = Path("/proc/loadavg")
-
-
-def _machine_jiffies(stat: Path = STAT) -> tuple[int, int] | None:
-    """(busy, total) CPU time of the whole machine so far, in clock ticks (/proc/stat's first line); None off Linux."""
-    try:
-        values = [int(v) for v in stat.read_text().splitlines()[0].split()[1:]]
-    except (OSError, ValueError, IndexError):
-        return None
-    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle and iowait
-    total = sum(values[:8])  # user … steal; guest time is already counted in user
-    return total - idle, total
 
 
 def _load_average(loadavg: Path = LOADAVG) -> float | None:
@@ -105,11 +96,11 @@ def _own_ticks() -> float:
 def other_work(stat: Path = STAT, loadavg: Path = LOADAVG) -> Iterator[OtherWork]:
     """Measure what ran beside the block; the record is filled in when the block ends."""
     record = OtherWork(load_average=[_load_average(loadavg)])
-    start, own, t0 = _machine_jiffies(stat), _own_ticks(), time.monotonic()
+    start, own, t0 = machine_ticks(stat), _own_ticks(), time.monotonic()
     try:
         yield record
     finally:
-        end, record.seconds = _machine_jiffies(stat), time.monotonic() - t0
+        end, record.seconds = machine_ticks(stat), time.monotonic() - t0
         record.load_average.append(_load_average(loadavg))
         if start and end and end[1] > start[1]:
             others = (end[0] - start[0]) - (_own_ticks() - own)

@@ -43,7 +43,7 @@ def plain_generate(target: Target, prompt_ids: list[int], cfg: GenerationConfig,
         yield StepEvent(step=step, drafted=[], accepted=0, emitted=emitted, verify_ms=(now - t0) * 1000,
                         total_tokens=len(generated), elapsed_ms=(now - start) * 1000,
                         finished=reason is not None, finish_reason=reason, threads=out.threads,
-                        others_running=out.others_running)
+                        others_running=out.others_running, cores_taken=out.cores_taken)
         if reason is not None:
             return
         next_input, step = [token], step + 1

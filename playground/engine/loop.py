@@ -75,7 +75,8 @@ def prefill_event(generated: list[int], reason: str | None, start: float, now: f
     """Step 0 of a speculative run: the prefill and the first token, nothing drafted."""
     return StepEvent(step=0, drafted=[], accepted=0, emitted=list(generated), verify_ms=(now - start) * 1000,
                      total_tokens=len(generated), elapsed_ms=(now - start) * 1000, finished=reason is not None,
-                     finish_reason=reason, threads=out.threads, others_running=out.others_running)
+                     finish_reason=reason, threads=out.threads, others_running=out.others_running,
+                     cores_taken=out.cores_taken)
 
 
 def cancelled_event(step: int, generated: list[int], start: float, now: float) -> StepEvent:
@@ -194,4 +195,5 @@ def speculate(target: Target, aux_layers: list[int], prompt_ids: list[int], cfg:
         yield StepEvent(step=step, emitted=emitted, draft_ms=(t1 - t0) * 1000, verify_ms=(t2 - t1) * 1000,
                         total_tokens=len(generated), elapsed_ms=(t2 - start) * 1000, finished=reason is not None,
                         finish_reason=reason, threads=verified.out.threads,
-                        others_running=verified.out.others_running, **verified.fields)
+                        others_running=verified.out.others_running, cores_taken=verified.out.cores_taken,
+                        **verified.fields)

@@ -65,6 +65,7 @@ class TargetOutput:
     aux: torch.Tensor | None  # [t, n_aux * hidden] when captured
     threads: int | None = None  # CPU threads the forward ran on (None on a GPU)
     others_running: int | None = None  # other runnable tasks on the machine just before it (None where unknown)
+    cores_taken: float | None = None  # other processes' CPU time in cores over the load sample before it
 
 
 class Target:
@@ -230,19 +231,20 @@ class Target:
         `tree` = (positions [t], sees [t, t] bool) verifies a draft tree: new token i sits at positions[i] and attends
         to the cache and to the new tokens j where sees[i, j]."""
         others = self.threads.sample() if self.threads is not None else None
+        machine = {"others_running": others, "cores_taken": getattr(self.threads, "cores_taken", None)}
         threads = self.use_threads(len(input_ids))
         if self.fast is not None:
             ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device).view(-1)
             logits, aux = self.fast.forward(ids, cache, aux_layers or [], last_only, tree)
             return TargetOutput(logits=logits.float(), aux=torch.cat(aux, dim=-1) if aux_layers else None,
-                                threads=threads, others_running=others)
+                                threads=threads, **machine)
         ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device).view(1, -1)
         extra = {} if tree is None else self._tree_arguments(cache, *tree)
         out, found = self.capture_layers(aux_layers or (), lambda: self.model(
             input_ids=ids, use_cache=True, logits_to_keep=1 if last_only else 0, **{self.cache_keyword: cache.inner},
             **extra))
         aux = torch.cat([found[i][0] for i in aux_layers], dim=-1) if aux_layers else None
-        return TargetOutput(logits=out.logits[0].float(), aux=aux, threads=threads, others_running=others)
+        return TargetOutput(logits=out.logits[0].float(), aux=aux, threads=threads, **machine)
 
     @torch.no_grad()
     def features(self, tokens: torch.Tensor, aux_layers: list[int]) -> TargetOutput:

@@ -16,7 +16,9 @@ So the policy (`ThreadPolicy`), chosen per phase and adapting to the machine as 
   smoothed over readings).
 A user who sets the threads (`--threads`, PLAYGROUND_THREADS, OMP_NUM_THREADS) gets exactly that many, in every
 phase. Every step event carries the threads its verification ran on and the load last read before it, so a reading
-taken on a busy machine says so (RunMetrics.busy_share).
+taken on a busy machine says so. "Busy" is other processes' CPU time on the cores our threads want (`cores_taken`,
+`busy_text`), not the runnable snapshots: a browser rendering the answer on the same 2-core machine is runnable at
+about half the steps but takes under half a core, a busy loop a whole one (docs/engine.md).
 
 `playground/__init__.py` also bounds how long an idle OpenMP thread spins before it sleeps (`openmp.py`), so that
 a thread left over from a verification does not burn the core the next phase, or a neighbour, needs.
@@ -37,7 +39,7 @@ LOADAVG = Path("/proc/loadavg")
 SMOOTHING = 0.3  # weight of the newest load sample in the running estimate
 BUSY = 0.5  # other runnable tasks, smoothed, at which a core counts as taken
 MULTI_THREAD_GAIN = 1.1  # one-row work takes more threads only when they are measured this much faster
-BUSY_NOTE_SHARE = 0.2  # a run is said to have met a busy machine when this share of its steps began beside another task
+BUSY_CORES = 0.75  # other processes' CPU time, in cores our threads wanted, at which a run met a busy machine
 
 
 def runnable_tasks(loadavg: Path = LOADAVG) -> int | None:
@@ -49,13 +51,22 @@ def runnable_tasks(loadavg: Path = LOADAVG) -> int | None:
         return None
 
 
-def busy_text(busy_share: float | None) -> str:
-    """What the machine's load did to a run's readings (RunMetrics.busy_share), or "" where it ran alone or nobody
-    could tell: for status lines and the CLI."""
-    if busy_share is None or busy_share < BUSY_NOTE_SHARE:
+def cores_taken(others_cores: float | None, threads: int, cores: int | None = None) -> float | None:
+    """Of other processes' CPU time (`others_cores`, in cores), what fell on the cores `threads` of ours want: the
+    rest had cores of its own (`cores`: this process's usable cores)."""
+    if others_cores is None:
+        return None
+    return max(others_cores - max((cores or usable_cores()) - threads, 0), 0.0)
+
+
+def busy_text(taken: float | None) -> str:
+    """What the machine's load did to a run's readings (RunMetrics.cores_taken, its steps' mean `cores_taken`), or ""
+    where it ran alone, beside work too small to count (a browser rendering its answer), or nobody could tell: for
+    status lines and the CLI. The one rule for "busy": `BUSY_CORES`."""
+    if taken is None or taken < BUSY_CORES:
         return ""
-    return (f"the machine was busy (another task was runnable at {busy_share:.0%} of its steps): speeds and speedups "
-            "read lower than on an idle machine")
+    return (f"the machine was busy (other processes took {taken:.1f} of the cores its threads wanted): speeds and "
+            "speedups read lower than on an idle machine")
 
 
 OWN_TASKS = Path("/proc/self/task")
@@ -127,6 +138,52 @@ def other_runnable_tasks(count: Callable[[], int | None] = runnable_tasks,
     return max(running - max(len(seen | {me}), 1), 0)
 
 
+STAT = Path("/proc/stat")
+CPU_INTERVAL_MAX_S = 1.0  # a longer gap between two readings (the app idle between runs) measures no run
+
+
+def machine_ticks(stat: Path = STAT) -> tuple[int, int] | None:
+    """(busy, total) CPU time of the whole machine so far, in clock ticks (/proc/stat's first line: busy is all but
+    idle and iowait; guest time is already counted in user); None where the system does not say."""
+    try:
+        values = [int(v) for v in stat.read_text().splitlines()[0].split()[1:9]]
+    except (OSError, ValueError, IndexError):
+        return None
+    total = sum(values)
+    return total - values[3] - (values[4] if len(values) > 4 else 0), total
+
+
+def machine_busy_seconds(stat: Path = STAT) -> float | None:
+    """CPU time every core of the machine has spent busy so far, in seconds; None where the system does not say."""
+    ticks = machine_ticks(stat)
+    return None if ticks is None else ticks[0] / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """CPU time this process's threads have used so far, in seconds."""
+    times = os.times()
+    return times.user + times.system
+
+
+class OtherCpu:
+    """Other processes' CPU time between two readings, in cores: the machine's busy time less this process's own,
+    over the wall time between them. None for the first reading, where the system does not say, or after a gap of
+    over `max_gap_s` (what ran while no run read the load is not what a run met)."""
+
+    def __init__(self, machine: Callable[[], float | None] = machine_busy_seconds,
+                 own: Callable[[], float] = own_cpu_seconds, clock: Callable[[], float] = time.monotonic,
+                 max_gap_s: float = CPU_INTERVAL_MAX_S) -> None:
+        self._machine, self._own, self._clock, self.max_gap_s = machine, own, clock, max_gap_s
+        self._last: tuple[float, float, float] | None = None
+
+    def read(self) -> float | None:
+        now, busy, own = self._clock(), self._machine(), self._own()
+        last, self._last = self._last, None if busy is None else (now, busy, own)
+        if last is None or busy is None or not 0 < now - last[0] <= self.max_gap_s:
+            return None
+        return ((busy - last[1]) - (own - last[2])) / (now - last[0])
+
+
 SAMPLE_EVERY_S = 0.05  # the load is read at most this often; forwards in between carry the last reading
 
 
@@ -141,10 +198,12 @@ class LoadGauge:
     50 ms, a neighbour is still seen within a few readings."""
 
     def __init__(self, read: Callable[[], int | None] = other_runnable_tasks, every_s: float = SAMPLE_EVERY_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, cpu: OtherCpu | None = None) -> None:
         self._read, self.every_s, self._clock = read, every_s, clock
+        self._cpu = cpu or OtherCpu(clock=clock)
         self.smoothed = 0.0
         self.last: int | None = None
+        self.others_cores: float | None = None  # other processes' CPU time since the reading before, in cores
         self._read_at: float | None = None
 
     def sample(self) -> int | None:
@@ -154,6 +213,7 @@ class LoadGauge:
         if self._read_at is not None and now - self._read_at < self.every_s:
             return self.last
         self._read_at = now
+        self.others_cores = self._cpu.read()
         others = self._read()
         if others is None:
             return None
@@ -215,6 +275,12 @@ class ThreadPolicy:
     def sample(self) -> int | None:
         """A load sample before a target forward (between products; `LoadGauge.sample`): the other runnable tasks."""
         return self.gauge.sample()
+
+    @property
+    def cores_taken(self) -> float | None:
+        """Other processes' CPU time between the last two load samples (`LoadGauge.others_cores`), in cores, beyond
+        the cores this policy's threads leave free (`cores_taken`)."""
+        return cores_taken(self.gauge.others_cores, self.max_threads)
 
     def calibrate(self, one_row_forward: Callable[[], object], reps: int = 5) -> None:
         """Time `one_row_forward` on one thread and on every thread, alternating, median of `reps`, and keep the

@@ -66,6 +66,7 @@ class StepEvent:
     # runnable tasks sampled just before it; None on a GPU, from other backends, or where the system does not say
     threads: int | None = None
     others_running: int | None = None
+    cores_taken: float | None = None  # other processes' CPU time in cores over the load sample before the step
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -90,7 +91,8 @@ class RunMetrics:
     attention_by_depth: list[AttentionMass] | None = None
     hidden_rms_by_depth: list[float] | None = None
     per_position_counts: list[int] = field(default_factory=list)
-    busy_share: float | None = None  # share of steps that began with another task runnable: a busy machine
+    busy_share: float | None = None  # share of steps that began with another task runnable (the thread policy's view)
+    cores_taken: float | None = None  # other processes' CPU time over the steps, in cores: threads.busy_text's rule
     threads: list[int] | None = None  # the CPU thread counts the steps' target forwards ran on
     verified_per_step: float | None = None  # rows the target verified per drafting step: drafts (a tree: nodes) + 1
 
@@ -253,6 +255,8 @@ class RunTally:
     hidden_rms: _DepthMeans = field(default_factory=_DepthMeans)
     load_samples: int = 0
     busy_steps: int = 0
+    cpu_samples: int = 0
+    cores_taken_sum: float = 0.0
     verified_rows: int = 0  # over the drafting steps: a chain's drafts or a tree's nodes, and the last token
     threads: set[int] = field(default_factory=set)
 
@@ -282,6 +286,9 @@ class RunTally:
         if event.others_running is not None:
             self.load_samples += 1
             self.busy_steps += event.others_running > 0
+        if event.cores_taken is not None:
+            self.cpu_samples += 1
+            self.cores_taken_sum += event.cores_taken
         if event.threads is not None:
             self.threads.add(event.threads)
 
@@ -305,6 +312,7 @@ class RunTally:
             hidden_rms_by_depth=[means[0] for means in hidden] if hidden is not None else None,
             per_position_counts=list(counters.accepted_per_pos),
             busy_share=self.busy_steps / self.load_samples if self.load_samples else None,
+            cores_taken=max(self.cores_taken_sum / self.cpu_samples, 0.0) if self.cpu_samples else None,
             threads=sorted(self.threads) or None,
             verified_per_step=self.verified_rows / counters.drafts if counters.drafts else None,
         )

@@ -109,7 +109,7 @@ class Run:
             return "answer done: timing plain decoding for the speedup…"
         if self.finished:
             notes = [note for note in (self.auto_k.short() if self.auto_k else None,
-                                       busy_text(self.tally.metrics().busy_share), self.held) if note]
+                                       busy_text(self.tally.metrics().cores_taken), self.held) if note]
             return "; ".join([FINISH_REASONS.get(self.finish_reason or "", "finished"), *notes])
         if self.events:
             return f"generating… {self.events[-1].total_tokens} tokens"

@@ -58,17 +58,19 @@ def _answers(url: str) -> bool:
 
 
 @contextmanager
-def running_app(models: Path | None, log_path: Path, timeout_s: float = 180.0, stop_s: float = 15.0) -> Iterator[str]:
-    """Run app.py (niced, one torch thread) against `models` (None: the real default pair); yields its URL once it
-    answers HTTP. At the end it gets SIGTERM and `stop_s` to stop its vLLM engines, if it started any."""
+def running_app(models: Path | None, log_path: Path, timeout_s: float = 180.0, stop_s: float = 15.0,
+                one_thread: bool = True) -> Iterator[str]:
+    """Run app.py (niced; one torch thread, or with `one_thread` False the thread policy a user gets) against `models`
+    (None: the real default pair); yields its URL once it answers HTTP. At the end it gets SIGTERM and `stop_s` to
+    stop its vLLM engines, if it started any."""
     port = free_port()
+    thread_settings = {"OMP_NUM_THREADS": "1", "PLAYGROUND_THREADS": os.environ.get("PLAYGROUND_THREADS", "1")}
     env = {
-        **{k: v for k, v in os.environ.items() if k != "PLAYGROUND_MODELS_DIR"},
+        **{k: v for k, v in os.environ.items() if k not in ("PLAYGROUND_MODELS_DIR", *thread_settings)},
         # tiny models: their step-cost profiles in the test's folder, not the user's cache
         **({"PLAYGROUND_MODELS_DIR": str(models), "PLAYGROUND_CACHE_DIR": str(log_path.parent / "cache")}
            if models else {}), "GRADIO_SERVER_NAME": "127.0.0.1",
-        "GRADIO_SERVER_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False", "OMP_NUM_THREADS": "1",
-        "PLAYGROUND_THREADS": os.environ.get("PLAYGROUND_THREADS", "1"),
+        "GRADIO_SERVER_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False", **(thread_settings if one_thread else {}),
         "GRADIO_TEMP_DIR": str(log_path.parent / "gradio-tmp"),
         "PLAYGROUND_REMOTE_URL": "",  # no remote server: the tests use that preset as one that cannot run here
     }
