@@ -127,7 +127,10 @@ def _engine_rows(engines: dict, before: dict, path: Path = ENGINES, pair: str = 
     one = [speedup["vllm", d, 1] for d in DRAFTERS]
     ours_one = " and ".join(_times(speedup["local", d, 1]) for d in DRAFTERS)
     many = [(speedup["vllm", d, most], speedup["local", d, most]) for d in DRAFTERS]
-    requests = "one request" + (f", {beside_words(engines)}" if engines.get("other_work") else "")
+    share = (engines.get("other_work") or {}).get("other_cpu_share")
+    # vLLM's engine processes end without this process waiting for them, so their CPU time reads as other work
+    requests = "one request" + (f", other processes (vLLM's ended engine processes among them) took {100 * share:.0f} "
+                                "% of the CPU time" if share is not None else "")
     rows = [
         _row(_same_machine(engines["machine"], engines.get("started"), before, requests),
              f"vLLM's CPU build, k = {config['k']}, {config['prompts']} {SET_NAMES.get(config['prompt_set'])} prompts "

@@ -81,15 +81,41 @@ class OtherWork:
         return {"beside_other_work": self.beside, "other_cpu_share": self.other_share,
                 "load_average_1min": self.load_average, "seconds": round(self.seconds, 1),
                 "how": "other processes' share of all cores' time over the run (/proc/stat's busy time less this "
-                       "process's own), and the 1-minute load average at its start and end"}
+                       "process's own and its descendants', such as vLLM's engine processes), and the 1-minute load "
+                       "average at its start and end"}
 
 
 BESIDE_SHARE = 0.05  # other processes' share of the machine above which a measurement ran beside other work
 
 
+PROC = Path("/proc")
+
+
+def _descendant_ticks(proc: Path = PROC, root: int | None = None) -> int:
+    """CPU time, in clock ticks, of the live processes below this one (vLLM's engine processes, their workers), with
+    their own reaped children's: what os.times() counts of them only once they have ended and been waited for."""
+    parent, ticks = {}, {}
+    for entry in proc.glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        fields = stat[stat.rindex(")") + 2 :].split()
+        parent[int(entry.name)] = int(fields[1])
+        ticks[int(entry.name)] = sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
+    below, frontier = set(), {os.getpid() if root is None else root}
+    while frontier:
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier} - below
+        below |= frontier
+    return sum(ticks[pid] for pid in below)
+
+
 def _own_ticks() -> float:
+    """CPU time of this process and everything below it, in clock ticks: ended children through os.times(), live
+    ones through /proc, so that an engine's own processes are not counted as other work."""
     times = os.times()
-    return (times.user + times.system + times.children_user + times.children_system) * os.sysconf("SC_CLK_TCK")
+    ended = (times.user + times.system + times.children_user + times.children_system) * os.sysconf("SC_CLK_TCK")
+    return ended + _descendant_ticks()
 
 
 @contextlib.contextmanager

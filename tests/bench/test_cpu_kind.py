@@ -66,3 +66,26 @@ def test_other_work_is_the_machines_busy_time_less_ours(tmp_path: Path) -> None:
     with other_work(tmp_path / "missing", loadavg) as unread:
         pass
     assert unread.other_share is None and unread.beside is None
+
+
+def test_our_childrens_cpu_time_is_ours_while_they_still_run() -> None:
+    """An engine's own processes (vLLM's engine core runs in a child) are not other work: the CPU time of live
+    processes below this one counts as ours (neighbours._descendant_ticks), before they end and are waited for."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from playground.bench.neighbours import _descendant_ticks
+
+    before = _descendant_ticks()
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                              "while time.process_time() < 0.5: pass\nprint('burnt', flush=True)\ntime.sleep(30)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "burnt"  # half a second of CPU spent, and still running
+        time.sleep(0.05)
+        assert _descendant_ticks() - before >= 0.4 * os.sysconf("SC_CLK_TCK")
+    finally:
+        child.kill()
+        child.wait()

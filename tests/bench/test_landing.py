@@ -146,7 +146,8 @@ def test_vllms_rows_follow_their_kinds_landing_rows_and_read_their_file(tmp_path
     zen5_auto = next(i for i, line in enumerate(lines) if "2031-01-02" in line) + 1  # k = 4, then k auto, then vLLM
     assert lines.index(vllm_line) == zen5_auto + 1
     assert "| 1.23× | 1.57× |" in vllm_line and "our engine in the same run: 1.88× and 2.35×" in vllm_line
-    assert "the same CPU, 2031-01-03, one request, on an otherwise idle machine" in vllm_line
+    assert "the same CPU, 2031-01-03, one request, other processes (vLLM's ended engine processes among them) took 1 " \
+        "% of the CPU time" in vllm_line
     assert "the shipped pair" in vllm_line and "requests at once" not in lines[lines.index(vllm_line) + 1]
     assert sum("vLLM's CPU build" in line for line in lines) == 2  # this kind's, and the older Xeon file's
     zen5["path"] = tmp_path / "amd-zen5-avx512-bf16.json"
