@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import native
 from .cache import FIRST_CAPACITY, KVCache
 
 MAX_EXACT_ROWS = 17  # row independence is probed up to k + 1 = 17 rows (MAX_K = 16); a larger tree's verification
@@ -54,6 +55,7 @@ COLUMNS_GAIN = 1.2  # a one-row product keeps the transposed weight only when it
 ONEDNN_GAIN = 1.1  # float32 products of several rows keep oneDNN's pack only when it is at least this much faster
 VERIFY_ROWS = 5  # the row count several-row layouts are timed at: a verification of k = 4 drafts
 QUANT_GROUP = 32  # int4 weights: a scale and a minimum per 32 weights along the input (GGUF's Q4_1 blocks)
+NATIVE_GAIN = 1.05  # the int4 path's C layer steps are used only where a one-row step is at least this much faster
 INT4_GAIN = 1.1  # weights="auto" takes int4 only where a one-row pass over every layer is at least this much faster
 WEIGHTS = ("auto", "float32", "int4")  # what a Llama target's fast path multiplies: chosen by measurement, or forced
 MEMINFO = Path("/proc/meminfo")
@@ -429,6 +431,8 @@ class FastLlama:
         dtype = self.dtype = self.embed.dtype  # of the residual stream, the KV cache and the logits
         self.weights = str(dtype).removeprefix("torch.")  # what the layers' products read: "int4" once quantised
         self.weights_why: str | None = None  # why weights="auto" kept the model's own weights
+        self.native = None  # the C library of the int4 path's small layer steps (`take_native_steps`), where used
+        self.native_why: str | None = None  # why the int4 path runs them in PyTorch
         if dtype == torch.bfloat16 and self.embed.device.type == "cpu" and native_bfloat16():
             for projection in self.projections():
                 projection.pack_onednn()
@@ -493,6 +497,7 @@ class FastLlama:
         self._use_head(head)
         self.weights, self.row_exact, self.transposed, self.onednn_roles = "int4", row_exact, [], []
         self.weights_why = None
+        self.take_native_steps()
 
     def _int4_head(self) -> Projection:
         """The vocabulary head beside int4 layers: int8 rows (`int8_rows`; the file's own table is 8-bit, Q8_0) where
@@ -546,7 +551,8 @@ class FastLlama:
         if self.weights == "int4":
             head = ("int8 rows" if self.lm_head.int8 is not None else
                     "bf16 onednn-packed" if self.lm_head.onednn is not None else "float32")
-            return f"int4 groups of {QUANT_GROUP} (bf16 inputs) + {head} head"
+            steps = " + C layer steps" if self.native is not None else ""
+            return f"int4 groups of {QUANT_GROUP} (bf16 inputs) + {head} head{steps}"
         if self.dtype != torch.float32 and self.lm_head.onednn is not None:
             products = "onednn-packed"
         elif self.onednn_roles:
@@ -592,6 +598,32 @@ class FastLlama:
     def new_cache(self, max_positions: int) -> KVCache:
         return KVCache(len(self.layers), self.n_kv, self.head_dim, max_positions, self.dtype, self.embed.device)
 
+    def take_native_steps(self, measure: bool = True) -> None:
+        """Run the int4 path's small per-layer steps in C (`native.py`) where it compiles here, the layers fit it,
+        and (with `measure`) one-row steps measure `NATIVE_GAIN` times faster so; `native_why` says why not."""
+        lib, problem = native.load()
+        if problem is None and any(p.bias is not None for p in self.projections()):
+            problem = "its products have biases"
+        if problem is None and not self.rope.static:
+            problem = "its rotary frequencies depend on the length"
+        if problem is None and not (self.head_dim <= native.MAX_HEAD_DIM and self.n_heads % self.n_kv == 0):
+            problem = (f"it needs heads of at most {native.MAX_HEAD_DIM} dimensions and query heads in groups per key "
+                       "head")
+        if problem is None and measure:
+            cache = self.new_cache(64)
+            self.forward(torch.arange(8), cache, [], True)
+
+            def step_with(library):
+                def step() -> None:
+                    self.native = library
+                    cache.rollback(8)
+                    self.forward(torch.tensor([8]), cache, [], True)
+                return step
+            if not measured_faster(step_with(None), step_with(lib), NATIVE_GAIN, reps=5):
+                problem = f"not {NATIVE_GAIN:g}x faster than PyTorch's steps here (measured at load)"
+        self.native = lib if problem is None else None
+        self.native_why = None if problem is None else f"C layer steps: {problem}"
+
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, cache: KVCache, aux_layers: list[int], last_only: bool,
                 tree: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -603,6 +635,8 @@ class FastLlama:
         end = start + t
         cache.reserve(end)
         x = (F.embedding(ids, self.embed) if self.embedding is None else self.embedding(ids)).to(self.dtype)  # [t, H]
+        if self.native is not None and (t == 1 or (self.row_exact and (t <= MAX_EXACT_ROWS or tree is not None))):
+            return self._native_forward(x, cache, aux_layers, last_only, tree)
         cos, signed_sin = self.rope.span(start, end, x) if tree is None else self.rope(tree[0], x)  # [1, t, head_dim]
         # row-exact: every verification (a chain's k + 1 rows, a tree's nodes), not a prefill, which plain and
         # speculative decoding compute alike
@@ -648,3 +682,55 @@ class FastLlama:
         cache.length = end
         logits = self.lm_head(F.rms_norm(x[-1:] if last_only else x, x.shape[-1:], self.norm, self.eps), rows_at_once)
         return logits, [captured[i] for i in aux_layers]
+
+    def _native_forward(self, x: torch.Tensor, cache: KVCache, aux_layers: list[int], last_only: bool,
+                        tree: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """`forward` for one-row steps and verifications on int4 layers: the products in PyTorch's int4 kernel, the
+        rest of each layer in C (`native_layer.c`), each row computed alone: a verification's rows are bit for bit
+        what one-row steps give them."""
+        lib, (t, width), start = self.native, x.shape, cache.length
+        heads, kv_heads, head_dim = self.n_heads, self.n_kv, self.head_dim
+        positions = None if tree is None else tree[0].to(torch.long).contiguous()
+        sees = None if tree is None else tree[1].to(torch.bool).contiguous()
+        last = start + t - 1 if positions is None else int(positions.max())
+        cos, signed_sin = (table.contiguous() for table in self.rope._table(last, x))
+        layer_bytes = kv_heads * cache.capacity * head_dim * cache.keys.element_size()
+        keys, values = cache.keys.data_ptr(), cache.values.data_ptr()
+        pointer = lambda tensor: None if tensor is None else tensor.data_ptr()  # noqa: E731
+        normed = torch.empty(t, width, dtype=torch.bfloat16)
+        attended = torch.empty(t, heads * head_dim, dtype=torch.bfloat16)
+        captured: dict[int, torch.Tensor] = {}
+        wanted, pending = set(aux_layers), None
+        for i, layer in enumerate(self.layers):
+            lib.add_norm(x.data_ptr(), pointer(pending), layer.input_norm.data_ptr(), t, width, self.eps, 0,
+                         normed.data_ptr(), None)
+            if i in wanted:
+                captured[i] = x.clone()
+            qkv = _int4_product(layer.qkv, normed)
+            lib.attend(qkv.data_ptr(), t, heads, kv_heads, head_dim, cos.data_ptr(), signed_sin.data_ptr(),
+                       pointer(positions), keys + i * layer_bytes, values + i * layer_bytes, cache.capacity, start,
+                       pointer(sees), self.scale, attended.data_ptr())
+            projected = _int4_product(layer.o, attended)  # held: a temporary's memory would be freed before the call
+            lib.add_norm(x.data_ptr(), projected.data_ptr(), layer.post_norm.data_ptr(), t, width, self.eps, 0,
+                         normed.data_ptr(), None)
+            gate_up = _int4_product(layer.gate_up, normed)
+            gated = torch.empty(t, gate_up.shape[1] // 2, dtype=torch.bfloat16)
+            lib.silu_mul(gate_up.data_ptr(), t, gated.shape[1], gated.data_ptr())
+            pending = _int4_product(layer.down, gated)
+        first = t - 1 if last_only else 0
+        out = torch.empty(t - first, width, dtype=self.dtype)
+        lib.add_norm(x.data_ptr(), pending.data_ptr(), self.norm.data_ptr(), t, width, self.eps, first, None,
+                     out.data_ptr())
+        if len(self.layers) in wanted:
+            captured[len(self.layers)] = x
+        cache.length = start + t
+        return self.lm_head(out, MAX_EXACT_ROWS), [captured[i] for i in aux_layers]
+
+
+def _int4_product(projection: Projection, x: torch.Tensor) -> torch.Tensor:
+    """x [rows, in] (bf16) through an int4 projection, in bf16, never more than `MAX_EXACT_ROWS` rows at once."""
+    packed, scales_zeros = projection.int4
+    mm = torch.ops.aten._weight_int4pack_mm_for_cpu
+    if x.shape[0] <= MAX_EXACT_ROWS:
+        return mm(x, packed, QUANT_GROUP, scales_zeros)
+    return torch.cat([mm(part, packed, QUANT_GROUP, scales_zeros) for part in x.split(MAX_EXACT_ROWS)])

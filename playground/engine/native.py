@@ -1,0 +1,96 @@
+"""The C half of the int4 decode step (`native_layer.c`), compiled for this machine on first use and loaded with
+ctypes: no PyTorch headers, so it builds in about a second wherever a C compiler is installed. Where none is (or
+`PLAYGROUND_NATIVE=0`), `load()` says why in one line and the engine keeps its PyTorch steps.
+
+The library is cached by the source's hash and this CPU's model and flags (it is built with -march=native), under
+`PLAYGROUND_CACHE` or ~/.cache/eagle-playground."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("native_layer.c")
+FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=c11"]
+COMPILE_SECONDS = 120
+MAX_HEAD_DIM = 256  # native_layer.c's MAX_DIM
+
+_lock = threading.Lock()
+_loaded: tuple[ctypes.CDLL | None, str | None] | None = None
+
+
+def _cpu_signature() -> str:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    wanted = ("model name", "flags", "cpu family", "model\t")
+    return "\n".join(sorted({line for line in lines if line.startswith(wanted)}))
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("PLAYGROUND_CACHE") or Path.home() / ".cache" / "eagle-playground"
+    return Path(root) / "native"
+
+
+def _compile(compiler: str, target: Path) -> str | None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        built = Path(scratch) / target.name
+        try:
+            done = subprocess.run([compiler, *FLAGS, "-o", str(built), str(SOURCE), "-lm"], capture_output=True,
+                                  text=True, timeout=COMPILE_SECONDS)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return f"the C compiler did not run: {type(err).__name__}"
+        if done.returncode != 0:
+            first = (done.stderr.strip().splitlines() or ["no message"])[0]
+            return f"{compiler} failed: {first}"
+        os.replace(built, target)  # atomic: another process may be loading the same file
+    return None
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    p, i, f, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_int64
+    lib.add_norm.argtypes = [p, p, p, i, i, f, i, p, p]
+    lib.attend.argtypes = [p, i, i, i, i, p, p, p, p, p, i64, i64, p, f, p]
+    lib.silu_mul.argtypes = [p, i, i, p]
+    for name in ("add_norm", "attend", "silu_mul"):
+        getattr(lib, name).restype = None
+
+
+def load() -> tuple[ctypes.CDLL | None, str | None]:
+    """(the library, None), or (None, why not in one line). Compiled once per machine and source."""
+    global _loaded
+    with _lock:
+        if _loaded is None:
+            _loaded = _load()
+        return _loaded
+
+
+def _load() -> tuple[ctypes.CDLL | None, str | None]:
+    if os.environ.get("PLAYGROUND_NATIVE", "1") == "0":
+        return None, "turned off (PLAYGROUND_NATIVE=0)"
+    if platform.system() != "Linux":
+        return None, f"built on Linux only, not {platform.system()}"
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None, "no C compiler here (cc or gcc)"
+    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode() + _cpu_signature().encode()).hexdigest()[:16]
+    target = cache_dir() / f"native_layer-{key}.so"
+    if not target.is_file():
+        problem = _compile(compiler, target)
+        if problem:
+            return None, problem
+    try:
+        lib = ctypes.CDLL(str(target))
+    except OSError as err:
+        return None, f"cannot load {target.name}: {err}"
+    _declare(lib)
+    return lib, None

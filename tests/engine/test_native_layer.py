@@ -1,0 +1,113 @@
+"""The int4 path's small layer steps in C (engine/native.py, native_layer.c): compiled here with the machine's C
+compiler, they compute nearly what PyTorch's steps compute, each verified row bit for bit what a one-row step gives
+it (chains and trees), so speculation stays token-identical to plain decoding; where the library cannot be had, one
+line says why and PyTorch's steps run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from playground.engine import Target, load_drafter, native
+from playground.engine.tree_shape import TreeShape
+from tests.support.int4 import assert_chains_and_trees_decode_plainly, ids
+
+pytestmark = pytest.mark.skipif(not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"),
+                                reason="this PyTorch has no int4 CPU kernel")
+
+
+@pytest.fixture(scope="module")
+def native_target(tiny_root: Path) -> Target:
+    """The tiny int4 target with its C steps forced on (at load they are kept only where measured faster)."""
+    lib, problem = native.load()
+    if lib is None:
+        pytest.skip(f"no C layer steps here: {problem}")
+    target = Target.load(str(tiny_root / "target"), weights="int4")
+    target.fast.take_native_steps(measure=False)
+    assert target.fast.native is not None and "C layer steps" in target.fast.kernels
+    return target
+
+
+def forward(target: Target, lib, tokens: list[int], cache, aux: list[int], tree=None):
+    target.fast.native = lib
+    return target.fast.forward(torch.tensor(tokens), cache, aux, False, tree)
+
+
+def test_a_verifications_rows_are_bit_for_bit_one_row_steps_chain_and_tree(native_target: Target) -> None:
+    fast, lib = native_target.fast, native_target.fast.native
+    assert fast.row_exact
+    aux = [1, native_target.num_layers]  # a layer's input and the final pre-norm state
+    prompt, new = ids(37, native_target.vocab_size, 1), ids(5, native_target.vocab_size, 2)
+    cache = native_target.new_cache()
+    forward(native_target, lib, prompt, cache, [])
+    steps = [forward(native_target, lib, [token], cache, aux) for token in new]
+    cache.rollback(len(prompt))
+    logits, states = forward(native_target, lib, new, cache, aux)
+    for i, (one_logits, one_states) in enumerate(steps):
+        assert torch.equal(one_logits[0], logits[i])
+        assert all(torch.equal(one[0], many[i]) for one, many in zip(one_states, states))
+    # a tree: token 0, then two children of it (1 and 2), and a child of 1; node 3 must equal the chain 0, 1, 3
+    cache.rollback(len(prompt))
+    start = len(prompt)
+    positions = torch.tensor([start, start + 1, start + 1, start + 2])
+    sees = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
+    tree_logits, _ = forward(native_target, lib, [new[0], new[1], new[4], new[2]], cache, [], (positions, sees))
+    assert torch.equal(tree_logits[0], logits[0]) and torch.equal(tree_logits[1], logits[1])
+    assert torch.equal(tree_logits[3], logits[2])
+    cache.rollback(start)
+    forward(native_target, lib, [new[0]], cache, [])
+    alone = forward(native_target, lib, [new[4]], cache, [])[0]
+    assert torch.equal(tree_logits[2], alone[0])
+
+
+def test_the_c_steps_compute_nearly_what_pytorchs_steps_compute(native_target: Target) -> None:
+    fast, lib = native_target.fast, native_target.fast.native
+    prompt, new = ids(30, native_target.vocab_size, 3), ids(4, native_target.vocab_size, 4)
+    outputs = []
+    for library in (lib, None):
+        cache = native_target.new_cache()
+        forward(native_target, lib, prompt, cache, [])
+        outputs.append(forward(native_target, library, new, cache, [2])[0])
+    fast.native = lib
+    c_steps, pytorch_steps = outputs
+    assert torch.corrcoef(torch.stack([c_steps.flatten(), pytorch_steps.flatten()]))[0, 1] > 0.999
+    assert not torch.equal(c_steps, pytorch_steps)  # another arithmetic: its own plain decoding is its baseline
+
+
+def test_speculation_with_c_steps_is_token_identical_to_plain_decoding(tiny_root: Path, native_target: Target) -> None:
+    drafter, _ = load_drafter(tiny_root / "eagle3.1")
+    aux = native_target.attach(drafter)
+    drafter.prepare_for_decoding()
+    assert_chains_and_trees_decode_plainly(native_target, drafter, aux, seeds=range(30, 34), ks=range(2, 6),
+                                           tree=TreeShape(depth=4, topk=3, nodes=12))
+
+
+def test_without_the_library_one_line_says_why_and_pytorchs_steps_run(tiny_root: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PLAYGROUND_NATIVE", "0")
+    assert native._load() == (None, "turned off (PLAYGROUND_NATIVE=0)")
+    monkeypatch.setenv("PLAYGROUND_NATIVE", "1")
+    monkeypatch.setenv("PLAYGROUND_CACHE", str(tmp_path))
+    monkeypatch.setenv("CC", "/bin/false")
+    lib, problem = native._load()
+    assert lib is None and problem.startswith("/bin/false failed") and "\n" not in problem
+    monkeypatch.setattr(native, "_loaded", (None, problem))
+    target = Target.load(str(tiny_root / "target"), weights="int4")
+    assert target.fast.native is None and target.fast.native_why == f"C layer steps: {problem}"
+    assert "C layer steps" not in target.fast.kernels
+    prompt = ids(20, target.vocab_size, 5)
+    assert target.forward(prompt, target.new_cache()).logits.shape[0] == len(prompt)
+
+
+def test_the_library_is_built_once_per_machine_and_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if native.load()[0] is None:
+        pytest.skip(f"no C layer steps here: {native.load()[1]}")
+    monkeypatch.setenv("PLAYGROUND_CACHE", str(tmp_path))
+    first, problem = native._load()
+    assert problem is None and first is not None
+    built = list((tmp_path / "native").glob("native_layer-*.so"))
+    assert len(built) == 1
+    stamp = built[0].stat().st_mtime_ns
+    assert native._load()[1] is None and built[0].stat().st_mtime_ns == stamp  # found, not compiled again
