@@ -24,10 +24,11 @@ weights in groups of 32 along the input, each group a scale and a minimum: the f
 file, so its codes come back exactly from the dequantised float32 weights (`int4_groups`). PyTorch's own
 `_weight_int4pack_mm_for_cpu` multiplies them; it is fast only for bfloat16 inputs, so each product's input is
 rounded to bfloat16 and its scales and minima are held in bfloat16 (the residual stream, norms and attention stay
-float32). The tied embedding and vocabulary head (Q8_0 in the file) go to bfloat16 where this CPU multiplies bf16 in
-hardware: four bits there change one top token in ten. That is a different target from float32's: answers may
-differ, and greedy speculation is token-identical to plain decoding of *this* target where its products are
-row-independent (probed at load, as for bfloat16), never otherwise.
+float32). The tied embedding and vocabulary head (Q8_0 in the file) go to int8 rows (else bfloat16 where this CPU
+multiplies bf16 in hardware): four bits there change one top token in ten. Between the products, a layer's small steps
+run in C where it compiles and measures faster here (`_native_forward`, `native.py`). That is a different target
+from float32's: answers may differ, and greedy speculation is token-identical to plain decoding of *this* target where
+its products are row-independent (probed at load, as for bfloat16), never otherwise.
 
 Only plain Llama layers take this path (`fast_forward_problem` says why a model does not); everything else runs
 through transformers.
@@ -59,6 +60,11 @@ NATIVE_GAIN = 1.05  # the int4 path's C layer steps are used only where a one-ro
 INT4_GAIN = 1.1  # weights="auto" takes int4 only where a one-row pass over every layer is at least this much faster
 WEIGHTS = ("auto", "float32", "int4")  # what a Llama target's fast path multiplies: chosen by measurement, or forced
 MEMINFO = Path("/proc/meminfo")
+# PyTorch's weight-only kernels through the torch namespace's bindings where it has them: about 9 us less a call than
+# torch.ops.aten's (measured on Zen 4), 150 calls a step
+_INT4_MM = getattr(torch, "_weight_int4pack_mm_for_cpu", None) or getattr(
+    torch.ops.aten, "_weight_int4pack_mm_for_cpu", None)
+_INT8_MM = getattr(torch, "_weight_int8pack_mm", None) or getattr(torch.ops.aten, "_weight_int8pack_mm", None)
 
 
 def available_memory(meminfo: Path = MEMINFO) -> int | None:
@@ -123,11 +129,10 @@ class Projection:
             return torch.cat([self(part) for part in x.split(rows_at_once)])
         if self.int4 is not None:
             packed, scales_zeros = self.int4
-            y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), packed, QUANT_GROUP,
-                                                            scales_zeros).to(x.dtype)
+            y = _INT4_MM(x.to(torch.bfloat16), packed, QUANT_GROUP, scales_zeros).to(x.dtype)
             return y if self.bias is None else y + self.bias
         if self.int8 is not None:
-            y = torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), *self.int8).to(x.dtype)
+            y = _INT8_MM(x.to(torch.bfloat16), *self.int8).to(x.dtype)
             return y if self.bias is None else y + self.bias
         if self.columns is not None and x.shape[0] == 1:
             y = x @ self.columns
@@ -687,50 +692,56 @@ class FastLlama:
                         tree: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """`forward` for one-row steps and verifications on int4 layers: the products in PyTorch's int4 kernel, the
         rest of each layer in C (`native_layer.c`), each row computed alone: a verification's rows are bit for bit
-        what one-row steps give them."""
+        what one-row steps give them. Written for a step's few milliseconds: locals, no per-layer allocations."""
         lib, (t, width), start = self.native, x.shape, cache.length
-        heads, kv_heads, head_dim = self.n_heads, self.n_kv, self.head_dim
+        add_norm, attend, silu_mul = lib.add_norm, lib.attend, lib.silu_mul
+        heads, kv_heads, head_dim, eps = self.n_heads, self.n_kv, self.head_dim, self.eps
         positions = None if tree is None else tree[0].to(torch.long).contiguous()
         sees = None if tree is None else tree[1].to(torch.bool).contiguous()
         last = start + t - 1 if positions is None else int(positions.max())
         cos, signed_sin = (table.contiguous() for table in self.rope._table(last, x))
+        rope = (cos.data_ptr(), signed_sin.data_ptr(), None if positions is None else positions.data_ptr())
         layer_bytes = kv_heads * cache.capacity * head_dim * cache.keys.element_size()
-        keys, values = cache.keys.data_ptr(), cache.values.data_ptr()
-        pointer = lambda tensor: None if tensor is None else tensor.data_ptr()  # noqa: E731
+        keys, values, capacity = cache.keys.data_ptr(), cache.values.data_ptr(), cache.capacity
+        shape = (t, heads, kv_heads, head_dim)
+        seen = (capacity, start, None if sees is None else sees.data_ptr(), self.scale)
+        product = _int4_product if t > MAX_EXACT_ROWS else _int4_mm
         normed = torch.empty(t, width, dtype=torch.bfloat16)
         attended = torch.empty(t, heads * head_dim, dtype=torch.bfloat16)
+        gated = torch.empty(t, self.layers[0].down.weight.shape[1], dtype=torch.bfloat16)  # a meta weight: its shape
+        xp, normed_p, attended_p, gated_p, inter = x.data_ptr(), normed.data_ptr(), attended.data_ptr(), \
+            gated.data_ptr(), gated.shape[1]
         captured: dict[int, torch.Tensor] = {}
         wanted, pending = set(aux_layers), None
         for i, layer in enumerate(self.layers):
-            lib.add_norm(x.data_ptr(), pointer(pending), layer.input_norm.data_ptr(), t, width, self.eps, 0,
-                         normed.data_ptr(), None)
+            add_norm(xp, None if pending is None else pending.data_ptr(), layer.input_norm.data_ptr(), t, width, eps,
+                     0, normed_p, None)
             if i in wanted:
                 captured[i] = x.clone()
-            qkv = _int4_product(layer.qkv, normed)
-            lib.attend(qkv.data_ptr(), t, heads, kv_heads, head_dim, cos.data_ptr(), signed_sin.data_ptr(),
-                       pointer(positions), keys + i * layer_bytes, values + i * layer_bytes, cache.capacity, start,
-                       pointer(sees), self.scale, attended.data_ptr())
-            projected = _int4_product(layer.o, attended)  # held: a temporary's memory would be freed before the call
-            lib.add_norm(x.data_ptr(), projected.data_ptr(), layer.post_norm.data_ptr(), t, width, self.eps, 0,
-                         normed.data_ptr(), None)
-            gate_up = _int4_product(layer.gate_up, normed)
-            gated = torch.empty(t, gate_up.shape[1] // 2, dtype=torch.bfloat16)
-            lib.silu_mul(gate_up.data_ptr(), t, gated.shape[1], gated.data_ptr())
-            pending = _int4_product(layer.down, gated)
+            qkv = product(layer.qkv, normed)
+            attend(qkv.data_ptr(), *shape, *rope, keys + i * layer_bytes, values + i * layer_bytes, *seen, attended_p)
+            projected = product(layer.o, attended)  # held: a temporary's memory would be freed before the call
+            add_norm(xp, projected.data_ptr(), layer.post_norm.data_ptr(), t, width, eps, 0, normed_p, None)
+            gate_up = product(layer.gate_up, normed)
+            silu_mul(gate_up.data_ptr(), t, inter, gated_p)
+            pending = product(layer.down, gated)
         first = t - 1 if last_only else 0
         out = torch.empty(t - first, width, dtype=self.dtype)
-        lib.add_norm(x.data_ptr(), pending.data_ptr(), self.norm.data_ptr(), t, width, self.eps, first, None,
-                     out.data_ptr())
+        add_norm(xp, pending.data_ptr(), self.norm.data_ptr(), t, width, eps, first, None, out.data_ptr())
         if len(self.layers) in wanted:
             captured[len(self.layers)] = x
         cache.length = start + t
         return self.lm_head(out, MAX_EXACT_ROWS), [captured[i] for i in aux_layers]
 
 
+def _int4_mm(projection: Projection, x: torch.Tensor) -> torch.Tensor:
+    """x [rows, in] (bf16) through an int4 projection, in bf16."""
+    packed, scales_zeros = projection.int4
+    return _INT4_MM(x, packed, QUANT_GROUP, scales_zeros)
+
+
 def _int4_product(projection: Projection, x: torch.Tensor) -> torch.Tensor:
     """x [rows, in] (bf16) through an int4 projection, in bf16, never more than `MAX_EXACT_ROWS` rows at once."""
-    packed, scales_zeros = projection.int4
-    mm = torch.ops.aten._weight_int4pack_mm_for_cpu
     if x.shape[0] <= MAX_EXACT_ROWS:
-        return mm(x, packed, QUANT_GROUP, scales_zeros)
-    return torch.cat([mm(part, packed, QUANT_GROUP, scales_zeros) for part in x.split(MAX_EXACT_ROWS)])
+        return _int4_mm(projection, x)
+    return torch.cat([_int4_mm(projection, part) for part in x.split(MAX_EXACT_ROWS)])
