@@ -2,8 +2,8 @@
 ctypes: no PyTorch headers, so it builds in about a second wherever a C compiler is installed. Where none is (or
 `PLAYGROUND_NATIVE=0`), `load()` says why in one line and the engine keeps its PyTorch steps.
 
-The library is cached by the source's hash and this CPU's model and flags (it is built with -march=native), under
-`PLAYGROUND_CACHE` or ~/.cache/eagle-playground."""
+The library is cached by the source's hash, its flags and this CPU's model and flags (it is built with -march=native),
+under `PLAYGROUND_CACHE` or ~/.cache/eagle-playground."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ import threading
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("native_layer.c")
-FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=c11"]
+FLAGS = ["-O3", "-fPIC", "-shared", "-std=c11"]
+MARCH = "native"  # the instructions it may use: this CPU's (AVX-512, AVX2 or neither: the file has a path for each)
 COMPILE_SECONDS = 120
 MAX_HEAD_DIM = 256  # native_layer.c's MAX_DIM
 
@@ -40,13 +41,13 @@ def cache_dir() -> Path:
     return Path(root) / "native"
 
 
-def _compile(compiler: str, target: Path) -> str | None:
+def _compile(compiler: str, target: Path, march: str) -> str | None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         built = Path(scratch) / target.name
         try:
-            done = subprocess.run([compiler, *FLAGS, "-o", str(built), str(SOURCE), "-lm"], capture_output=True,
-                                  text=True, timeout=COMPILE_SECONDS)
+            done = subprocess.run([compiler, *FLAGS, f"-march={march}", "-o", str(built), str(SOURCE), "-lm"],
+                                  capture_output=True, text=True, timeout=COMPILE_SECONDS)
         except (OSError, subprocess.TimeoutExpired) as err:
             return f"the C compiler did not run: {type(err).__name__}"
         if done.returncode != 0:
@@ -74,7 +75,8 @@ def load() -> tuple[ctypes.CDLL | None, str | None]:
         return _loaded
 
 
-def _load() -> tuple[ctypes.CDLL | None, str | None]:
+def _load(march: str = MARCH) -> tuple[ctypes.CDLL | None, str | None]:
+    """`load`'s work, uncached; `march` other than "native" builds another path of the file (the tests' use)."""
     if os.environ.get("PLAYGROUND_NATIVE", "1") == "0":
         return None, "turned off (PLAYGROUND_NATIVE=0)"
     if platform.system() != "Linux":
@@ -82,10 +84,11 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         return None, "no C compiler here (cc or gcc)"
-    key = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode() + _cpu_signature().encode()).hexdigest()[:16]
+    flags = " ".join([*FLAGS, march])
+    key = hashlib.sha256(SOURCE.read_bytes() + flags.encode() + _cpu_signature().encode()).hexdigest()[:16]
     target = cache_dir() / f"native_layer-{key}.so"
     if not target.is_file():
-        problem = _compile(compiler, target)
+        problem = _compile(compiler, target, march)
         if problem:
             return None, problem
     try:

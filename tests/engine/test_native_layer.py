@@ -111,3 +111,54 @@ def test_the_library_is_built_once_per_machine_and_source(tmp_path: Path, monkey
     assert len(built) == 1
     stamp = built[0].stat().st_mtime_ns
     assert native._load()[1] is None and built[0].stat().st_mtime_ns == stamp  # found, not compiled again
+
+
+@pytest.mark.parametrize("march", ["native", "x86-64-v3", "x86-64"])
+def test_each_instruction_path_is_row_exact_and_close_to_pytorch(march: str, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file's AVX-512, AVX2 and plain-C paths (whichever -march selects; built into a scratch cache): attention
+    and the norm computed for several rows at once equal each row computed alone, and near PyTorch's."""
+    import platform
+
+    import torch.nn.functional as F
+
+    from playground.engine.llama import rotate
+
+    if march != "native" and platform.machine() != "x86_64":
+        pytest.skip("x86-64 instruction sets")
+    monkeypatch.setenv("PLAYGROUND_CACHE", str(tmp_path))
+    lib, problem = native._load(march)
+    if lib is None:
+        pytest.skip(f"no C layer steps here: {problem}")
+    g = torch.Generator().manual_seed(7)
+    heads, kv_heads, dim, capacity, start, rows = 6, 2, 40, 64, 23, 4  # 40: vector blocks and a scalar tail
+    qkv = torch.randn(rows, (heads + 2 * kv_heads) * dim, generator=g).to(torch.bfloat16)
+    cos, signed_sin = torch.randn(128, dim, generator=g), torch.randn(128, dim, generator=g)
+    cached = torch.randn(2, kv_heads, capacity, dim, generator=g)
+
+    keys, values = cached[0].clone(), cached[1].clone()
+    together = torch.empty(rows, heads * dim, dtype=torch.bfloat16)
+    lib.attend(qkv.data_ptr(), rows, heads, kv_heads, dim, cos.data_ptr(), signed_sin.data_ptr(), None,
+               keys.data_ptr(), values.data_ptr(), capacity, start, None, 0.125, together.data_ptr())
+    for r in range(rows):
+        alone = torch.empty(rows, heads * dim, dtype=torch.bfloat16)
+        k, v = cached[0].clone(), cached[1].clone()
+        for j in range(r + 1):
+            lib.attend(qkv[j:].data_ptr(), 1, heads, kv_heads, dim, cos.data_ptr(), signed_sin.data_ptr(), None,
+                       k.data_ptr(), v.data_ptr(), capacity, start + j, None, 0.125, alone[j:].data_ptr())
+        assert torch.equal(alone[r], together[r]), r
+    q = qkv.float().view(rows, heads + 2 * kv_heads, dim).transpose(0, 1)
+    rotated = rotate(q[: heads + kv_heads], cos[None, start : start + rows], signed_sin[None, start : start + rows])
+    assert torch.allclose(keys[:, start : start + rows], rotated[heads:], atol=1e-5)
+    mask = torch.cat([torch.ones(rows, start, dtype=torch.bool), torch.ones(rows, rows, dtype=torch.bool).tril()], 1)
+    expected = F.scaled_dot_product_attention(rotated[None, :heads], keys[None, :, : start + rows],
+                                              values[None, :, : start + rows], attn_mask=mask, scale=0.125,
+                                              enable_gqa=True)[0].transpose(0, 1).reshape(rows, -1)
+    assert torch.allclose(together.float(), expected, atol=2e-2, rtol=1e-2)
+    x, weight = torch.randn(rows, 72, generator=g), torch.rand(72, generator=g)
+    normed, one = torch.empty(rows, 72, dtype=torch.bfloat16), torch.empty(1, 72, dtype=torch.bfloat16)
+    every, third = x.clone(), x[2:3].clone()  # held: the C code writes into them (the residual stream)
+    lib.add_norm(every.data_ptr(), None, weight.data_ptr(), rows, 72, 1e-5, 0, normed.data_ptr(), None)
+    lib.add_norm(third.data_ptr(), None, weight.data_ptr(), 1, 72, 1e-5, 0, one.data_ptr(), None)
+    assert torch.equal(one[0], normed[2])
+    assert torch.allclose(normed.float(), F.rms_norm(x, (72,), weight, 1e-5), atol=2e-2, rtol=1e-2)
