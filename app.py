@@ -17,8 +17,7 @@ import playground.backends.zerogpu  # noqa: F401 - on a ZeroGPU Space `spaces` m
 # isort: split
 from starlette.middleware import Middleware
 
-from playground import environment
-from playground.engine.threads import thread_policy
+from playground import flags
 from playground.machine import release_freed_memory
 from playground.playback import load_preset
 from playground.presets import default_preset_name
@@ -45,8 +44,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)  # ours at INFO (a refused request is one line); other libraries at WARNING
-    if threads := environment.number("PLAYGROUND_THREADS"):
-        thread_policy().fix(int(threads))
+    flags.apply_engine_settings()
     problem = load_preset(default_preset_name())
     release_freed_memory()  # what loading and converting the weights freed (~100 MiB of the default pair's)
     if problem:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from playground import environment, flags, generate, serve, space
+from playground import flags, generate, serve, space
 from playground.bench import cli as bench_cli
 from playground.bench import engines as bench_engines
 from playground.bench import replay as bench_replay
@@ -36,11 +36,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
     args = parser.parse_args(argv)
-    threads = getattr(args, "threads", None) or environment.number("PLAYGROUND_THREADS")
-    if threads:
-        from playground.engine.threads import thread_policy
-
-        thread_policy().fix(int(threads))
+    flags.apply_engine_settings(getattr(args, "threads", None))
     from playground.engine import CheckpointError, TargetError
 
     try:

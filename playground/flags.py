@@ -184,3 +184,16 @@ def add_method_flags(parser: argparse.ArgumentParser) -> None:
 def method_settings(args: argparse.Namespace) -> tuple[tuple[str, int | float], ...]:
     """The method settings the flags of `add_method_flags` were given, as GenerationConfig takes them."""
     return tuple((name, value) for name in PARAMETERS if (value := getattr(args, name, None)) is not None)
+
+
+def apply_engine_settings(threads: float | None = None) -> None:
+    """What the entry points (the CLI, app.py) hand the engine, which reads no settings itself: the threads
+    (`--threads`, else PLAYGROUND_THREADS) and where the int4 path's C steps are built, or whether at all
+    (PLAYGROUND_CACHE_DIR, PLAYGROUND_NATIVE)."""
+    from playground.engine import native
+    from playground.engine.threads import thread_policy
+    from playground.smollm2 import cache_root
+
+    if threads := threads or environment.number("PLAYGROUND_THREADS"):
+        thread_policy().fix(int(threads))
+    native.configure(cache_root() / "native", enabled=environment.text("PLAYGROUND_NATIVE") != "0")

@@ -31,9 +31,9 @@ def main() -> None:
 
     lib = llama._lib
     # C++ symbols (llama-ext.h): void (llama_context *, uint32_t, bool) and float * (llama_context *, uint32_t)
-    tap = getattr(lib, "_Z30llama_set_embeddings_layer_inpP13llama_contextjb")
+    tap = lib._Z30llama_set_embeddings_layer_inpP13llama_contextjb
     tap.argtypes, tap.restype = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_bool], None
-    tapped = getattr(lib, "_Z30llama_get_embeddings_layer_inpP13llama_contextj")
+    tapped = lib._Z30llama_get_embeddings_layer_inpP13llama_contextj
     tapped.argtypes, tapped.restype = [ctypes.c_void_p, ctypes.c_uint32], ctypes.POINTER(ctypes.c_float)
 
     llama.llama_backend_init()

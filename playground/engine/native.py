@@ -1,9 +1,11 @@
 """The C half of the int4 decode step (`native_layer.c`), compiled for this machine on first use and loaded with
 ctypes: no PyTorch headers, so it builds in about a second wherever a C compiler is installed. Where none is (or
-`PLAYGROUND_NATIVE=0`), `load()` says why in one line and the engine keeps its PyTorch steps.
+PLAYGROUND_NATIVE=0), `load()` says why in one line and the engine keeps its PyTorch steps.
 
 The library is cached by the source's hash, its flags and this CPU's model and flags (it is built with -march=native),
-under `PLAYGROUND_CACHE` or ~/.cache/eagle-playground."""
+in the folder the entry points name (`configure`: `native/` of the playground's cache folder, PLAYGROUND_CACHE_DIR or
+~/.cache/eagle-playground); without one, each process builds it in a scratch folder. PLAYGROUND_NATIVE=0 turns it
+off."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ MAX_HEAD_DIM = 256  # native_layer.c's MAX_DIM
 
 _lock = threading.Lock()
 _loaded: tuple[ctypes.CDLL | None, str | None] | None = None
+_settings: dict = {"cache": None, "enabled": True}  # set by the entry points (`configure`)
 
 
 def _cpu_signature() -> str:
@@ -36,9 +39,13 @@ def _cpu_signature() -> str:
     return "\n".join(sorted({line for line in lines if line.startswith(wanted)}))
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("PLAYGROUND_CACHE") or Path.home() / ".cache" / "eagle-playground"
-    return Path(root) / "native"
+def configure(cache: Path | None, enabled: bool = True) -> None:
+    """Where the library is built and kept (the app and the CLI pass `native/` of PLAYGROUND_CACHE_DIR's folder; None:
+    a scratch folder, built again by each process) and whether it is used at all (PLAYGROUND_NATIVE=0: not)."""
+    global _loaded
+    with _lock:
+        _settings.update(cache=cache, enabled=enabled)
+        _loaded = None
 
 
 def _compile(compiler: str, target: Path, march: str) -> str | None:
@@ -75,9 +82,11 @@ def load() -> tuple[ctypes.CDLL | None, str | None]:
         return _loaded
 
 
-def _load(march: str = MARCH) -> tuple[ctypes.CDLL | None, str | None]:
-    """`load`'s work, uncached; `march` other than "native" builds another path of the file (the tests' use)."""
-    if os.environ.get("PLAYGROUND_NATIVE", "1") == "0":
+def _load(march: str = MARCH, cache: Path | None = None, enabled: bool | None = None) -> tuple[ctypes.CDLL | None,
+                                                                                                str | None]:
+    """`load`'s work, uncached, with `configure`'s settings unless given; `march` other than "native" builds another
+    path of the file (the tests' use)."""
+    if not (_settings["enabled"] if enabled is None else enabled):
         return None, "turned off (PLAYGROUND_NATIVE=0)"
     if platform.system() != "Linux":
         return None, f"built on Linux only, not {platform.system()}"
@@ -86,7 +95,14 @@ def _load(march: str = MARCH) -> tuple[ctypes.CDLL | None, str | None]:
         return None, "no C compiler here (cc or gcc)"
     flags = " ".join([*FLAGS, march])
     key = hashlib.sha256(SOURCE.read_bytes() + flags.encode() + _cpu_signature().encode()).hexdigest()[:16]
-    target = cache_dir() / f"native_layer-{key}.so"
+    folder = cache or _settings["cache"]
+    if folder is None:
+        with tempfile.TemporaryDirectory(prefix="eagle-playground-native-") as scratch:
+            return _build_and_open(compiler, Path(scratch) / f"native_layer-{key}.so", march)  # open files stay
+    return _build_and_open(compiler, Path(folder) / f"native_layer-{key}.so", march)
+
+
+def _build_and_open(compiler: str, target: Path, march: str) -> tuple[ctypes.CDLL | None, str | None]:
     if not target.is_file():
         problem = _compile(compiler, target, march)
         if problem:

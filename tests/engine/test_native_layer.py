@@ -86,12 +86,9 @@ def test_speculation_with_c_steps_is_token_identical_to_plain_decoding(tiny_root
 
 def test_without_the_library_one_line_says_why_and_pytorchs_steps_run(tiny_root: Path, tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PLAYGROUND_NATIVE", "0")
-    assert native._load() == (None, "turned off (PLAYGROUND_NATIVE=0)")
-    monkeypatch.setenv("PLAYGROUND_NATIVE", "1")
-    monkeypatch.setenv("PLAYGROUND_CACHE", str(tmp_path))
+    assert native._load(enabled=False) == (None, "turned off (PLAYGROUND_NATIVE=0)")
     monkeypatch.setenv("CC", "/bin/false")
-    lib, problem = native._load()
+    lib, problem = native._load(cache=tmp_path)
     assert lib is None and problem.startswith("/bin/false failed") and "\n" not in problem
     monkeypatch.setattr(native, "_loaded", (None, problem))
     target = Target.load(str(tiny_root / "target"), weights="int4")
@@ -101,21 +98,19 @@ def test_without_the_library_one_line_says_why_and_pytorchs_steps_run(tiny_root:
     assert target.forward(prompt, target.new_cache()).logits.shape[0] == len(prompt)
 
 
-def test_the_library_is_built_once_per_machine_and_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_library_is_built_once_per_machine_and_source(tmp_path: Path) -> None:
     if native.load()[0] is None:
         pytest.skip(f"no C layer steps here: {native.load()[1]}")
-    monkeypatch.setenv("PLAYGROUND_CACHE", str(tmp_path))
-    first, problem = native._load()
+    first, problem = native._load(cache=tmp_path)
     assert problem is None and first is not None
-    built = list((tmp_path / "native").glob("native_layer-*.so"))
+    built = list(tmp_path.glob("native_layer-*.so"))
     assert len(built) == 1
     stamp = built[0].stat().st_mtime_ns
-    assert native._load()[1] is None and built[0].stat().st_mtime_ns == stamp  # found, not compiled again
+    assert native._load(cache=tmp_path)[1] is None and built[0].stat().st_mtime_ns == stamp  # found, not built again
 
 
 @pytest.mark.parametrize("march", ["native", "x86-64-v3", "x86-64"])
-def test_each_instruction_path_is_row_exact_and_close_to_pytorch(march: str, tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_instruction_path_is_row_exact_and_close_to_pytorch(march: str, tmp_path: Path) -> None:
     """The file's AVX-512, AVX2 and plain-C paths (whichever -march selects; built into a scratch cache): attention
     and the norm computed for several rows at once equal each row computed alone, and near PyTorch's."""
     import platform
@@ -126,8 +121,7 @@ def test_each_instruction_path_is_row_exact_and_close_to_pytorch(march: str, tmp
 
     if march != "native" and platform.machine() != "x86_64":
         pytest.skip("x86-64 instruction sets")
-    monkeypatch.setenv("PLAYGROUND_CACHE", str(tmp_path))
-    lib, problem = native._load(march)
+    lib, problem = native._load(march, cache=tmp_path)
     if lib is None:
         pytest.skip(f"no C layer steps here: {problem}")
     g = torch.Generator().manual_seed(7)
@@ -162,3 +156,23 @@ def test_each_instruction_path_is_row_exact_and_close_to_pytorch(march: str, tmp
     lib.add_norm(third.data_ptr(), None, weight.data_ptr(), 1, 72, 1e-5, 0, one.data_ptr(), None)
     assert torch.equal(one[0], normed[2])
     assert torch.allclose(normed.float(), F.rms_norm(x, (72,), weight, 1e-5), atol=2e-2, rtol=1e-2)
+
+
+def test_the_entry_points_hand_the_engine_its_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PLAYGROUND_NATIVE=0 and PLAYGROUND_CACHE_DIR reach the engine through `flags.apply_engine_settings` (the CLI's
+    and app.py's), the engine reading no setting itself."""
+    from playground import flags
+
+    monkeypatch.setattr(native, "_settings", dict(native._settings))
+    monkeypatch.setattr(native, "_loaded", None)
+    monkeypatch.setenv("PLAYGROUND_NATIVE", "0")
+    flags.apply_engine_settings()
+    assert native.load() == (None, "turned off (PLAYGROUND_NATIVE=0)")
+    monkeypatch.setenv("PLAYGROUND_NATIVE", "1")
+    monkeypatch.setenv("PLAYGROUND_CACHE_DIR", str(tmp_path))
+    flags.apply_engine_settings()
+    lib, problem = native.load()
+    if lib is None:
+        pytest.skip(f"no C layer steps here: {problem}")
+    assert list((tmp_path / "native").glob("native_layer-*.so"))
+    monkeypatch.setattr(native, "_loaded", None)  # the next test's loads build their own again
