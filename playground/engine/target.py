@@ -206,12 +206,12 @@ class Target:
 
     def _one_row_forward(self):
         """A one-token step after a short context, on a cache of its own: what the thread policy times at load."""
-        cache = self.new_cache()
-        self.forward(list(range(8)), cache, last_only=True)
+        cache, ids = self.new_cache(), [i % self.vocab_size for i in range(9)]  # any vocabulary, however small
+        self.forward(ids[:8], cache, last_only=True)
 
         def step() -> None:
             cache.rollback(8)
-            self.forward([8], cache, last_only=True)
+            self.forward(ids[8:], cache, last_only=True)
         return step
 
     def capture_layers(self, layer_ids, run):

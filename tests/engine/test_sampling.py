@@ -256,10 +256,7 @@ def small_target(seed: int) -> Target:
     return Target(model, types.SimpleNamespace(eos_token_id=None))
 
 
-@pytest.fixture(scope="module")
-def setup() -> SamplingSetup:
-    target = small_target(seed=1)
-    assert target.eos_ids == set()
+def small_drafter() -> Eagle3Drafter:
     cfg = DrafterConfig(hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
                         vocab_size=VOCAB, draft_vocab_size=len(DRAFT_VOCAB_IDS), target_hidden_size=32,
                         aux_layer_ids=[0, 1, 2], max_position_embeddings=64)
@@ -268,18 +265,51 @@ def setup() -> SamplingSetup:
     with torch.no_grad():
         drafter.lm_head.weight.mul_(8)
         drafter.d2t.copy_(torch.tensor(DRAFT_VOCAB_IDS) - torch.arange(len(DRAFT_VOCAB_IDS)))
+    return drafter
+
+
+@pytest.fixture(scope="module")
+def setup() -> SamplingSetup:
+    target = small_target(seed=1)
+    assert target.eos_ids == set()
+    drafter = small_drafter()
+    return SamplingSetup(target, drafter, target.attach(drafter))
+
+
+@pytest.fixture(scope="module")
+def int4_setup() -> SamplingSetup:
+    """The same pair with the target on int4 layers and its layer steps in C (engine/native.py), as the int4 preset
+    runs them: verification row-exact, so sampling stays exact on this other target."""
+    from playground.engine import native
+
+    if not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu"):
+        pytest.skip("this PyTorch has no int4 CPU kernel")
+    lib, problem = native.load()
+    if lib is None:
+        pytest.skip(f"no C layer steps here: {problem}")
+    float32 = small_target(seed=1)
+    target = Target(float32.model, float32.tokenizer, weights="int4")
+    target.fast.take_native_steps(measure=False)
+    if not target.fast.row_exact:
+        pytest.skip("this CPU's int4 products are not row-exact: speculation on them is refused")
+    drafter = small_drafter()
     return SamplingSetup(target, drafter, target.attach(drafter))
 
 
 def exact_joint(setup: SamplingSetup, temperature: float, top_p: float) -> torch.Tensor:
-    """P(x1..x4) of the target's own sampling, [V]*4, from one batched forward per depth (no cache)."""
-    model = setup.target.model
+    """P(x1..x4) of the target's own sampling, [V]*4, from one batched forward per depth (no cache); a quantised
+    target (whose float32 weights are gone) through its own forward, a prefix at a time."""
+    model, target = setup.target.model, setup.target
     joint = torch.ones((), dtype=torch.float64)
     for depth in range(NEW):
         prefixes = list(itertools.product(range(VOCAB), repeat=depth))
         ids = torch.tensor([PROMPT + list(p) for p in prefixes])
-        with torch.no_grad():
-            logits = model(input_ids=ids).logits[:, -1].float()
+        if target.quantised:
+            logits = torch.cat([target.forward(row.tolist(), target.new_cache(), last_only=True).logits
+                                for row in ids])
+        else:
+            with torch.no_grad():
+                logits = model(input_ids=ids).logits[:, -1].float()
         probs = reference_probs(logits, temperature, top_p).view(*([VOCAB] * depth), VOCAB)
         joint = joint.unsqueeze(-1) * probs
     return joint
@@ -357,6 +387,19 @@ def test_speculative_sampling_matches_target_distribution(setup: SamplingSetup, 
     assert min(report.values()) > ALPHA, report
     # the drafts really were different from the target (otherwise this test would prove little)
     assert samples.naive[:, 1].eq(samples.real[:, 1]).float().mean() < 0.8
+
+
+def test_speculative_sampling_on_int4_layers_with_c_steps_matches_their_distribution(
+        int4_setup: SamplingSetup, monkeypatch: pytest.MonkeyPatch) -> None:
+    exact = exact_joint(int4_setup, 1.0, 1.0)
+    samples = draw(int4_setup, 1.0, 1.0, 2000, monkeypatch)
+    real = counts_of(samples.real)
+    report = {keep: chi_square_pvalue(_marginal(real, keep), _marginal(exact, keep))
+              for keep in [(0, 1, 2, 3), (0, 1, 2), (0, 1), (1,), (2,), (3,), (1, 2)]}
+    assert min(report.values()) > ALPHA, report
+    assert samples.naive[:, 1].eq(samples.real[:, 1]).float().mean() < 0.8
+    naive = chi_square_pvalue(counts_of(samples.naive), _marginal(exact, (0, 1, 2)))
+    assert naive < 1e-12, f"'accept every draft' sampler not detected on int4: p = {naive}"
 
 
 @pytest.mark.parametrize("temperature,top_p,n", [(1.0, 1.0, 2000), (0.7, 0.9, 1500)])
