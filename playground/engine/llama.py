@@ -550,13 +550,14 @@ class FastLlama:
 
     @property
     def kernels(self) -> str:
-        """Which products run: "onednn-packed" (bfloat16: every product), "onednn-packed qkv, ..." (float32: the
+        """Which products run (on int4 layers, "+ C layer steps", or why not: "; C layer steps: no C compiler here
+        (cc or gcc)"): "onednn-packed" (bfloat16: every product), "onednn-packed qkv, ..." (float32: the
         roles whose several-row products oneDNN packs), "mkl-packed" (float32 otherwise, once packed) or "plain",
         then "+ transposed one-row qkv, gate_up, lm_head": the roles whose one-row products go through W^T."""
         if self.weights == "int4":
             head = ("int8 rows" if self.lm_head.int8 is not None else
                     "bf16 onednn-packed" if self.lm_head.onednn is not None else "float32")
-            steps = " + C layer steps" if self.native is not None else ""
+            steps = " + C layer steps" if self.native is not None else f"; {self.native_why}" if self.native_why else ""
             return f"int4 groups of {QUANT_GROUP} (bf16 inputs) + {head} head{steps}"
         if self.dtype != torch.float32 and self.lm_head.onednn is not None:
             products = "onednn-packed"
