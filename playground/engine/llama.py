@@ -720,7 +720,9 @@ class FastLlama:
             if i in wanted:
                 captured[i] = x.clone()
             qkv = product(layer.qkv, normed)
-            attend(qkv.data_ptr(), *shape, *rope, keys + i * layer_bytes, values + i * layer_bytes, *seen, attended_p)
+            if attend(qkv.data_ptr(), *shape, *rope, keys + i * layer_bytes, values + i * layer_bytes, *seen,
+                      attended_p):
+                raise MemoryError("out of memory for the attention step's scratch")
             projected = product(layer.o, attended)  # held: a temporary's memory would be freed before the call
             add_norm(xp, projected.data_ptr(), layer.post_norm.data_ptr(), t, width, eps, 0, normed_p, None)
             gate_up = product(layer.gate_up, normed)

@@ -69,8 +69,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.add_norm.argtypes = [p, p, p, i, i, f, i, p, p]
     lib.attend.argtypes = [p, i, i, i, i, p, p, p, p, p, i64, i64, p, f, p]
     lib.silu_mul.argtypes = [p, i, i, p]
-    for name in ("add_norm", "attend", "silu_mul"):
-        getattr(lib, name).restype = None
+    lib.add_norm.restype = lib.silu_mul.restype = None
+    lib.attend.restype = ctypes.c_int  # 1: no scratch memory
 
 
 def load() -> tuple[ctypes.CDLL | None, str | None]:

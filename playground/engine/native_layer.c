@@ -148,8 +148,9 @@ static void rotate(const uint16_t *x, const float *cos, const float *ssin, int d
  * rotate queries and keys (the new token r at position positions[r], or start + r where positions is NULL), write
  * keys and values into this layer's cache [kv_heads, capacity, dim] at slots start .. start + rows - 1, then let
  * each query attend to the cached keys 0 .. start - 1 and to the new keys it sees (sees [rows, rows], row-major;
- * where NULL, the new keys up to its own), in that order. Out: [rows, heads * dim] in bf16. */
-void attend(const uint16_t *qkv, int rows, int heads, int kv_heads, int dim, const float *cos_table,
+ * where NULL, the new keys up to its own), in that order. Out: [rows, heads * dim] in bf16. Returns 0, or 1 where
+ * its scratch memory could not be had (nothing attended then). */
+int attend(const uint16_t *qkv, int rows, int heads, int kv_heads, int dim, const float *cos_table,
             const float *ssin_table, const int64_t *positions, float *keys, float *values, int64_t capacity,
             int64_t start, const uint8_t *sees, float scale, uint16_t *out) {
     int width = (heads + 2 * kv_heads) * dim, group = heads / kv_heads;
@@ -165,6 +166,11 @@ void attend(const uint16_t *qkv, int rows, int heads, int kv_heads, int dim, con
     }
     float *scores = malloc(sizeof(float) * (size_t)(start + rows));
     int64_t *seen = malloc(sizeof(int64_t) * (size_t)(start + rows));
+    if (scores == NULL || seen == NULL) {
+        free(scores);
+        free(seen);
+        return 1;
+    }
     float q[MAX_DIM];
     for (int r = 0; r < rows; r++) {
         const uint16_t *row = qkv + (int64_t)r * width;
@@ -191,6 +197,7 @@ void attend(const uint16_t *qkv, int rows, int heads, int kv_heads, int dim, con
     }
     free(seen);
     free(scores);
+    return 0;
 }
 
 /* SwiGLU's gate: silu(gate) * up, from the fused gate-and-up product [rows, 2 * inter], as bf16 [rows, inter]. */

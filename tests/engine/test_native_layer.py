@@ -132,8 +132,8 @@ def test_each_instruction_path_is_row_exact_and_close_to_pytorch(march: str, tmp
 
     keys, values = cached[0].clone(), cached[1].clone()
     together = torch.empty(rows, heads * dim, dtype=torch.bfloat16)
-    lib.attend(qkv.data_ptr(), rows, heads, kv_heads, dim, cos.data_ptr(), signed_sin.data_ptr(), None,
-               keys.data_ptr(), values.data_ptr(), capacity, start, None, 0.125, together.data_ptr())
+    assert lib.attend(qkv.data_ptr(), rows, heads, kv_heads, dim, cos.data_ptr(), signed_sin.data_ptr(), None,
+                      keys.data_ptr(), values.data_ptr(), capacity, start, None, 0.125, together.data_ptr()) == 0
     for r in range(rows):
         alone = torch.empty(rows, heads * dim, dtype=torch.bfloat16)
         k, v = cached[0].clone(), cached[1].clone()
