@@ -49,6 +49,13 @@ def configure(cache: Path | None, enabled: bool = True) -> None:
 
 
 def _compile(compiler: str, target: Path, march: str) -> str | None:
+    try:
+        return _compile_into(compiler, target, march)
+    except OSError as err:  # a folder that cannot be written, a full disk
+        return f"cannot build it in {target.parent}: {err.strerror or type(err).__name__}"
+
+
+def _compile_into(compiler: str, target: Path, march: str) -> str | None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         built = Path(scratch) / target.name

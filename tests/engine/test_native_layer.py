@@ -98,6 +98,15 @@ def test_without_the_library_one_line_says_why_and_pytorchs_steps_run(tiny_root:
     assert target.forward(prompt, target.new_cache()).logits.shape[0] == len(prompt)
 
 
+def test_a_folder_it_cannot_write_is_one_line_too(tmp_path: Path) -> None:
+    if native.load()[0] is None:
+        pytest.skip(f"no C layer steps here: {native.load()[1]}")
+    blocked = tmp_path / "a file, not a folder"
+    blocked.write_text("")
+    lib, problem = native._load(cache=blocked / "native")
+    assert lib is None and problem.startswith(f"cannot build it in {blocked / 'native'}: ") and "\n" not in problem
+
+
 def test_the_library_is_built_once_per_machine_and_source(tmp_path: Path) -> None:
     if native.load()[0] is None:
         pytest.skip(f"no C layer steps here: {native.load()[1]}")
