@@ -128,8 +128,7 @@ class Projection:
         if rows_at_once is not None and x.shape[0] > rows_at_once:
             return torch.cat([self(part) for part in x.split(rows_at_once)])
         if self.int4 is not None:
-            packed, scales_zeros = self.int4
-            y = _INT4_MM(x.to(torch.bfloat16), packed, QUANT_GROUP, scales_zeros).to(x.dtype)
+            y = self.int4_product(x.to(torch.bfloat16)).to(x.dtype)
             return y if self.bias is None else y + self.bias
         if self.int8 is not None:
             y = _INT8_MM(x.to(torch.bfloat16), *self.int8).to(x.dtype)
@@ -146,6 +145,12 @@ class Projection:
         if mkl is not None and x.shape[0] == mkl[0]:
             return torch.ops.mkl._mkl_linear(x, mkl[1], self.weight, self.bias, mkl[0])
         return F.linear(x, self.weight, self.bias)
+
+    def int4_product(self, x: torch.Tensor) -> torch.Tensor:
+        """x [rows, in] (bf16) through the int4 groups, in bf16, no bias: what `__call__` and the C steps'
+        forward (which keeps its values in bf16 between products) both multiply with."""
+        packed, scales_zeros = self.int4
+        return _INT4_MM(x, packed, QUANT_GROUP, scales_zeros)
 
     def try_columns(self, reps: int = 5) -> bool:
         """`prefer_columns` for this projection alone; returns whether it now takes one-row products through W^T."""
@@ -706,7 +711,7 @@ class FastLlama:
         keys, values, capacity = cache.keys.data_ptr(), cache.values.data_ptr(), cache.capacity
         shape = (t, heads, kv_heads, head_dim)
         seen = (capacity, start, None if sees is None else sees.data_ptr(), self.scale)
-        product = _int4_product if t > MAX_EXACT_ROWS else _int4_mm
+        product = _int4_product if t > MAX_EXACT_ROWS else Projection.int4_product
         normed = torch.empty(t, width, dtype=torch.bfloat16)
         attended = torch.empty(t, heads * head_dim, dtype=torch.bfloat16)
         gated = torch.empty(t, self.layers[0].down.weight.shape[1], dtype=torch.bfloat16)  # a meta weight: its shape
@@ -737,14 +742,6 @@ class FastLlama:
         return self.lm_head(out, MAX_EXACT_ROWS), [captured[i] for i in aux_layers]
 
 
-def _int4_mm(projection: Projection, x: torch.Tensor) -> torch.Tensor:
-    """x [rows, in] (bf16) through an int4 projection, in bf16."""
-    packed, scales_zeros = projection.int4
-    return _INT4_MM(x, packed, QUANT_GROUP, scales_zeros)
-
-
 def _int4_product(projection: Projection, x: torch.Tensor) -> torch.Tensor:
-    """x [rows, in] (bf16) through an int4 projection, in bf16, never more than `MAX_EXACT_ROWS` rows at once."""
-    if x.shape[0] <= MAX_EXACT_ROWS:
-        return _int4_mm(projection, x)
-    return torch.cat([_int4_mm(projection, part) for part in x.split(MAX_EXACT_ROWS)])
+    """`Projection.int4_product`, never more than `MAX_EXACT_ROWS` rows at once (a tree larger than that)."""
+    return torch.cat([projection.int4_product(part) for part in x.split(MAX_EXACT_ROWS)])
