@@ -23,6 +23,7 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
+from . import native
 from .cache import DrafterCache, LayerCache
 from .llama import Projection, RotaryTable, int8_rows, measured_faster, prefer_columns, rotate
 
@@ -318,7 +319,8 @@ class Eagle3Drafter(nn.Module):
     def use_int8_products(self, gain: float = INT8_GAIN, reps: int = 7) -> bool:
         """Whether one row through every product of a draft step (fc, the layers', the vocabulary head) runs `gain`
         times faster in int8 rows (`int8_rows`: a quarter of float32's bytes, PyTorch's
-        `_weight_int8pack_mm`) than in float32 on this machine; if so each product takes them from now on.
+        `_weight_int8pack_mm`, or `native_layer.c`'s where it builds here: `Projection.multiply_in_c`) than in float32
+        on this machine; if so each product takes them from now on.
 
         A drafter's precision changes which drafts it proposes, never the answer: the target verifies every draft.
         Beside int4 target layers a float32 draft step costs a fifth to a quarter of a one-row target step, and its
@@ -329,6 +331,9 @@ class Eagle3Drafter(nn.Module):
         linears = [self.fc, self.lm_head, *(m for layer in self.layers for m in layer.modules()
                                               if isinstance(m, nn.Linear))]
         int8 = [Int8Linear(m) for m in linears]
+        lib, _ = native.load()  # where the target's C steps build, these products go through its int8 kernel too
+        for m in int8:
+            m.projection.multiply_in_c(lib)
         rows = [torch.randn(1, m.in_features) for m in linears]
         if not measured_faster(lambda: [m(x) for m, x in zip(linears, rows)],
                                lambda: [m(x) for m, x in zip(int8, rows)], gain, reps):

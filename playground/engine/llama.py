@@ -26,7 +26,8 @@ file, so its codes come back exactly from the dequantised float32 weights (`int4
 rounded to bfloat16 and its scales and minima are held in bfloat16 (the residual stream, norms and attention stay
 float32). The tied embedding and vocabulary head (Q8_0 in the file) go to int8 rows (else bfloat16 where this CPU
 multiplies bf16 in hardware): four bits there change one top token in ten. Between the products, a layer's small steps
-run in C where it compiles and measures faster here (`_native_forward`, `native.py`). That is a different target
+run in C where it compiles and measures faster here (`_native_forward`, `native.py`), and so do the int8 head's
+products, their input kept in float32 (`Projection.multiply_in_c`). That is a different target
 from float32's: answers may differ, and greedy speculation is token-identical to plain decoding of *this* target where
 its products are row-independent (probed at load, as for bfloat16), never otherwise.
 
@@ -120,6 +121,7 @@ class Projection:
         self.columns: torch.Tensor | None = None  # W^T, contiguous: one-row products, where faster here
         self.int4: tuple[torch.Tensor, torch.Tensor] | None = None  # (packed codes, bf16 scales and zeros)
         self.int8: tuple[torch.Tensor, torch.Tensor] | None = None  # (codes [out, in] int8, bf16 scale per output)
+        self.int8_in_c: tuple[object, torch.Tensor] | None = None  # (native library, float32 scales): `multiply_in_c`
         self.owners = list(owners)  # (module, first row): modules whose weight is a view of rows of this one
 
     def __call__(self, x: torch.Tensor, rows_at_once: int | None = None) -> torch.Tensor:
@@ -129,6 +131,9 @@ class Projection:
             return torch.cat([self(part) for part in x.split(rows_at_once)])
         if self.int4 is not None:
             y = self.int4_product(x.to(torch.bfloat16)).to(x.dtype)
+            return y if self.bias is None else y + self.bias
+        if self.int8_in_c is not None and x.dtype == torch.float32:
+            y = self.int8_product_in_c(x)
             return y if self.bias is None else y + self.bias
         if self.int8 is not None:
             y = _INT8_MM(x.to(torch.bfloat16), *self.int8).to(x.dtype)
@@ -151,6 +156,21 @@ class Projection:
         forward (which keeps its values in bf16 between products) both multiply with."""
         packed, scales_zeros = self.int4
         return _INT4_MM(x, packed, QUANT_GROUP, scales_zeros)
+
+    def multiply_in_c(self, lib) -> None:
+        """Take the int8 rows' products through `native_layer.c` (`lib`; None: back to PyTorch's kernel): the input
+        kept in float32 rather than rounded to bf16, each row alone, on PyTorch's threads. Where it serves, one row
+        through SmolLM2's int8 vocabulary head took 1.1 ms against PyTorch's 2.8 (Zen 4, 2 threads, in a step)."""
+        self.int8_in_c = None if lib is None or self.int8 is None else (lib, self.int8[1].float())
+
+    def int8_product_in_c(self, x: torch.Tensor) -> torch.Tensor:
+        lib, scales = self.int8_in_c
+        codes = self.int8[0]
+        x = x.contiguous()
+        y = torch.empty(x.shape[0], codes.shape[0], dtype=torch.float32)
+        lib.int8_product(x.data_ptr(), x.shape[0], codes.shape[1], codes.shape[0], codes.data_ptr(), scales.data_ptr(),
+                         y.data_ptr(), torch.get_num_threads())
+        return y
 
     def try_columns(self, reps: int = 5) -> bool:
         """`prefer_columns` for this projection alone; returns whether it now takes one-row products through W^T."""
@@ -555,14 +575,17 @@ class FastLlama:
 
     @property
     def kernels(self) -> str:
-        """Which products run (on int4 layers, "+ C layer steps", or why not: "; C layer steps: no C compiler here
-        (cc or gcc)"): "onednn-packed" (bfloat16: every product), "onednn-packed qkv, ..." (float32: the
-        roles whose several-row products oneDNN packs), "mkl-packed" (float32 otherwise, once packed) or "plain",
+        """Which products run (on int4 layers, "+ C layer steps and head" — the int8 head too, its input in float32 —
+        or why not: "; C layer steps: no C compiler here (cc or gcc)"): "onednn-packed" (bfloat16: every product),
+        "onednn-packed qkv, ..." (float32: the roles whose several-row products oneDNN packs), "mkl-packed" (float32
+        otherwise, once packed) or "plain",
         then "+ transposed one-row qkv, gate_up, lm_head": the roles whose one-row products go through W^T."""
         if self.weights == "int4":
             head = ("int8 rows" if self.lm_head.int8 is not None else
                     "bf16 onednn-packed" if self.lm_head.onednn is not None else "float32")
-            steps = " + C layer steps" if self.native is not None else f"; {self.native_why}" if self.native_why else ""
+            steps = (" + C layer steps" + (" and head" if self.lm_head.int8_in_c is not None else "")
+                     if self.native is not None
+                     else f"; {self.native_why}" if self.native_why else "")
             return f"int4 groups of {QUANT_GROUP} (bf16 inputs) + {head} head{steps}"
         if self.dtype != torch.float32 and self.lm_head.onednn is not None:
             products = "onednn-packed"
@@ -627,12 +650,14 @@ class FastLlama:
             def step_with(library):
                 def step() -> None:
                     self.native = library
+                    self.lm_head.multiply_in_c(library)
                     cache.rollback(8)
                     self.forward(ids[8:], cache, [], True)
                 return step
             if not measured_faster(step_with(None), step_with(lib), NATIVE_GAIN, reps=5):
                 problem = f"not {NATIVE_GAIN:g}x faster than PyTorch's steps here (measured at load)"
         self.native = lib if problem is None else None
+        self.lm_head.multiply_in_c(self.native)
         self.native_why = None if problem is None else f"C layer steps: {problem}"
 
     @torch.inference_mode()
@@ -712,6 +737,7 @@ class FastLlama:
         shape = (t, heads, kv_heads, head_dim)
         seen = (capacity, start, None if sees is None else sees.data_ptr(), self.scale)
         product = _int4_product if t > MAX_EXACT_ROWS else Projection.int4_product
+        threads = torch.get_num_threads()
         normed = torch.empty(t, width, dtype=torch.bfloat16)
         attended = torch.empty(t, heads * head_dim, dtype=torch.bfloat16)
         gated = torch.empty(t, self.layers[0].down.weight.shape[1], dtype=torch.bfloat16)  # a meta weight: its shape
@@ -726,7 +752,7 @@ class FastLlama:
                 captured[i] = x.clone()
             qkv = product(layer.qkv, normed)
             if attend(qkv.data_ptr(), *shape, *rope, keys + i * layer_bytes, values + i * layer_bytes, *seen,
-                      attended_p):
+                      attended_p, threads):
                 raise MemoryError("out of memory for the attention step's scratch")
             projected = product(layer.o, attended)  # held: a temporary's memory would be freed before the call
             add_norm(xp, projected.data_ptr(), layer.post_norm.data_ptr(), t, width, eps, 0, normed_p, None)

@@ -1,6 +1,8 @@
-"""The C half of the int4 decode step (`native_layer.c`), compiled for this machine on first use and loaded with
-ctypes: no PyTorch headers, so it builds in about a second wherever a C compiler is installed. Where none is (or
-PLAYGROUND_NATIVE=0), `load()` says why in one line and the engine keeps its PyTorch steps.
+"""The C half of the int4 decode step (`native_layer.c`: the small layer steps, attention, the int8 head's and a
+drafter's int8 products), compiled for this machine on first use and loaded with ctypes: no PyTorch headers, so it
+builds in a few seconds wherever a C compiler is installed (with OpenMP where the compiler has it: attention and
+the int8 products then run on the threads PyTorch uses). Where no compiler is (or PLAYGROUND_NATIVE=0), `load()`
+says why in one line and the engine keeps its PyTorch steps.
 
 The library is cached by the source's hash, its flags and this CPU's model and flags (it is built with -march=native),
 in the folder the entry points name (`configure`: `native/` of the playground's cache folder, PLAYGROUND_CACHE_DIR or
@@ -21,6 +23,8 @@ from pathlib import Path
 
 SOURCE = Path(__file__).with_name("native_layer.c")
 FLAGS = ["-O3", "-fPIC", "-shared", "-std=c11"]
+OPENMP = "-fopenmp"  # attention and the head on the threads PyTorch uses (its own OpenMP runtime, shared by name);
+# where the compiler has no OpenMP the file builds without it and runs those steps on one thread
 MARCH = "native"  # the instructions it may use: this CPU's (AVX-512, AVX2 or neither: the file has a path for each)
 COMPILE_SECONDS = 120
 MAX_HEAD_DIM = 256  # native_layer.c's MAX_DIM
@@ -60,8 +64,11 @@ def _compile_into(compiler: str, target: Path, march: str) -> str | None:
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         built = Path(scratch) / target.name
         try:
-            done = subprocess.run([compiler, *FLAGS, f"-march={march}", "-o", str(built), str(SOURCE), "-lm"],
-                                  capture_output=True, text=True, timeout=COMPILE_SECONDS)
+            for openmp in ([OPENMP], []):
+                done = subprocess.run([compiler, *FLAGS, *openmp, f"-march={march}", "-o", str(built),
+                                       str(SOURCE), "-lm"], capture_output=True, text=True, timeout=COMPILE_SECONDS)
+                if done.returncode == 0:
+                    break
         except (OSError, subprocess.TimeoutExpired) as err:
             return f"the C compiler did not run: {type(err).__name__}"
         if done.returncode != 0:
@@ -74,9 +81,10 @@ def _compile_into(compiler: str, target: Path, march: str) -> str | None:
 def _declare(lib: ctypes.CDLL) -> None:
     p, i, f, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_int64
     lib.add_norm.argtypes = [p, p, p, i, i, f, i, p, p]
-    lib.attend.argtypes = [p, i, i, i, i, p, p, p, p, p, i64, i64, p, f, p]
+    lib.attend.argtypes = [p, i, i, i, i, p, p, p, p, p, i64, i64, p, f, p, i]
     lib.silu_mul.argtypes = [p, i, i, p]
-    lib.add_norm.restype = lib.silu_mul.restype = None
+    lib.int8_product.argtypes = [p, i, i, i, p, p, p, i]
+    lib.add_norm.restype = lib.silu_mul.restype = lib.int8_product.restype = None
     lib.attend.restype = ctypes.c_int  # 1: no scratch memory
 
 
@@ -100,7 +108,7 @@ def _load(march: str = MARCH, cache: Path | None = None, enabled: bool | None = 
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         return None, "no C compiler here (cc or gcc)"
-    flags = " ".join([*FLAGS, march])
+    flags = " ".join([*FLAGS, OPENMP, march])
     key = hashlib.sha256(SOURCE.read_bytes() + flags.encode() + _cpu_signature().encode()).hexdigest()[:16]
     folder = cache or _settings["cache"]
     if folder is None:

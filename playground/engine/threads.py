@@ -38,6 +38,7 @@ import torch
 LOADAVG = Path("/proc/loadavg")
 SMOOTHING = 0.3  # weight of the newest load sample in the running estimate
 BUSY = 0.5  # other runnable tasks, smoothed, at which a core counts as taken
+BUSY_READINGS = 3  # calibration at load is skipped only where this many readings in a row see other tasks
 MULTI_THREAD_GAIN = 1.1  # one-row work takes more threads only when they are measured this much faster
 BUSY_CORES = 0.75  # other processes' CPU time, in cores our threads wanted, at which a run met a busy machine
 
@@ -184,7 +185,7 @@ class OtherCpu:
         return ((busy - last[1]) - (own - last[2])) / (now - last[0])
 
 
-SAMPLE_EVERY_S = 0.05  # the load is read at most this often; forwards in between carry the last reading
+SAMPLE_EVERY_S = 0.2  # the load is read at most this often; forwards in between carry the last reading
 
 
 class LoadGauge:
@@ -195,7 +196,10 @@ class LoadGauge:
     Not every forward: where one-row work runs on two threads, a reading right after a product waits the full
     settling time for our helper thread (`other_runnable_tasks`), and reading before every forward cost 3.4 ms of
     SmolLM2's 7 ms int4 step (on a 2-core Zen 5: plain decoding 100 tok/s read every step, 152 unread). Read every
-    50 ms, a neighbour is still seen within a few readings."""
+    50 ms, a reading's settling and /proc reads still took about a tenth of a decoding's time once the int4 step
+    fell to 6-7 ms (on a 2-core Zen 4, int4 plain decoding 107 tok/s read every 50 ms, 121 every 200 ms); read
+    every 200 ms, a neighbour is seen within two readings (0.4 s) and a run's cores taken still has readings
+    enough."""
 
     def __init__(self, read: Callable[[], int | None] = other_runnable_tasks, every_s: float = SAMPLE_EVERY_S,
                  clock: Callable[[], float] = time.monotonic, cpu: OtherCpu | None = None) -> None:
@@ -286,11 +290,13 @@ class ThreadPolicy:
         """Time `one_row_forward` on one thread and on every thread, alternating, median of `reps`, and keep the
         faster for one-row work (more threads only if `MULTI_THREAD_GAIN` faster). Skipped where the user fixed the
         threads, where there is one, or while other tasks run (their load would decide, not the kernels): one-row work
-        then stays on one thread."""
+        then stays on one thread. "Other tasks run" takes every one of `BUSY_READINGS` readings a sampling interval
+        apart: a single reading also catches a kernel thread's moment or the C compiler just gone (the int4 path's
+        first load), which left a fresh process's one-row work on one thread (9.6 ms a step against 6.4 on two)."""
         if self.fixed is not None or self.max_threads < 2:
             return
         with self._lock:
-            if self.gauge.sample():
+            if self._busy():
                 return
             times: dict[int, list[float]] = {1: [], self.max_threads: []}
             one_row_forward()
@@ -308,6 +314,14 @@ class ThreadPolicy:
             many = self.measured[self.max_threads]
             self.one_row = self.max_threads if self.measured[1] >= MULTI_THREAD_GAIN * many else 1
             torch.set_num_threads(self.max_threads)
+
+    def _busy(self) -> bool:
+        for reading in range(BUSY_READINGS):
+            if reading:
+                time.sleep(self.gauge.every_s)
+            if not self.gauge.sample():
+                return False
+        return True
 
     def describe(self) -> str:
         if self.fixed is not None:

@@ -120,8 +120,9 @@ def test_the_library_is_built_once_per_machine_and_source(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("march", ["native", "x86-64-v3", "x86-64"])
 def test_each_instruction_path_is_row_exact_and_close_to_pytorch(march: str, tmp_path: Path) -> None:
-    """The file's AVX-512, AVX2 and plain-C paths (whichever -march selects; built into a scratch cache): attention
-    and the norm computed for several rows at once equal each row computed alone, and near PyTorch's."""
+    """The file's AVX-512, AVX2 and plain-C paths (whichever -march selects; built into a scratch cache): attention,
+    the norm and the head's int8 product computed for several rows at once on two threads equal each row computed
+    alone on one, and near PyTorch's."""
     import platform
 
     import torch.nn.functional as F
@@ -142,13 +143,13 @@ def test_each_instruction_path_is_row_exact_and_close_to_pytorch(march: str, tmp
     keys, values = cached[0].clone(), cached[1].clone()
     together = torch.empty(rows, heads * dim, dtype=torch.bfloat16)
     assert lib.attend(qkv.data_ptr(), rows, heads, kv_heads, dim, cos.data_ptr(), signed_sin.data_ptr(), None,
-                      keys.data_ptr(), values.data_ptr(), capacity, start, None, 0.125, together.data_ptr()) == 0
+                      keys.data_ptr(), values.data_ptr(), capacity, start, None, 0.125, together.data_ptr(), 2) == 0
     for r in range(rows):
         alone = torch.empty(rows, heads * dim, dtype=torch.bfloat16)
         k, v = cached[0].clone(), cached[1].clone()
         for j in range(r + 1):
             lib.attend(qkv[j:].data_ptr(), 1, heads, kv_heads, dim, cos.data_ptr(), signed_sin.data_ptr(), None,
-                       k.data_ptr(), v.data_ptr(), capacity, start + j, None, 0.125, alone[j:].data_ptr())
+                       k.data_ptr(), v.data_ptr(), capacity, start + j, None, 0.125, alone[j:].data_ptr(), 1)
         assert torch.equal(alone[r], together[r]), r
     q = qkv.float().view(rows, heads + 2 * kv_heads, dim).transpose(0, 1)
     rotated = rotate(q[: heads + kv_heads], cos[None, start : start + rows], signed_sin[None, start : start + rows])
@@ -165,6 +166,16 @@ def test_each_instruction_path_is_row_exact_and_close_to_pytorch(march: str, tmp
     lib.add_norm(third.data_ptr(), None, weight.data_ptr(), 1, 72, 1e-5, 0, one.data_ptr(), None)
     assert torch.equal(one[0], normed[2])
     assert torch.allclose(normed.float(), F.rms_norm(x, (72,), weight, 1e-5), atol=2e-2, rtol=1e-2)
+    outputs, many = 37, 5  # 72 inputs: vector blocks and a scalar tail; 5 rows: a block of 4 and one more
+    codes = torch.randint(-127, 128, (outputs, 72), generator=g, dtype=torch.int8)
+    scales, x = torch.rand(outputs, generator=g) / 100, torch.randn(many, 72, generator=g)
+    together = torch.empty(many, outputs)
+    lib.int8_product(x.data_ptr(), many, 72, outputs, codes.data_ptr(), scales.data_ptr(), together.data_ptr(), 2)
+    for r in range(many):
+        alone = torch.empty(1, outputs)
+        lib.int8_product(x[r:].data_ptr(), 1, 72, outputs, codes.data_ptr(), scales.data_ptr(), alone.data_ptr(), 1)
+        assert torch.equal(alone[0], together[r]), r
+    assert torch.allclose(together, x @ (codes.float() * scales[:, None]).T, atol=1e-4, rtol=1e-4)
 
 
 def test_the_entry_points_hand_the_engine_its_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -111,9 +111,13 @@ def test_calibration_keeps_one_thread_for_one_row_work_unless_more_are_measurabl
     faster = ThreadPolicy(max_threads=2, gauge=LoadGauge(every_s=0, read=ScriptedLoad([0] * 3)))
     faster.calibrate(_forward_costing({1: 40, 2: 20}, faster), reps=2)  # timed through the policy's own `use`
     assert faster.one_row == 2 and faster.fixed is None
-    busy = ThreadPolicy(max_threads=2, gauge=LoadGauge(every_s=0, read=ScriptedLoad([1])))
+    busy = ThreadPolicy(max_threads=2, gauge=LoadGauge(every_s=0, read=ScriptedLoad([1, 2, 1])))
     busy.calibrate(lambda: pytest.fail("a busy machine would decide, not the kernels"))
     assert busy.one_row == 1 and not busy.measured
+    # one reading's other task (a kernel thread's moment, a compiler just gone) does not skip the measurement
+    blip = ThreadPolicy(max_threads=2, gauge=LoadGauge(every_s=0, read=ScriptedLoad([1, 0] + [0] * 3)))
+    blip.calibrate(_forward_costing({1: 40, 2: 20}, blip), reps=2)
+    assert blip.one_row == 2 and set(blip.measured) == {1, 2}
 
 
 def test_the_load_is_read_from_proc_and_this_process_threads_are_not_counted(tmp_path: Path) -> None:
