@@ -649,16 +649,20 @@ class FastLlama:
 
             def step_with(library):
                 def step() -> None:
-                    self.native = library
-                    self.lm_head.multiply_in_c(library)
+                    self.use_native(library)
                     cache.rollback(8)
                     self.forward(ids[8:], cache, [], True)
                 return step
             if not measured_faster(step_with(None), step_with(lib), NATIVE_GAIN, reps=5):
                 problem = f"not {NATIVE_GAIN:g}x faster than PyTorch's steps here (measured at load)"
-        self.native = lib if problem is None else None
-        self.lm_head.multiply_in_c(self.native)
+        self.use_native(lib if problem is None else None)
         self.native_why = None if problem is None else f"C layer steps: {problem}"
+
+    def use_native(self, lib) -> None:
+        """Run the layer steps and the int8 head's products in `lib` (`native.load()`'s library), or with None in
+        PyTorch: what `take_native_steps` chooses, and what a comparison of the two switches."""
+        self.native = lib
+        self.lm_head.multiply_in_c(lib)
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, cache: KVCache, aux_layers: list[int], last_only: bool,

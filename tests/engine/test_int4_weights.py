@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from playground.engine import GenerationConfig, Target, load_drafter, plain_generate, speculative_generate
+from playground.engine import GenerationConfig, Target, load_drafter, native, plain_generate, speculative_generate
+from playground.engine.drafter import Int8Linear
 from playground.engine.llama import QUANT_GROUP, Int8Embedding, int4_eligible, int4_groups, int8_rows
 from playground.engine.target import TargetError
 from playground.engine.tree_shape import TreeShape
@@ -111,6 +112,8 @@ def test_an_int8_drafter_beside_int4_layers_speculates_token_identically(tiny_ro
     int4_target.attach(int8)
     assert int8.use_int8_products(gain=0.0) and int8.weights == "int8" and full.weights == "float32"
     assert not any(isinstance(m, nn.Linear) for m in int8.modules())
+    in_c = native.load()[0] is not None  # where the C library builds, its int8 kernel multiplies (float32 inputs)
+    assert all((m.projection.int8_in_c is not None) == in_c for m in int8.modules() if isinstance(m, Int8Linear))
     hidden = torch.randn(1, 6, 3 * int8.config.target_hidden_size, generator=torch.Generator().manual_seed(5))
     tokens, positions = torch.tensor([ids(6, int4_target.vocab_size, 4)]), torch.arange(6)
     with torch.inference_mode():

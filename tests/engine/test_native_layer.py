@@ -27,11 +27,13 @@ def native_target(tiny_root: Path) -> Target:
     target = Target.load(str(tiny_root / "target"), weights="int4")
     target.fast.take_native_steps(measure=False)
     assert target.fast.native is not None and "C layer steps" in target.fast.kernels
+    if target.fast.lm_head.int8 is not None:  # the int8 head in the same library, its input in float32
+        assert target.fast.lm_head.int8_in_c is not None and "C layer steps and head" in target.fast.kernels
     return target
 
 
 def forward(target: Target, lib, tokens: list[int], cache, aux: list[int], tree=None):
-    target.fast.native = lib
+    target.fast.use_native(lib)
     return target.fast.forward(torch.tensor(tokens), cache, aux, False, tree)
 
 
@@ -70,7 +72,7 @@ def test_the_c_steps_compute_nearly_what_pytorchs_steps_compute(native_target: T
         cache = native_target.new_cache()
         forward(native_target, lib, prompt, cache, [])
         outputs.append(forward(native_target, library, new, cache, [2])[0])
-    fast.native = lib
+    fast.use_native(lib)
     c_steps, pytorch_steps = outputs
     assert torch.corrcoef(torch.stack([c_steps.flatten(), pytorch_steps.flatten()]))[0, 1] > 0.999
     assert not torch.equal(c_steps, pytorch_steps)  # another arithmetic: its own plain decoding is its baseline
