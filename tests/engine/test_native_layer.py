@@ -120,6 +120,22 @@ def test_the_library_is_built_once_per_machine_and_source(tmp_path: Path) -> Non
     assert native._load(cache=tmp_path)[1] is None and built[0].stat().st_mtime_ns == stamp  # found, not built again
 
 
+def test_a_compiler_without_openmp_builds_it_on_one_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where `-fopenmp` fails (a compiler without OpenMP), the file builds without it: the same answers, on the
+    calling thread whatever `threads` asks for."""
+    if native.load()[0] is None:
+        pytest.skip(f"no C layer steps here: {native.load()[1]}")
+    monkeypatch.setattr(native, "OPENMP", "-fno-such-option-here")
+    lib, problem = native._load(cache=tmp_path)
+    assert problem is None and lib is not None
+    g = torch.Generator().manual_seed(3)
+    codes = torch.randint(-127, 128, (21, 48), generator=g, dtype=torch.int8)
+    scales, x = torch.rand(21, generator=g), torch.randn(3, 48, generator=g)
+    out = torch.empty(3, 21)
+    lib.int8_product(x.data_ptr(), 3, 48, 21, codes.data_ptr(), scales.data_ptr(), out.data_ptr(), 2)
+    assert torch.allclose(out, x @ (codes.float() * scales[:, None]).T, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("march", ["native", "x86-64-v3", "x86-64"])
 def test_each_instruction_path_is_row_exact_and_close_to_pytorch(march: str, tmp_path: Path) -> None:
     """The file's AVX-512, AVX2 and plain-C paths (whichever -march selects; built into a scratch cache): attention,
