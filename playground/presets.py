@@ -132,11 +132,11 @@ SMOLLM2_VARIANTS: dict[str, dict] = {
         "title": "SmolLM2-135M-Instruct's 4-bit weights with our drafters (CPU): the baseline llama.cpp users run",
         "weights": "int4",
         "description": "The default target from its GGUF file's own 4-bit groups (Q4_1, the weights llama.cpp reads; "
-        "about a sixth of float32's bytes), multiplied by PyTorch's int4 kernel, each layer's small steps in C where a "
-        "C compiler is installed, the drafters' products in int8 rows where that measures faster. Plain decoding here "
-        "is the strong baseline on a CPU: every speedup this preset shows is over it. Greedy speculation stays "
-        "token-identical to its plain decoding where its products keep rows apart (probed at load); its answers "
-        "differ from float32's.",
+        "about a sixth of float32's bytes), multiplied by PyTorch's int4 kernel, each layer's small steps and the int8 "
+        "head in C where a C compiler is installed, the drafters' products in int8 rows where that measures faster. "
+        "Plain decoding here is the strong baseline on a CPU: every speedup this preset shows is over it. Greedy "
+        "speculation stays token-identical to its plain decoding where its products keep rows apart (probed at load); "
+        "its answers differ from float32's.",
         "notes": "On a CPU whose int4 products mix rows, speculation on this preset is refused in one line and plain "
         "decoding still runs. No vLLM twin: vLLM reads the float32 folder."},
 }

@@ -208,9 +208,9 @@ class Projection:
 
     def tensors(self) -> list[torch.Tensor]:
         """What this projection holds: its weight (a meta tensor once given back), bias, packs, copies, int4 or int8
-        codes."""
+        codes, and the float32 scales the C kernel reads."""
         held = [self.weight, self.bias, self.columns, self.onednn, self.mkl[1] if self.mkl else None,
-                *(self.int4 or ()), *(self.int8 or ())]
+                *(self.int4 or ()), *(self.int8 or ()), self.int8_in_c[1] if self.int8_in_c else None]
         return [t for t in held if t is not None]
 
 
