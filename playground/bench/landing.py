@@ -222,6 +222,12 @@ def _set_cell(prompt_set: str, row: dict) -> str:
     return f"{_times(row['speedup'])} {SET_NAMES.get(prompt_set, prompt_set)}{spread}"
 
 
+def weights_words(record: dict) -> str:
+    """'its int4 weights': what the landing run's target multiplied (a file from before int4: float32)."""
+    weights = {(r.get("run_fields") or {}).get("weights") for r in record["rows"]} - {None}
+    return f"its {' and '.join(sorted(weights)) if weights else 'float32'} weights"
+
+
 def _landing_row(record: dict, auto: bool) -> str:
     by_drafter = {d: _set_speedups(record["rows"], d, auto) for d in DRAFTERS}
     cells = [", ".join(_set_cell(s, r) for s, r in by_set.items()) + (_chosen(by_set) if auto else "")
@@ -238,7 +244,8 @@ def _landing_row(record: dict, auto: bool) -> str:
         count = f"{prompts} prompts ({names})" if prompts != len(sets) else \
             f"{prompts} prompt{'s' if prompts > 1 else ''}, one each from {names},"
         what = (f"our engine, k = 4, {count} × "
-                f"{config['max_new_tokens']} tokens, {passes}, the shipped pair ({_link(record['path'])})")
+                f"{config['max_new_tokens']} tokens, {passes}, the shipped pair on {weights_words(record)} "
+                f"({_link(record['path'])})")
         return _row(f"{measured_on(record)[2:]}, one request, {beside_words(record)}", what, *cells, verdict)
     return _row("the same", "the same at k auto (each prompt's k chosen from step costs measured in the run)", *cells,
                 verdict)
@@ -259,7 +266,7 @@ def _landing_rows(records: list[dict], vllm: dict[str, dict]) -> list[str]:
         rows += [_landing_row(record, auto) for auto in (False, True)]
         if record["cpu_kind"] in vllm:
             engines = vllm[record["cpu_kind"]]
-            rows += _engine_rows(engines, record["machine"], engines["path"], "the shipped pair")
+            rows += _engine_rows(engines, record["machine"], engines["path"], "the shipped pair in float32")
     return rows
 
 

@@ -259,7 +259,8 @@ ENGINES = """
 ### Our engine and vLLM
 The same pair runs on two engines here: **ours** (the microscope: only it shows drift, RMS and draft probabilities)
 and **vLLM**, the engine EAGLE-3.1 ships in, through its CPU build (preset `smollm2-135m-vllm`; in Compare, each
-side's *engine*). Both give the same greedy tokens. vLLM starts an engine per drafter and k on first use (about a
+side's *engine*). Both give the same greedy tokens on the same weights: vLLM reads the float32 ones, so a comparison
+across engines runs our side on `smollm2-135m-float32`. vLLM starts an engine per drafter and k on first use (about a
 minute on 2 cores, then it is kept) and on a 2-core machine binds its worker to one core. Our engine decodes Llama
 targets on the CPU through its own fast path (the same weights and, in float32, the same logits as transformers;
 a preallocated cache; weights packed for the verification's k + 1 rows). Measured by
@@ -270,7 +271,10 @@ The table below was measured on the pair before its long-context stage (step 184
 shipped drafters, nor on an AMD EPYC (AVX2 only), where the two engines' order may differ. Its prompts are MT-Bench's
 alone, the set on which our drafters accept least; the live Chat and Compare tabs measure this machine, now.
 
-**Precision.** The default is float32. The preset `smollm2-135m-bf16` runs the target in bfloat16: on a CPU with
+**Precision.** On a CPU the default multiplies the target's GGUF file's own 4-bit groups (int4, the weights
+llama.cpp reads) where they measure faster at load and keep a verification's rows apart, and its plain decoding of
+them is the baseline every speedup is over; `smollm2-135m-float32` keeps float32, the logits transformers computes.
+The preset `smollm2-135m-bf16` runs the target in bfloat16: on a CPU with
 bf16 instructions (AVX-512 BF16 or AMX) our engine verifies drafts row-exactly there, so greedy speculation stays
 token-identical to plain bf16 decoding; elsewhere the run's status says it is not. Every run says its precision.
 

@@ -61,14 +61,17 @@ def _hint(plot: str):
     return message_figure(TITLES[plot], "run a comparison to see this chart")
 
 
-def on_engine(preset: str, engine: str | None) -> str:
-    """The preset of `preset`'s pair on `engine` (None or the preset's own engine: the preset itself)."""
+def on_engine(preset: str, engine: str | None, other_engine: str | None = None) -> str:
+    """The preset of `preset`'s pair on `engine`; None, or the preset's own engine while the other side runs it too:
+    the preset itself. Sides on two engines both run the pair's engine twins, which read the same weights (on the
+    default pair the float32 ones, vLLM's), so greedy answers compare token for token."""
     try:
         own = get_preset(preset)
     except KeyError:
         return preset  # run_settings says so
     twins = engine_presets(own)
-    if not engine or engine == own.backend:
+    across = bool(engine and other_engine and engine != other_engine)
+    if not engine or (engine == own.backend and not across):
         return preset
     if engine not in twins:
         raise RequestError(f"preset {preset!r} has no {ENGINE_LABELS.get(engine, engine)} twin to compare with; "
@@ -78,8 +81,8 @@ def on_engine(preset: str, engine: str | None) -> str:
 
 def run_comparison(prompt: str, left: RunSettings, right: RunSettings, view: AnswerView, left_engine: str | None = None,
                    right_engine: str | None = None, request: gr.Request = None):
-    left = replace(left, preset=on_engine(left.preset, left_engine))
-    right = replace(right, preset=on_engine(right.preset, right_engine))
+    left = replace(left, preset=on_engine(left.preset, left_engine, right_engine))
+    right = replace(right, preset=on_engine(right.preset, right_engine, left_engine))
     charts = ChartPace()
     yield from stoppable(request, TAB, "comparison", lambda should_stop: (
         (*show_comparison(comparison, view, charts=charts.due(comparison.left, comparison.right)), comparison)

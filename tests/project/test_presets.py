@@ -103,3 +103,34 @@ def test_each_built_in_preset_is_filed_under_its_own_name() -> None:
     from playground.presets import BUILT_IN, get_preset
 
     assert [get_preset(name).name for name in BUILT_IN] == list(BUILT_IN)
+
+
+def test_engines_compared_read_the_same_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default reads the GGUF's 4-bit groups where they measure faster (auto); vLLM reads float32 only, so the
+    pair's engine twins are its float32 presets, which give the same greedy tokens; a folder of one's own
+    (PLAYGROUND_MODELS_DIR) is never quantised by default and is its own twin on our engine."""
+    from playground.presets import engine_presets
+
+    monkeypatch.delenv("PLAYGROUND_MODELS_DIR", raising=False)
+    default = get_preset("smollm2-135m")
+    assert default.weights == "auto" and get_preset("smollm2-135m-int4").weights == "int4"
+    twins = {"local": "smollm2-135m-float32", "vllm": "smollm2-135m-vllm"}
+    for name in ("smollm2-135m", "smollm2-135m-int4", "smollm2-135m-float32", "smollm2-135m-vllm"):
+        assert engine_presets(get_preset(name)) == twins, name
+    assert {get_preset(name).weights for name in twins.values()} == {"float32"}
+    assert engine_presets(get_preset("smollm2-135m-bf16")) == {"local": "smollm2-135m-bf16"}  # no bf16 on vLLM here
+    monkeypatch.setenv("PLAYGROUND_MODELS_DIR", "/nowhere/pair")
+    own = get_preset("smollm2-135m")
+    assert own.weights == "float32" and engine_presets(own)["local"] == "smollm2-135m"
+
+
+def test_a_comparison_across_engines_runs_both_sides_on_the_twins() -> None:
+    """Compare: two sides on our engine keep the chosen preset (the default's int4 weights); a side on each engine
+    runs the pair's float32 twins on both, so greedy answers compare token for token."""
+    from playground.ui.compare import on_engine
+
+    assert on_engine("smollm2-135m", "local", "local") == "smollm2-135m"
+    assert on_engine("smollm2-135m", None) == "smollm2-135m"
+    assert on_engine("smollm2-135m", "local", "vllm") == "smollm2-135m-float32"
+    assert on_engine("smollm2-135m", "vllm", "local") == "smollm2-135m-vllm"
+    assert on_engine("smollm2-135m-float32", "local", "vllm") == "smollm2-135m-float32"

@@ -1,4 +1,5 @@
-"""The default pair on both engines, for the vLLM tests: its presets, the prompts and k they share."""
+"""The default pair on both engines, for the vLLM tests: its presets (float32, the weights vLLM reads), the prompts
+and k they share."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def real_pair_presets() -> tuple[Preset, Preset]:
     """The default pair on our engine and on vLLM, whatever PLAYGROUND_MODELS_DIR another fixture has set."""
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv("PLAYGROUND_MODELS_DIR", raising=False)
-        return get_preset("smollm2-135m"), get_preset("smollm2-135m-vllm")
+        return get_preset("smollm2-135m-float32"), get_preset("smollm2-135m-vllm")
 
 
 def ids_of(events) -> list[int]:

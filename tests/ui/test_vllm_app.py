@@ -74,6 +74,7 @@ def test_compare_puts_our_engine_beside_vllm(vllm_app_url: str) -> None:
     exported = json.loads(Path(client.predict(api_name="/export_compare")[0]).read_text())
     runs, comparison = exported["runs"], exported["comparison"]
     assert runs[0]["token_ids"] == runs[1]["token_ids"]  # greedy: both engines give the target's own answer
+    assert runs[0]["weights"] == "float32"  # the default's int4 weights are ours alone: across engines, float32
     # two engines, two plain baselines (each its own engine's); the verdict answers which engine is faster, from
     # their decode rates, naming one only where the rate ranges separate
     assert not comparison["baseline_shared"] and runs[0]["baseline"]["timing"] != runs[1]["baseline"]["timing"]
