@@ -137,6 +137,24 @@ def test_weights_int4_is_refused_in_one_line_where_the_kernel_cannot_take_a_shap
     assert auto.weights == "float32" and "not multiples" in auto.fast.weights_why
 
 
+def test_auto_weights_are_chosen_on_one_thread_and_the_threads_given_back(tiny_root: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """weights="auto" times int4 against float32 on one thread, each one's fastest run: a choice the process keeps,
+    which a busy core must not skew (on both threads beside one busy loop it kept float32 on a load in three)."""
+    from playground.engine import llama
+
+    seen = []
+
+    def recording(plain, other, gain, reps, fastest=False):
+        seen.append((gain, torch.get_num_threads(), fastest))
+        return True
+    monkeypatch.setattr(llama, "measured_faster", recording)
+    threads = torch.get_num_threads()
+    target = Target.load(str(tiny_root / "target"), weights="auto")
+    assert target.fast.weights == "int4" and (llama.INT4_GAIN, 1, True) in seen
+    assert torch.get_num_threads() == threads
+
+
 def test_a_local_backend_refuses_speculation_on_int4_that_is_not_row_exact(tiny_root: Path) -> None:
     from playground.backends.local import LocalBackend
     from playground.presets import Preset
