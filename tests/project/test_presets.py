@@ -124,10 +124,12 @@ def test_engines_compared_read_the_same_weights(monkeypatch: pytest.MonkeyPatch)
     assert own.weights == "float32" and engine_presets(own)["local"] == "smollm2-135m"
 
 
-def test_a_comparison_across_engines_runs_both_sides_on_the_twins() -> None:
+def test_a_comparison_across_engines_runs_both_sides_on_the_twins(monkeypatch: pytest.MonkeyPatch) -> None:
     """Compare: two sides on our engine keep the chosen preset (the default's int4 weights); a side on each engine
     runs the pair's float32 twins on both, so greedy answers compare token for token."""
     from playground.ui.compare import on_engine
+
+    monkeypatch.delenv("PLAYGROUND_MODELS_DIR", raising=False)  # the shipped pair, whatever another test has set
 
     assert on_engine("smollm2-135m", "local", "local") == "smollm2-135m"
     assert on_engine("smollm2-135m", None) == "smollm2-135m"
