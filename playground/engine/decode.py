@@ -18,7 +18,7 @@ import torch
 from .cache import TargetCache
 from .config import GenerationConfig
 from .drafter import Eagle3Drafter
-from .loop import Pending, Stopper, Verified, attention_mass, check_prompt, choose, sampler, speculate
+from .loop import Pending, Stopper, Verified, check_prompt, choose, sampler, speculate
 from .sampling import accept_greedy, accept_sampled, probabilities, sample
 from .target import Target
 from .trace import AttentionMass, StepEvent
@@ -88,7 +88,8 @@ class ChainDrafter:
         for depth in range(k):
             if cfg.instrument:
                 chain.hidden_rms.append(hidden[0, -1].pow(2).mean().sqrt())
-            out = drafter(ids, hidden, positions, self.cache, attention_rows=1 if cfg.instrument else 0, logits_rows=1)
+            out = drafter(ids, hidden, positions, self.cache, attention_rows=1 if cfg.instrument else 0, logits_rows=1,
+                          context=context)
             logits = out.logits[0, -1].float()  # bf16/fp16 drafters: probabilities in float32, like the target's
             if cfg.greedy:
                 choice = logits.argmax()
@@ -103,7 +104,7 @@ class ChainDrafter:
             token = self.vocab_map[choice]
             drafted.append(token)
             if cfg.instrument:
-                chain.attention.append(attention_mass(out.attention[0, :, -1], context))
+                chain.attention.append(out.mass(-1, context))
             if cfg.min_draft_prob and float(prob) < cfg.min_draft_prob:
                 break
             hidden = out.feedback[:, -1:]

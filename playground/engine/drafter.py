@@ -25,7 +25,9 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from . import native
 from .cache import DrafterCache, LayerCache
-from .llama import Projection, RotaryTable, int8_rows, measured_faster, prefer_columns, rotate
+from .int4 import TiledKVCache
+from .llama import Projection, RotaryTable, rotate
+from .native_drafter import NativeDrafter, native_drafter_problem
 
 MLA_FIELDS = ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")  # DeepSeek's names
 
@@ -246,28 +248,44 @@ class DecoderLayer(nn.Module):
 @dataclass
 class DraftOutput:
     logits: torch.Tensor | None  # [b, rows, draft_vocab] of the last `logits_rows` queries (all by default); or None
-    hidden: torch.Tensor  # [b, t, H] pre-norm output
-    normed: torch.Tensor  # [b, t, H] norm(hidden), what lm_head reads
+    hidden: torch.Tensor | None  # [b, t, H] pre-norm output (PyTorch's path: what training reads)
+    normed: torch.Tensor | None  # [b, t, H] norm(hidden), what lm_head reads (PyTorch's path)
     feedback: torch.Tensor  # what the next draft step is fed: `normed` (EAGLE-3.1) or `hidden` (EAGLE-3)
     attention: torch.Tensor | None  # [b, heads, rows, keys] of the last `attention_rows` queries, averaged over layers
+    masses: torch.Tensor | None = None  # [rows, 3] of those queries, already [sink, context, draft] (the C path)
+
+    def mass(self, row: int, context: int) -> torch.Tensor:
+        """[sink, context, draft]: query `row`'s (of the last `attention_rows`) attention, averaged over heads, on the
+        first slot, on the slots before `context` and on the rest (the drafts of its own chain or branch)."""
+        if self.masses is not None:
+            return self.masses[row]
+        row = self.attention.shape[2] + row if row < 0 else row
+        probs = self.attention[0, :, row].mean(0)
+        return torch.stack([probs[0], probs[:context].sum(), probs[context:].sum()])
 
 
-INT8_GAIN = 1.2  # a drafter's products go int8 (beside an int4 target) only where measured this much faster
+class PackedLinear(nn.Module):
+    """A Linear's inference products through 8-bit codes in C (`native.py`: Q8_0 blocks, the input quantised to 8
+    bits a block of 32 at a time, as the int4 target's own head multiplies): a quarter of float32's bytes, for a
+    drafter beside an int4 target. Its output is float32; `weight` is a meta tensor (shape and dtype, no bytes)."""
 
-
-class Int8Linear(nn.Module):
-    """A Linear's inference products through int8 rows, one bf16 scale a row (`int8_rows`); its input rounded to
-    bf16 and its output returned in the input's dtype. `weight` is a meta tensor: shape and dtype, no bytes."""
-
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, linear: nn.Linear, lib) -> None:
         super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.lib, self.in_features, self.out_features = lib, linear.in_features, linear.out_features
         self.weight = torch.empty(linear.weight.shape, dtype=linear.weight.dtype, device="meta")
-        self.projection = Projection(self.weight, None if linear.bias is None else linear.bias.detach())
-        self.projection.int8 = int8_rows(linear.weight.detach().float())
+        self.bias = None if linear.bias is None else linear.bias.detach().float()
+        weight = linear.weight.detach().float().contiguous()
+        self.packed = torch.empty(lib.pg_q8_bytes(*weight.shape), dtype=torch.uint8)
+        lib.pg_pack_q8(weight.data_ptr(), *weight.shape, self.packed.data_ptr())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.projection(x.reshape(-1, self.in_features)).view(*x.shape[:-1], self.out_features)
+        rows = x.reshape(-1, self.in_features).float().contiguous()
+        out = torch.empty(rows.shape[0], self.out_features)
+        if self.lib.pg_product(8, self.packed.data_ptr(), self.out_features, self.in_features, rows.data_ptr(),
+                               rows.shape[0], out.data_ptr(), torch.get_num_threads()):
+            raise MemoryError("out of memory for a product's scratch")
+        out = out if self.bias is None else out + self.bias
+        return out.view(*x.shape[:-1], self.out_features)
 
 
 class Eagle3Drafter(nn.Module):
@@ -289,59 +307,54 @@ class Eagle3Drafter(nn.Module):
         self.rope = RotaryTable(self.rotary)
         self.head: Projection | None = None  # lm_head's one-row products for inference (`prepare_for_decoding`)
         self.weights = "float32"  # what its products multiply once prepared: its own weights, or "int8" rows
+        self.native: NativeDrafter | None = None  # its inference calls in C, once prepared beside an int4 target
 
-    def new_cache(self) -> DrafterCache:
-        return DrafterCache(len(self.layers))
+    def new_cache(self) -> DrafterCache | TiledKVCache:
+        return self.native.new_cache() if self.native is not None else DrafterCache(len(self.layers))
 
     def prepare_for_decoding(self, int8: bool = False) -> None:
-        """Once the weights are final and on their device, the fastest layout for a draft step's one-row products:
-        beside a target on int4 weights (`int8`), int8 rows where they measure faster (`use_int8_products`); else,
-        or where they do not, W^T where that measures faster (`use_columns_where_faster`). Never for training:
-        neither follows weight updates."""
-        if int8 and self.use_int8_products():
+        """Once the weights are final and on their device, the layout of a draft step's one-row products, fixed by
+        where it runs (never by a timing): beside a target on int4 weights (`int8`), every product in 8-bit codes in
+        C where the library builds (`use_packed_products`); else, on a CPU, the vocabulary head's one-row product
+        through its transposed weight (SmolLM2's drafters: 0.55 ms instead of 1.1 ms on a 2-core AMD EPYC). Never
+        for training: neither follows weight updates."""
+        if int8 and (self.use_native_calls() or self.use_packed_products()):
             return
-        self.use_columns_where_faster()
+        if self.lm_head.weight.device.type == "cpu" and self.lm_head.weight.dtype == torch.float32:
+            head = Projection(self.lm_head.weight.detach(), None)
+            head.use_columns()
+            self.head = head
 
-    def use_columns_where_faster(self) -> None:
-        """The draft step's one-row vocabulary product, the widest of its products, through lm_head's transposed
-        weight where that is measured faster on this machine (`Projection.try_columns`; on a 2-core AMD EPYC,
-        0.55 ms instead of 1.1 ms for SmolLM2's drafters); the other products (fc, and the layer's attention and MLP
-        projections) change their layout in place where one row runs faster through W^T (`prefer_columns`, timed
-        per product; no copy: the modules' weights become views of W^T, and `F.linear` multiplies through it)."""
-        head = Projection(self.lm_head.weight.detach(), None)
-        self.head = head if head.try_columns() else None
-        if self.fc.weight.device.type != "cpu":
-            return
-        products = [self.fc, *(m for layer in self.layers for m in layer.modules() if isinstance(m, nn.Linear))]
-        for module in products:
-            prefer_columns([Projection(module.weight.detach(), None, owners=[(module, 0)])], reps=7)
+    def use_native_calls(self) -> bool:
+        """Its projection and layer calls in C from now on (`NativeDrafter`: 8-bit products, a half-precision cache),
+        where the library builds and the drafter is one grouped-query layer; its float weights are given back."""
+        lib, _ = native.load()
+        if lib is None or self.fc.weight.device.type != "cpu" or native_drafter_problem(self) is not None:
+            return False
+        self.native = NativeDrafter(self, lib)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                module.weight = nn.Parameter(module.weight.detach().to("meta"), requires_grad=False)
+        self.head, self.weights = None, "int8"
+        return True
 
-    def use_int8_products(self, gain: float = INT8_GAIN, reps: int = 7) -> bool:
-        """Whether one row through every product of a draft step (fc, the layers', the vocabulary head) runs `gain`
-        times faster in int8 rows (`int8_rows`: a quarter of float32's bytes, PyTorch's
-        `_weight_int8pack_mm`, or `native_layer.c`'s where it builds here: `Projection.multiply_in_c`) than in float32
-        on this machine; if so each product takes them from now on.
+    def use_packed_products(self) -> bool:
+        """Every product of a draft step (fc, the layers', the vocabulary head) in 8-bit codes from now on
+        (`PackedLinear`), where the C library builds here (`native.load`); False where it does not.
 
         A drafter's precision changes which drafts it proposes, never the answer: the target verifies every draft.
-        Beside int4 target layers a float32 draft step costs a fifth to a quarter of a one-row target step, and its
-        products are bound by the bytes they read (about 36 MB for SmolLM2's drafters), so a quarter of the bytes is
-        what makes drafting pay there. Its acceptance on the int4 target is measured in docs/engine.md."""
-        if self.fc.weight.device.type != "cpu" or not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
+        Its products are bound by the bytes they read (about 36 MB for SmolLM2's drafters in float32), so a quarter of
+        the bytes is what makes drafting pay beside an int4 target. Its acceptance is measured in docs/health.md."""
+        lib, _ = native.load()
+        if lib is None or self.fc.weight.device.type != "cpu" or any(
+                m.in_features % native.BLOCK for m in self.modules() if isinstance(m, nn.Linear)):
             return False
         linears = [self.fc, self.lm_head, *(m for layer in self.layers for m in layer.modules()
                                               if isinstance(m, nn.Linear))]
-        int8 = [Int8Linear(m) for m in linears]
-        lib, _ = native.load()  # where the target's C steps build, these products go through its int8 kernel too
-        for m in int8:
-            m.projection.multiply_in_c(lib)
-        rows = [torch.randn(1, m.in_features) for m in linears]
-        if not measured_faster(lambda: [m(x) for m, x in zip(linears, rows)],
-                               lambda: [m(x) for m, x in zip(int8, rows)], gain, reps):
-            return False
         parents = {id(child): (parent, name) for parent in self.modules() for name, child in parent.named_children()}
-        for linear, replacement in zip(linears, int8):
+        for linear in linears:
             parent, name = parents[id(linear)]
-            setattr(parent, name, replacement)
+            setattr(parent, name, PackedLinear(linear, lib))
         self.head, self.weights = None, "int8"
         return True
 
@@ -351,6 +364,8 @@ class Eagle3Drafter(nn.Module):
 
     def project(self, aux_hidden: torch.Tensor) -> torch.Tensor:
         """Fuse the concatenated aux hidden states of the target [.., n_aux*Ht] into the drafter width H."""
+        if self.native is not None and not torch.is_grad_enabled():
+            return self.native.project(aux_hidden)
         if self.config.fc_norm:
             chunks = aux_hidden.chunk(self.config.num_aux_hidden_states, dim=-1)
             aux_hidden = torch.cat([norm(c) for norm, c in zip(self.fc_norm, chunks)], dim=-1)
@@ -371,7 +386,10 @@ class Eagle3Drafter(nn.Module):
         attention_rows: int = 0,  # return the attention of this many last queries (drift); 0: none
         logits_rows: int | None = None,  # score only the last this many queries; None: all; 0: none (training
         # scores a subset of positions and calls lm_head itself)
+        context: int | None = None,  # cache slots before this are the context: what attention masses split by
     ) -> DraftOutput:
+        if self.native is not None and not torch.is_grad_enabled():
+            return self.native.forward(input_ids, hidden, positions, cache, mask, attention_rows, logits_rows, context)
         embeds = self.embed_tokens(input_ids).to(hidden.dtype)  # shared target embeddings may be in another dtype
         rope = self.rope(positions, hidden)
         caches = cache.layers if cache is not None else [None] * len(self.layers)

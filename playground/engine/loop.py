@@ -111,13 +111,6 @@ def check_prompt(target: Target, prompt_ids: list[int]) -> None:
         raise ValueError(problem)
 
 
-def attention_mass(probs: torch.Tensor, context: int) -> torch.Tensor:
-    """[sink, context, draft] shares of one query's attention [heads, keys], averaged over heads: key 0, the keys
-    before the first draft position, the rest (the drafts on the query's own branch)."""
-    row = probs.mean(0)
-    return torch.stack([row[0], row[:context].sum(), row[context:].sum()])
-
-
 @dataclass
 class Pending:
     """Target features the drafter has not read yet: those of positions `start`.. (the context up to the last

@@ -1,13 +1,20 @@
-"""The C half of the int4 decode step (`native_layer.c`: the small layer steps, attention, the int8 head's and a
-drafter's int8 products), compiled for this machine on first use and loaded with ctypes: no PyTorch headers, so it
-builds in a few seconds wherever a C compiler is installed (with OpenMP where the compiler has it: attention and
-the int8 products then run on the threads PyTorch uses). Where no compiler is (or PLAYGROUND_NATIVE=0), `load()`
-says why in one line and the engine keeps its PyTorch steps.
+"""The C half of the int4 path (`csrc/`): packed 4- and 8-bit products, a Llama layer's small steps and the whole
+target forward, compiled for this machine on first use and loaded with ctypes. No PyTorch headers, so it builds in a
+few seconds wherever a C compiler is installed (with OpenMP where the compiler has it: the forward then runs on the
+threads it is given). Where no compiler is (or PLAYGROUND_NATIVE=0), `load()` says why in one line and int4 weights
+are not offered.
 
-The library is cached by the source's hash, its flags and this CPU's model and flags (it is built with -march=native),
-in the folder the entry points name (`configure`: `native/` of the playground's cache folder, PLAYGROUND_CACHE_DIR or
-~/.cache/eagle-playground); without one, each process builds it in a scratch folder. PLAYGROUND_NATIVE=0 turns it
-off."""
+This module is the C boundary: the structs the library reads (`Layer`, `Model`, `Step`, `Sequence`, `Drafter`,
+`DraftStep`) and every function's
+signature, declared once (`_declare`), so callers pass typed values, never raw offsets.
+
+The arithmetic is the same on every instruction set the library has a path for (AVX-512 with or without VNNI, AVX2,
+plain C): integer sums are exact and every float operation comes in a fixed order (csrc/numeric.h), so which path
+this CPU builds changes the speed, never the numbers; tests/engine/test_int4.py builds each and compares them.
+
+The library is cached by the sources' hash, its flags and this CPU's model and flags (it is built with
+-march=native), in the folder the entry points name (`configure`: `native/` of the playground's cache folder,
+PLAYGROUND_CACHE_DIR or ~/.cache/eagle-playground); without one, each process builds it in a scratch folder."""
 
 from __future__ import annotations
 
@@ -21,17 +28,64 @@ import tempfile
 import threading
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("native_layer.c")
-FLAGS = ["-O3", "-fPIC", "-shared", "-std=c11"]
-OPENMP = "-fopenmp"  # attention and the head on the threads PyTorch uses (its own OpenMP runtime, shared by name);
-# where the compiler has no OpenMP the file builds without it and runs those steps on one thread
-MARCH = "native"  # the instructions it may use: this CPU's (AVX-512, AVX2 or neither: the file has a path for each)
-COMPILE_SECONDS = 120
-MAX_HEAD_DIM = 256  # native_layer.c's MAX_DIM
+SOURCE_DIR = Path(__file__).with_name("csrc")
+SOURCES = sorted(SOURCE_DIR.glob("*.c"))
+HEADERS = sorted(SOURCE_DIR.glob("*.h"))
+FLAGS = ["-O3", "-fPIC", "-shared", "-std=c11", "-ffp-contract=off"]  # no fused operation the source did not write
+OPENMP = "-fopenmp"  # the forward's threads (PyTorch's own OpenMP runtime, shared by name); where the compiler has
+# no OpenMP the library builds without it and runs on the calling thread
+MARCH = "native"  # the instructions it may use: this CPU's (AVX-512, AVX2 or neither: the sources have a path each)
+COMPILE_SECONDS = 180
+MAX_HEAD_DIM = 256  # csrc/layer.c's attention keeps a head's sums on the stack
+BLOCK = 32  # inputs a scale covers (GGUF's Q4_1 and Q8_0 blocks): every product's input width is a multiple
 
 _lock = threading.Lock()
 _loaded: tuple[ctypes.CDLL | None, str | None] | None = None
 _settings: dict = {"cache": None, "enabled": True}  # set by the entry points (`configure`)
+
+_p, _i, _f, _i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_int64
+
+
+class Layer(ctypes.Structure):
+    """csrc/forward.h's PgLayer: one decoder layer's packed products and norm weights."""
+    _fields_ = [("qkv", _p), ("o", _p), ("gate_up", _p), ("down", _p), ("input_norm", _p), ("post_norm", _p)]
+
+
+class Model(ctypes.Structure):
+    """csrc/forward.h's PgModel: the target's shape and where its packed weights are."""
+    _fields_ = [("layers", _i), ("hidden", _i), ("heads", _i), ("kv_heads", _i), ("head_dim", _i),
+                ("intermediate", _i), ("vocab", _i), ("eps", _f), ("scale", _f), ("layer", ctypes.POINTER(Layer)),
+                ("final_norm", _p), ("head", _p), ("embedding", _p)]
+
+
+class Sequence(ctypes.Structure):
+    """csrc/forward.h's PgSequence: one sequence's cache, in a batch of sequences decoding together."""
+    _fields_ = [("keys", _p), ("values", _p), ("capacity", _i64), ("start", _i64)]
+
+
+class Step(ctypes.Structure):
+    """csrc/forward.h's PgStep: one forward's tokens, cache and outputs."""
+    _fields_ = [("ids", _p), ("rows", _i), ("positions", _p), ("sees", _p), ("cos", _p), ("ssin", _p),
+                ("keys", _p), ("values", _p), ("capacity", _i64), ("start", _i64), ("aux_layers", _p),
+                ("aux_count", _i), ("aux", _p), ("logits_from", _i), ("logits", _p), ("threads", _i),
+                ("sequences", ctypes.POINTER(Sequence))]
+
+
+class Drafter(ctypes.Structure):
+    """csrc/drafter.h's PgDrafter: a drafter's shape, flags and packed weights."""
+    _fields_ = [("hidden", _i), ("heads", _i), ("kv_heads", _i), ("head_dim", _i), ("intermediate", _i),
+                ("draft_vocab", _i), ("aux_width", _i), ("aux_count", _i), ("eps", _f), ("scale", _f),
+                ("fc_norm", _i), ("norm_before_fc", _i), ("norm_output", _i), ("norm_before_residual", _i),
+                ("fc", _p), ("qkv", _p), ("o", _p), ("gate_up", _p), ("down", _p), ("head", _p), ("aux_norms", _p),
+                ("hidden_norm", _p), ("input_norm", _p), ("post_norm", _p), ("final_norm", _p), ("embedding", _p)]
+
+
+class DraftStep(ctypes.Structure):
+    """csrc/drafter.h's PgDraftStep: one drafter call's inputs, cache and outputs."""
+    _fields_ = [("ids", _p), ("rows", _i), ("hidden", _p), ("positions", _p), ("cos", _p), ("ssin", _p),
+                ("keys", _p), ("values", _p), ("capacity", _i64), ("start", _i64), ("prefix", _i64), ("sees", _p),
+                ("logits_from", _i), ("logits", _p), ("feedback", _p), ("mass_from", _i), ("context", _i64),
+                ("mass", _p), ("threads", _i)]
 
 
 def _cpu_signature() -> str:
@@ -66,7 +120,8 @@ def _compile_into(compiler: str, target: Path, march: str) -> str | None:
         try:
             for openmp in ([OPENMP], []):
                 done = subprocess.run([compiler, *FLAGS, *openmp, f"-march={march}", "-o", str(built),
-                                       str(SOURCE), "-lm"], capture_output=True, text=True, timeout=COMPILE_SECONDS)
+                                       *map(str, SOURCES), "-lm"], capture_output=True, text=True,
+                                      timeout=COMPILE_SECONDS)
                 if done.returncode == 0:
                     break
         except (OSError, subprocess.TimeoutExpired) as err:
@@ -79,13 +134,19 @@ def _compile_into(compiler: str, target: Path, march: str) -> str | None:
 
 
 def _declare(lib: ctypes.CDLL) -> None:
-    p, i, f, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_int64
-    lib.add_norm.argtypes = [p, p, p, i, i, f, i, p, p]
-    lib.attend.argtypes = [p, i, i, i, i, p, p, p, p, p, i64, i64, p, f, p, i]
-    lib.silu_mul.argtypes = [p, i, i, p]
-    lib.int8_product.argtypes = [p, i, i, i, p, p, p, i]
-    lib.add_norm.restype = lib.silu_mul.restype = lib.int8_product.restype = None
-    lib.attend.restype = ctypes.c_int  # 1: no scratch memory
+    p, i, i64 = _p, _i, _i64
+    for name, args, result in [
+        ("pg_q4_bytes", [i, i], i64), ("pg_q8_bytes", [i, i], i64),
+        ("pg_pack_q4", [p, i, i, p], None), ("pg_pack_q8", [p, i, i, p], None),
+        ("pg_q8_rows", [p, i, p, i, p], None),
+        ("pg_product", [i, p, i, i, p, i, p, i], ctypes.c_int),
+        ("pg_forward", [ctypes.POINTER(Model), ctypes.POINTER(Step)], ctypes.c_int),
+        ("pg_draft_project", [ctypes.POINTER(Drafter), p, i, p, i], ctypes.c_int),
+        ("pg_draft", [ctypes.POINTER(Drafter), ctypes.POINTER(DraftStep)], ctypes.c_int),
+        ("pg_instruction_path", [], ctypes.c_char_p),
+    ]:
+        function = getattr(lib, name)
+        function.argtypes, function.restype = args, result
 
 
 def load() -> tuple[ctypes.CDLL | None, str | None]:
@@ -100,7 +161,7 @@ def load() -> tuple[ctypes.CDLL | None, str | None]:
 def _load(march: str = MARCH, cache: Path | None = None, enabled: bool | None = None) -> tuple[ctypes.CDLL | None,
                                                                                                 str | None]:
     """`load`'s work, uncached, with `configure`'s settings unless given; `march` other than "native" builds another
-    path of the file (the tests' use)."""
+    path of the sources (the tests' use)."""
     if not (_settings["enabled"] if enabled is None else enabled):
         return None, "turned off (PLAYGROUND_NATIVE=0)"
     if platform.system() != "Linux":
@@ -109,12 +170,13 @@ def _load(march: str = MARCH, cache: Path | None = None, enabled: bool | None = 
     if compiler is None:
         return None, "no C compiler here (cc or gcc)"
     flags = " ".join([*FLAGS, OPENMP, march])
-    key = hashlib.sha256(SOURCE.read_bytes() + flags.encode() + _cpu_signature().encode()).hexdigest()[:16]
+    source = b"".join(path.name.encode() + path.read_bytes() for path in [*SOURCES, *HEADERS])
+    key = hashlib.sha256(source + flags.encode() + _cpu_signature().encode()).hexdigest()[:16]
     folder = cache or _settings["cache"]
     if folder is None:
         with tempfile.TemporaryDirectory(prefix="eagle-playground-native-") as scratch:
-            return _build_and_open(compiler, Path(scratch) / f"native_layer-{key}.so", march)  # open files stay
-    return _build_and_open(compiler, Path(folder) / f"native_layer-{key}.so", march)
+            return _build_and_open(compiler, Path(scratch) / f"playground-{key}.so", march)  # open files stay
+    return _build_and_open(compiler, Path(folder) / f"playground-{key}.so", march)
 
 
 def _build_and_open(compiler: str, target: Path, march: str) -> tuple[ctypes.CDLL | None, str | None]:
@@ -128,3 +190,9 @@ def _build_and_open(compiler: str, target: Path, march: str) -> tuple[ctypes.CDL
         return None, f"cannot load {target.name}: {err}"
     _declare(lib)
     return lib, None
+
+
+def instruction_path(lib: ctypes.CDLL) -> str:
+    """Which of the sources' paths this build runs ("avx512-vnni", "avx512", "avx2" or "c"), with "+openmp" where
+    it was built with OpenMP: for the run record (the numbers are the same on each)."""
+    return lib.pg_instruction_path().decode()

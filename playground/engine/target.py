@@ -18,6 +18,7 @@ from transformers.utils import logging as hf_logging
 from .cache import TargetCache, TransformersCache
 from .checkpoint import CheckpointError
 from .drafter import Eagle3Drafter
+from .int4 import Int4Llama, int4_problem
 from .llama import FastLlama, fast_forward_problem
 from .templates import encode_chat
 from .threads import ThreadPolicy, thread_policy
@@ -53,6 +54,9 @@ def does_not_fit(problems: list[str], drafter: str = "", target: str = "") -> st
     """The refusal of a drafter that does not fit, naming both where they are known."""
     who = f"drafter {drafter} does not fit target {target}" if drafter else "the drafter does not fit the target"
     return f"{who}: {'; '.join(problems)}"
+
+
+WEIGHTS = ("auto", "float32", "int4")  # what a Llama target multiplies on the CPU: int4 where it can run, or forced
 
 
 class TargetError(ValueError):
@@ -92,13 +96,17 @@ class Target:
         self.fast_problem = ("turned off" if not fast else
                              "GPU targets run through transformers (the fast path is verified on the CPU only)"
                              if self.device.type != "cpu" else fast_forward_problem(model))
-        if self.fast_problem is not None and weights == "int4":
-            raise TargetError(f"int4 weights run on the fast path only, and {name!r} cannot take it: "
-                              f"{self.fast_problem}")
-        try:
-            self.fast = FastLlama(model, weights) if self.fast_problem is None else None
-        except ValueError as err:  # int4 asked of a target or CPU that cannot take it
-            raise TargetError(str(err)) from None
+        if weights not in WEIGHTS:
+            raise TargetError(f"weights {weights!r} is not one of {', '.join(WEIGHTS)}")
+        quantised = ("float32 asked for" if weights == "float32" else "the fast path is turned off" if not fast
+                     else int4_problem(model, self.device))
+        if weights == "int4" and quantised:
+            raise TargetError(f"int4 weights: {quantised}")
+        self.weights_why = f"int4 weights: {quantised}" if weights == "auto" and quantised else None
+        if not quantised:
+            self.fast = Int4Llama(model)
+        else:
+            self.fast = FastLlama(model) if self.fast_problem is None else None
         self.threads: ThreadPolicy | None = thread_policy() if self.device.type == "cpu" else None
         if self.threads is not None and not self.threads.measured:
             self.threads.calibrate(self._one_row_forward())

@@ -31,7 +31,7 @@ import torch
 from .cache import DrafterCache, TargetCache
 from .config import GenerationConfig, tree_problem
 from .drafter import Eagle3Drafter
-from .loop import Pending, Verified, attention_mass, speculate
+from .loop import Pending, Verified, speculate
 from .sampling import accept_sampled_tree, probabilities, sample_without_replacement
 from .target import Target, TargetOutput
 from .trace import AttentionMass, StepEvent
@@ -171,7 +171,7 @@ class _TreeDrafter:
         self.queries: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         ids, hidden = pending.first_inputs(drafter, draft_cache, tokens)
         out = drafter(ids, hidden, torch.arange(pending.start, self.context, device=self.device), draft_cache,
-                      attention_rows=int(instrument), logits_rows=1)
+                      attention_rows=int(instrument), logits_rows=1, context=self.context)
         self._keep_stats(out, hidden, [-1])
         self.fed, self.logits, self.feedback = [-1], out.logits[0, -1:], out.feedback[0, -1:]
 
@@ -186,7 +186,7 @@ class _TreeDrafter:
         positions = torch.full((len(frontier),), self.context + depth - 1, device=self.device)
         mask = _draft_mask(nodes, frontier, self.context, start).to(self.device)
         out = self.drafter(ids, hidden, positions, self.cache, mask=mask,
-                           attention_rows=len(frontier) if self.instrument else 0)
+                           attention_rows=len(frontier) if self.instrument else 0, context=self.context)
         self._keep_stats(out, hidden, frontier)
         self.fed, self.logits, self.feedback = frontier, out.logits[0], out.feedback[0]
 
@@ -194,7 +194,7 @@ class _TreeDrafter:
         """Per query of the call's last rows: its attention masses and the RMS of the hidden state fed to it."""
         if self.instrument:
             rows = len(queried)
-            self.queries |= {node: (attention_mass(out.attention[0, :, row], self.context),
+            self.queries |= {node: (out.mass(row, self.context),
                                     hidden[0, row - rows].pow(2).mean().sqrt()) for row, node in enumerate(queried)}
 
 

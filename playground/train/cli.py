@@ -71,6 +71,17 @@ def _distill(args: argparse.Namespace) -> None:
                 distill(target, args.out / split, split, cfg, collection=collection, draw=draw)
 
 
+def _chats(args: argparse.Namespace) -> None:
+    import torch
+
+    from playground.engine import Target
+    from playground.train.chats import ChatWriter
+
+    torch.set_num_threads(args.threads)
+    target = Target.load(local_folder(args.target), weights="int4")
+    ChatWriter(target, args.out, args.evaluation_sets, batch=args.batch_size).run(args.shards)
+
+
 def _long_data(args: argparse.Namespace) -> None:
     from playground.train.long_context import LongDataConfig, build
 
@@ -205,6 +216,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--shards", type=int, default=DISTILL.shards, help="number of processes sharing the work")
     p.add_argument("--threads", type=int, default=DISTILL.threads, help="torch threads per process")
     p.set_defaults(func=_distill)
+
+    p = stages.add_parser("chats", help="conversations at scale: the target writes requests (Magpie) and answers "
+                          "them on its int4 weights, shard by shard (resumes at the first missing shard)")
+    p.add_argument("--target", default=HUB_ID)
+    p.add_argument("--out", type=Path, default=Path("runs/chats"))
+    p.add_argument("--shards", type=int, default=120, help="shards of 500 seeds (about 360 conversations each)")
+    p.add_argument("--batch-size", type=int, default=48, help="sequences decoded together")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--evaluation-sets", type=Path, default=Path("assets/prompts"),
+                   help="no training prompt shares a run of 8 words with a prompt in these files")
+    p.set_defaults(func=_chats)
 
     p = stages.add_parser("long-data", help="long inputs from the standard library, answered by the target, with its "
                           "features (resumable)")

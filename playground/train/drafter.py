@@ -126,6 +126,7 @@ class DistilledData:
             index = torch.where(inside, begins[:, None] + torch.arange(seq_len), len(tokens))  # past the end: padding
             blocks = lambda x: torch.cat([x, torch.zeros_like(x[:1])])[index]  # noqa: E731
         self.tokens, self.signal = blocks(tokens).to(device), blocks(signal).to(device)
+        self.answer_tokens = int(self.signal.sum())
         self.aux, self.final = blocks(aux).to(device), blocks(final).to(device)
 
     def __len__(self) -> int:
@@ -275,11 +276,19 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
     if cfg.device == "cuda":  # TF32 matmuls: training tolerates them (the teacher features were recorded in fp32)
         torch.set_float32_matmul_precision("high")
     run_dir.mkdir(parents=True, exist_ok=True)
-    target = Target.load(target_path, device=cfg.device)
+    chats = any(data_dir.glob("shard-*.jsonl"))  # chats.py's conversations, else distill.py's recorded features
+    target = Target.load(target_path, device=cfg.device, weights="int4" if chats else "float32")
     for p in target.model.parameters():
         p.requires_grad_(False)
-    train = DistilledData(data_dir / "train", cfg.seq_len, cfg.device, cfg.pack)
-    val = DistilledData(data_dir / "validation", cfg.seq_len, cfg.device, cfg.pack)
+    if chats:
+        from playground.train.chat_data import ChatData
+
+        aux_layers = target.default_aux_layer_ids()
+        train = ChatData(data_dir, "train", cfg.seq_len, target, aux_layers, cfg.seed)
+        val = ChatData(data_dir, "validation", cfg.seq_len, target, aux_layers, cfg.seed)
+    else:
+        train = DistilledData(data_dir / "train", cfg.seq_len, cfg.device, cfg.pack)
+        val = DistilledData(data_dir / "validation", cfg.seq_len, cfg.device, cfg.pack)
     if len(train) < cfg.batch_size or len(val) == 0:
         raise ValueError("not enough distilled data for one training batch and one validation block")
     counts = train.answer_token_counts()
@@ -290,7 +299,7 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
     else:
         vocab = build_draft_vocab(counts, cfg.draft_vocab_size, target.vocab_size)
     coverage = sum(counts[t] for t in vocab.used.tolist()) / max(1, sum(counts.values()))
-    head = TargetHead(target, vocab.used.to(cfg.device))
+    head = None if chats else TargetHead(target, vocab.used.to(cfg.device))
     t2d = vocab.t2d.to(cfg.device)
     drafters = {v: new_drafter(target, v, cfg, vocab).to(cfg.device) for v in cfg.variants}
     for v, weights in shipped.items():  # weights only: the optimizer starts afresh (its state is not shipped)
@@ -311,8 +320,7 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
         state.setdefault("tokens_seen", state["step"] * cfg.batch_size * cfg.seq_len)  # older checkpoints: packed
         print(f"resumed from {ckpt_path} at step {state['step']}", flush=True)
     print(f"drafters {list(drafters)}: {len(train)} train blocks of {cfg.seq_len} from {train.sequences} answers, "
-          f"{int(train.signal.sum())} loss tokens; draft vocab {len(vocab.used)} covers {coverage:.1%}",
-          flush=True)
+          f"{train.answer_tokens} loss tokens; draft vocab {len(vocab.used)} covers {coverage:.1%}", flush=True)
 
     def save_checkpoint() -> None:
         own = {v: {k: x for k, x in d.state_dict().items() if not k.startswith("embed_tokens")}
@@ -369,7 +377,7 @@ def train_drafters(target_path: str, data_dir: Path, out_root: Path, run_dir: Pa
     save_checkpoint()
     log = {"steps": state["step"], "wall_clock_seconds": round(state["elapsed_s"], 1),
            "tokens_seen": state["tokens_seen"], "train_blocks": len(train),
-           "train_answers": train.sequences, "train_answer_tokens": int(train.signal.sum()),
+           "train_answers": train.sequences, "train_answer_tokens": train.answer_tokens,
            "draft_vocab_coverage": coverage,
            "config": {k: (list(x) if isinstance(x, tuple) else x) for k, x in asdict(cfg).items()},
            "data": str(data_dir), "history": state["history"], "final": {}}

@@ -86,7 +86,7 @@ def test_both_caches_keep_a_tree_path_as_if_it_alone_had_been_fed(targets: tuple
 
 
 def unpacked(target: Target) -> Target:
-    """The target with no oneDNN packs, whatever this machine's timing chose at load (`prefer_onednn`)."""
+    """The target with no oneDNN packs (taken at load wherever PyTorch has oneDNN)."""
     for projection in target.fast.projections():
         projection.onednn = None
     target.fast.onednn_roles = []
@@ -117,26 +117,32 @@ def test_packed_products_agree_with_plain_ones(tiny_root: Path) -> None:
 
 
 def test_one_row_products_through_the_transposed_weight_agree_with_plain_ones() -> None:
-    """`Projection.columns` serves one-row products only; whether `try_columns` keeps it is this machine's timing, so
-    the copy is set here directly, and what `try_columns` keeps is checked for its layout."""
+    """`Projection.columns` serves one-row products only."""
     generator = torch.Generator().manual_seed(5)
     weight, bias = torch.randn(300, 48, generator=generator), torch.randn(300, generator=generator)
     projection = Projection(weight, bias)
-    projection.columns = weight.t().contiguous()
+    projection.use_columns()
+    assert projection.columns.is_contiguous() and projection.columns.equal(weight.t())
     one, three = torch.randn(1, 48, generator=generator), torch.randn(3, 48, generator=generator)
     torch.testing.assert_close(projection(one), torch.nn.functional.linear(one, weight, bias))
     projection.columns = torch.zeros_like(projection.columns)  # a wrong copy shows which rows read it
     assert projection(one).equal(bias[None])
     assert projection(three).equal(torch.nn.functional.linear(three, weight, bias))
-    measured = Projection(weight, None)
-    if measured.try_columns():
-        assert measured.columns.is_contiguous() and measured.columns.equal(weight.t())
+
+
+def test_float32_layouts_are_fixed_by_the_machine_not_timed(tiny_root: Path) -> None:
+    """A float32 target on a CPU takes the transposed one-row layout for qkv, gate_up and the head, and oneDNN's packs
+    where PyTorch has oneDNN, at every load: no timing decides what it computes."""
+    kernels = {load_target(tiny_root, fast=True).fast.kernels for _ in range(2)}
+    assert len(kernels) == 1
+    assert next(iter(kernels)).endswith("+ transposed one-row qkv, gate_up, lm_head")
+    assert next(iter(kernels)).startswith("onednn-packed" if torch.backends.mkldnn.is_available() else "plain")
 
 
 def test_float32_products_packed_by_onednn_agree_and_stay_lossless(tiny_root: Path) -> None:
-    """oneDNN's float32 packs (forced on every product here; `prefer_onednn` keeps them where this machine measures
-    them faster) serve every product of several rows, a one-row product keeps its own layout; the logits agree with
-    plain products, and chains and trees verified through them stay token-identical to plain decoding."""
+    """oneDNN's float32 packs (on every product here) serve every product of several rows, a one-row product keeps its
+    own layout; the logits agree with plain products, and chains and trees verified through them stay token-identical
+    to plain decoding."""
     if not torch.backends.mkldnn.is_available():
         pytest.skip("this torch build has no oneDNN")
     target, step, cache, plain = a_step_in_plain_products(tiny_root, 11)
@@ -164,14 +170,13 @@ def drafts_equal_plain(target: Target, drafter, seed: int) -> tuple[bool, bool]:
 def test_a_layer_group_in_the_transposed_layout_keeps_one_copy_and_the_same_numbers(tiny_root: Path) -> None:
     """`use_columns` on a target's layer projections changes their layout in place: the fused weight becomes a view of
     W^T, the Hugging Face modules' weights views of it (no second copy), and every forward, one row or several, on the
-    fast path or through transformers, computes what it computed before (forced here for every role; whether
-    `prefer_columns` keeps it is this machine's timing)."""
+    fast path or through transformers, computes what it computed before (forced here for every role)."""
     target, reference = load_target(tiny_root, fast=True), load_target(tiny_root, fast=False)
     prompt = ids(9, target.vocab_size, 21)
     before = target.forward(prompt, target.new_cache()).logits
     for group in target.fast.layer_groups().values():
         for projection in group:
-            projection.use_columns(projection.weight.detach().t().contiguous())
+            projection.use_columns()
     layer = target.fast.layers[0]
     attn = target.model.model.layers[0].self_attn
     assert layer.qkv.weight.data_ptr() == layer.qkv.columns.data_ptr() == attn.q_proj.weight.data_ptr()
@@ -232,9 +237,8 @@ def test_drafts_through_a_transposed_head_stay_lossless(tiny_root: Path) -> None
 
 
 def test_a_drafter_in_the_transposed_layout_drafts_the_same(tiny_root: Path) -> None:
-    """The drafter's fc and layer products in the W^T layout (forced for every one here; `prepare_for_decoding` keeps
-    it where this machine measures it faster): the modules' weights are views of W^T, the logits agree, and the
-    drafts stay lossless."""
+    """The drafter's fc and layer products in the W^T layout (forced for every one here): the modules' weights are views
+    of W^T, the logits agree, and the drafts stay lossless."""
     target = load_target(tiny_root, fast=True)
     drafter, _ = load_drafter(tiny_root / "eagle3.1")
     target.attach(drafter)
@@ -242,7 +246,7 @@ def test_a_drafter_in_the_transposed_layout_drafts_the_same(tiny_root: Path) -> 
     with torch.inference_mode():
         before = drafter(torch.tensor([[5, 6, 7]]), hidden, positions).logits
         for module in [drafter.fc, *(m for m in drafter.layers.modules() if isinstance(m, torch.nn.Linear))]:
-            Projection(module.weight.detach(), None, [(module, 0)]).use_columns(module.weight.detach().t().contiguous())
+            Projection(module.weight.detach(), None, [(module, 0)]).use_columns()
             assert not module.weight.is_contiguous() and module.weight.t().is_contiguous()
         after = drafter(torch.tensor([[5, 6, 7]]), hidden, positions).logits
     torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
