@@ -34,6 +34,8 @@ PEERS = {
     "hf-assisted": "transformers generate(assistant_model=…, num_assistant_tokens=k)",
 }
 NO_ASSISTANT = "no small draft model exists for this target; pass --assistant MODEL to compare one"
+QUANTISED_PEER = ("transformers' generate() needs float weights, and this target reads its int4 blocks in C: run "
+                  "the float32 preset (smollm2-135m-float32) to compare transformers' peers")
 # One line per method a bench table can show, for readers who do not know the names (the Benchmark tab's findings
 # list the ones a result has). A drafter given as a folder is described by `describe_method`.
 EAGLE_DESCRIPTION = ("the preset's {label} drafter: guesses k tokens from three of the target's hidden layers, and the "
@@ -206,6 +208,8 @@ class Runner:
 
     def unavailable(self, method: Method) -> str | None:
         """Why a method cannot run here (its row then carries the reason instead of numbers)."""
+        if method.kind == "peer" and self.target.quantised:
+            return QUANTISED_PEER
         if method.name == "hf-assisted" and self.assistant_source is None:
             return NO_ASSISTANT
         if method.auto and (problem := auto_k_problem(self.backend.preset, method.name)):

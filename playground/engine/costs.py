@@ -9,8 +9,8 @@ them all alike. Each cost keeps its median, its 10th-90th percentile and its sam
 by the medians; its range is how far that moves when the medians are taken again over the rounds resampled (the
 same rounds for every cost, so a neighbour that slowed one round slows all its costs together): the 10th-90th
 percentile of RESAMPLES such predictions. It says how well the step costs were measured, not how a live run will
-vary. What it leaves out: the context growing during an answer (costs are taken at `context` tokens), the Python
-work between calls, and a load other than the one the costs met (a profile is kept per load: `pair_profile`).
+vary. What it leaves out: the context growing during an answer (costs are taken at `context` tokens), a weightless
+method's lookup, and a load other than the one the costs met (a profile is kept per load: `pair_profile`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import torch
 from playground.drafting import method_of
 
 from .config import GenerationConfig
-from .decode import ChainDrafter
+from .decode import ChainDrafter, plain_generate, speculative_generate
 from .loop import Pending
 from .threads import other_runnable_tasks
 from .trace import StepEvent
@@ -46,8 +46,11 @@ PENDING_ROWS = 3  # target features a typical step's first drafter call reads (a
 # What `measure` times and how: a profile measured by another version is measured again. Version 2: the load of each
 # timed call read consistently (threads.other_runnable_tasks), the profile filed under the load it measured. Version
 # 3: the samples kept by round (the prediction's range) and the time of the measurement. Version 4: the target's own
-# load reading taken before each timed call, never inside it.
-CODE_VERSION = 4
+# load reading taken before each timed call, never inside it. Version 5: the loops' own work around the calls (the
+# choice, acceptance, rollback, the step's event) measured per step in the real loops, plain and speculative.
+CODE_VERSION = 5
+LOOP_STEPS = 6  # steps of each real loop timed per round for the loop's own work
+LOOP_PROMPT = 32  # tokens of the context those short runs read (the work around the calls hardly depends on it)
 BUSY_SHARE = 0.5  # a profile whose timed calls began beside another runnable task this often was measured busy
 RESAMPLES = 200  # predictions over the rounds resampled, for a prediction's range
 RANGE_QUANTILES = (0.1, 0.9)
@@ -85,6 +88,7 @@ class CostProfile:
     verify: dict[int, Cost]  # rows -> one target forward over them
     chain: dict[int, Cost]  # k -> drafting a chain of k
     tree: dict[str, Cost] = field(default_factory=dict)  # TreeShape as "depth/topk/nodes" -> drafting it
+    loop: dict[int, Cost] = field(default_factory=dict)  # the loop's own work a step: 0 plain, 1 speculative
     busy_share: float | None = None  # share of the timed calls that began beside another runnable task
     kernels: str | None = None  # the target's products as chosen at load (target_kernels)
     code: int | None = None  # CODE_VERSION of the measurement
@@ -124,8 +128,16 @@ class CostProfile:
     def item(self, key: tuple) -> Cost:
         """One measured cost by its key: ("plain", 0), ("verify", rows), ("chain", k) or ("tree", tree_key)."""
         kind, which = key
-        return self.plain if kind == "plain" else {"verify": self.verify, "chain": self.chain, "tree": self.tree}[
-            kind][which]
+        return self.plain if kind == "plain" else {"verify": self.verify, "chain": self.chain, "tree": self.tree,
+                                                   "loop": self.loop}[kind][which]
+
+    def _plain_keys(self) -> dict[tuple, float]:
+        """What one token of plain decoding costs: its forward, and the plain loop's own work where measured."""
+        return {("plain", 0): 1.0, **({("loop", 0): 1.0} if 0 in self.loop else {})}
+
+    def _step_keys(self) -> dict[tuple, float]:
+        """The speculative loop's own work a step, where measured."""
+        return {("loop", 1): 1.0} if 1 in self.loop else {}
 
     def predict(self, events: list[StepEvent], tree: TreeShape | None = None,
                 plain_tokens: int = 0, drafts_cost: bool = True) -> tuple[float, float, float]:
@@ -137,13 +149,13 @@ class CostProfile:
         tokens = sum(len(e.emitted) for e in steps) + plain_tokens
         if not tokens:
             return 1.0, 1.0, 1.0
-        spent: dict[tuple, float] = {("plain", 0): float(plain_tokens)}
+        spent: dict[tuple, float] = {key: w * plain_tokens for key, w in self._plain_keys().items()}
         for e in steps:
             drafting = self._drafting_key(e, tree) if drafts_cost else None
             if drafting is not None:
                 spent[drafting] = spent.get(drafting, 0.0) + 1
             rows = len(e.tree_tokens) + 1 if e.tree_tokens is not None else len(e.drafted) + 1
-            for key, w in self._verify_weights(rows).items():
+            for key, w in {**self._verify_weights(rows), **self._step_keys()}.items():
                 spent[key] = spent.get(key, 0.0) + w
         return self._speedup(tokens, spent)
 
@@ -156,27 +168,30 @@ class CostProfile:
             return 1.0, 1.0, 1.0
         spent: dict[tuple, float] = {}
         for rows, _ in steps:
-            for key, w in self._verify_weights(rows).items():
+            for key, w in {**self._verify_weights(rows), **self._step_keys()}.items():
                 spent[key] = spent.get(key, 0.0) + w
         return self._speedup(tokens, spent)
 
     def expected_speedup(self, tokens_per_step: float, k: int) -> tuple[float, float, float]:
         """(speedup, low, high) of chains of k that emit `tokens_per_step` on average, over plain decoding: a step's
         tokens at the plain step's cost over drafting k and verifying k + 1 rows."""
-        return self._speedup(tokens_per_step, {("chain", k): 1.0, **self._verify_weights(k + 1)})
+        return self._speedup(tokens_per_step, {("chain", k): 1.0, **self._verify_weights(k + 1), **self._step_keys()})
 
     def _speedup(self, tokens: float, spent: dict[tuple, float]) -> tuple[float, float, float]:
         """(speedup, low, high): `tokens` at the plain step's cost over the measured costs `spent` (key -> how many
         times), at the medians; the range over the rounds resampled (the module's docstring), or, for a profile
         without its rounds, the fastest plain step over the slowest costs and the reverse."""
+        plain = self._plain_keys()
+
         def at(value: Callable[[tuple], float]) -> float:
-            return tokens * value(("plain", 0)) / sum(w * value(key) for key, w in spent.items())
+            return tokens * sum(w * value(key) for key, w in plain.items()) / sum(w * value(key)
+                                                                                 for key, w in spent.items())
 
         point = at(lambda key: self.item(key).ms)
-        medians = self._resampled_medians(tuple(spent) + (("plain", 0),))
+        medians = self._resampled_medians(tuple(spent) + tuple(plain))
         if medians is None:
-            return (point, tokens * self.plain.low / sum(w * self.item(key).high for key, w in spent.items()),
-                    tokens * self.plain.high / sum(w * self.item(key).low for key, w in spent.items()))
+            return (point, at(lambda key: self.item(key).low if key in plain else self.item(key).high),
+                    at(lambda key: self.item(key).high if key in plain else self.item(key).low))
         spread = [at(draw.__getitem__) for draw in medians]
         return point, quantile(spread, RANGE_QUANTILES[0]), quantile(spread, RANGE_QUANTILES[1])
 
@@ -214,6 +229,7 @@ class CostProfile:
         data = asdict(self)
         data["verify"] = {str(k): v for k, v in data["verify"].items()}
         data["chain"] = {str(k): v for k, v in data["chain"].items()}
+        data["loop"] = {str(k): v for k, v in data["loop"].items()}
         return data
 
     @classmethod
@@ -222,6 +238,7 @@ class CostProfile:
         return cls(data["machine"], data["target"], data["drafter"], data["context"], Cost(**data["plain"]),
                    {int(k): v for k, v in costs(data["verify"]).items()},
                    {int(k): v for k, v in costs(data["chain"]).items()}, costs(data.get("tree", {})),
+                   {int(k): v for k, v in costs(data.get("loop", {})).items()},
                    data.get("busy_share"), data.get("kernels"), data.get("code"), data.get("measured_at"))
 
 
@@ -287,9 +304,22 @@ def measure(target, drafter, aux_layers: list[int], context_ids: list[int], name
 
     items = {("plain", 0): plain, **{("verify", r): verify(r) for r in VERIFY_ROWS},
              **{("chain", k): chain(k) for k in CHAIN_KS}, **{("tree", tree_key(t)): drafted_tree(t) for t in trees}}
-    samples: dict[tuple, list[float]] = {key: [] for key in items}
+    samples: dict[tuple, list[float]] = {key: [] for key in items} | {("loop", 0): [], ("loop", 1): []}
     for run in items.values():  # warm-up: first calls pay for allocation and kernel choice
         run()
+    short = list(context_ids[-LOOP_PROMPT:])
+
+    def loop_work(speculative: bool) -> float:
+        """The loop's own work a step (ms): each step's time less its drafting and verification, over a short real
+        run of the loop (plain, or chains of 4), the median of its steps."""
+        cfg = GenerationConfig(max_new_tokens=LOOP_STEPS + 1, k=4, instrument=False)
+        events = list(speculative_generate(target, drafter, aux_layers, short, cfg) if speculative
+                      else plain_generate(target, short, cfg))
+        work = [(b.elapsed_ms - a.elapsed_ms) - (b.draft_ms or 0.0) - b.verify_ms for a, b in zip(events[1:],
+                                                                                                 events[2:])]
+        return statistics.median(work) if work else 0.0
+
+    loop_work(False), loop_work(True)  # warm-up
     beside = []  # other runnable tasks as each timed call began
     read_own_gauge = getattr(target.threads, "sample", None)
     for _ in range(rounds):
@@ -304,11 +334,14 @@ def measure(target, drafter, aux_layers: list[int], context_ids: list[int], name
             start = target.clock()
             run()
             samples[key].append((target.clock() - start) * 1000)
+        samples[("loop", 0)].append(loop_work(False))
+        samples[("loop", 1)].append(loop_work(True))
     cost = {key: Cost.of(values) for key, values in samples.items()}
     known = [n for n in beside if n is not None]
     return CostProfile(this_machine(str(target.device)), names[0], names[1], context, cost[("plain", 0)],
                        {r: cost[("verify", r)] for r in VERIFY_ROWS}, {k: cost[("chain", k)] for k in CHAIN_KS},
                        {tree_key(t): cost[("tree", tree_key(t))] for t in trees},
+                       {0: cost[("loop", 0)], 1: cost[("loop", 1)]},
                        sum(n > 0 for n in known) / len(known) if known else None, target_kernels(target),
                        CODE_VERSION, time.time())
 

@@ -10,15 +10,17 @@ summaries, the server's `/metrics` and per-request usage, and reads back vLLM's 
 - tokens per second = emitted tokens / wall time of the decode loop (prefill included)
 - decode tokens per second = the same after the first step (which holds the prefill): the steady rate
 - live speedup = decode tokens per second of the run / the `Baseline`'s (plain decode steps at the run's position
-  on the same machine, timed one at a time between the run's steps, pooled into groups). Its range sets the run's
-  slowest stretch against the fastest group and the run's fastest stretch against the slowest group, the run cut
-  into as many stretches of equal time as there are groups (`window_rates`): noise on either side widens it
+  on the same machine, timed one at a time between the run's steps, pooled into groups). Its range is its 95 %
+  interval: the run's rate uncertain by its stretches' spread (`window_rates`), the baseline's by its groups'
+  (`Baseline.relative_error`), combined; more timed steps narrow it
 
 A field a backend cannot provide is None, never zero, so that the UI can say why it is missing.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
@@ -101,6 +103,17 @@ class RunMetrics:
 
 
 MIN_SPEEDUP_GROUPS = 5  # a speedup needs this many groups of plain steps, and as many decode steps of the run
+SPREAD_STRETCHES = 20  # a run's rate is cut into at most this many stretches to size its noise
+RANGE_CONFIDENCE = 0.95  # a speedup's range is its interval at this confidence (Student's t below)
+_T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 15: 2.13, 20: 2.09,
+        30: 2.04}  # Student's t, two-sided 95 %, by degrees of freedom
+
+
+def t_quantile(degrees: int) -> float:
+    """Student's t for a two-sided 95 % interval with `degrees` of freedom (the nearest tabled below; 1.96 past 30)."""
+    if degrees < 1:
+        return float("inf")
+    return 1.96 if degrees > 30 else _T95[max(d for d in _T95 if d <= degrees)]
 
 
 @dataclass(frozen=True)
@@ -115,6 +128,7 @@ class Baseline:
     tokens: int  # timed steps (one token each)
     measuring_s: float = 0.0  # wall time the measurement took, untimed catch-up forwards included: its cost
     timing: str = "after the answer"  # or "alongside the runs" (playback.baseline says how each works)
+    relative_error: float = 0.0  # the pooled rate's standard error over its value, from its groups' spread
 
     def speedup(self, tokens_per_second: float | None) -> float | None:
         return tokens_per_second / self.tokens_per_second if tokens_per_second else None
@@ -130,9 +144,18 @@ class Baseline:
                 f"groups, {run_steps} decode steps of the run (needs {MIN_SPEEDUP_GROUPS})")
 
     def speedup_range(self, events: list[StepEvent]) -> tuple[float, float] | None:
-        """(slowest stretch of the run / fastest group, fastest stretch / slowest group)."""
-        rates = window_rates(events, self.groups)
-        return (min(rates) / self.fastest, max(rates) / self.slowest) if rates else None
+        """The speedup's 95 % interval: its run's and its baseline's rates each uncertain by their standard error (the
+        run's from its stretches of decode time, as many as the baseline's groups, at most SPREAD_STRETCHES), the two
+        combined, with Student's t for the fewer of the two counts. It narrows as more steps are timed, and holds
+        1.00× where the machine's noise could have made the difference."""
+        rates = window_rates(events, min(self.groups, SPREAD_STRETCHES))
+        run_rate = decode_rate(events)
+        if len(rates) < 2 or not run_rate:
+            return None
+        run_error = statistics.stdev(rates) / statistics.mean(rates) / math.sqrt(len(rates))
+        spread = t_quantile(min(len(rates), self.groups) - 1) * math.hypot(run_error, self.relative_error)
+        speedup = run_rate / self.tokens_per_second
+        return max(speedup * (1 - spread), 0.0), speedup * (1 + spread)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -200,6 +223,12 @@ def emitted_ids(events: Iterable[StepEvent]) -> list[int]:
 def decode_seconds(events: list[StepEvent]) -> float:
     """A run's decode-loop time after its first step (which holds the prefill)."""
     return (events[-1].elapsed_ms - events[0].elapsed_ms) / 1000 if events else 0.0
+
+
+def decode_rate(events: list[StepEvent]) -> float | None:
+    """A run's decode rate: the tokens after its first step over the decode-loop time after it (RunMetrics')."""
+    seconds = decode_seconds(events)
+    return sum(len(e.emitted) for e in events[1:]) / seconds if seconds > 0 else None
 
 
 def window_rates(events: list[StepEvent], windows: int) -> list[float]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -64,7 +65,42 @@ def pool(steps: list[float], measuring_s: float = 0.0, timing: str = AFTER) -> B
         last = groups.pop()
         groups[-1] += last
     rates = [len(g) / sum(g) for g in groups]
-    return Baseline(len(steps) / sum(steps), min(rates), max(rates), len(groups), len(steps), measuring_s, timing)
+    error = statistics.stdev(rates) / statistics.mean(rates) / math.sqrt(len(rates)) if len(rates) > 1 else 0.0
+    return Baseline(len(steps) / sum(steps), min(rates), max(rates), len(groups), len(steps), measuring_s, timing,
+                    error)
+
+
+POOL_STEPS = 512  # a session's plain steps kept for later answers' baselines, the newest
+POOL_CONTEXT = 0.3  # an earlier step joins a baseline where its context was within this share of the run's
+
+
+class PlainPool:
+    """A session's timed plain steps (seconds, context tokens), for one target and settings (`key`): a later answer's
+    baseline pools those taken at a context near its own with its own steps, so a chat's speedup ranges narrow as it
+    goes on instead of resting on the few dozen steps one answer can spare. A new key (another preset, weights or
+    threads) starts it afresh; Clear empties it. Bounded: the newest POOL_STEPS."""
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+        self.steps: list[tuple[float, int]] = []
+        self._lock = threading.Lock()
+
+    def near(self, key: tuple, context: int) -> list[float]:
+        """The kept steps of `key` taken within POOL_CONTEXT of `context` tokens."""
+        with self._lock:
+            if key != self.key:
+                return []
+            return [seconds for seconds, at in self.steps if abs(at - context) <= POOL_CONTEXT * max(context, 1)]
+
+    def add(self, key: tuple, steps: list[tuple[float, int]]) -> None:
+        with self._lock:
+            if key != self.key:
+                self.key, self.steps = key, []
+            self.steps = (self.steps + steps)[-POOL_STEPS:]
+
+    def clear(self) -> None:
+        with self._lock:
+            self.key, self.steps = None, []
 
 
 class BaselineSampler:
@@ -72,11 +108,13 @@ class BaselineSampler:
     given as (prompt ids, run) pairs; the probe follows the first run's text."""
 
     def __init__(self, probe: PlainProbe, runs: list[tuple[list[int], object]], should_stop: Callable[[], bool],
-                 share_alongside: float = 0.0) -> None:
+                 share_alongside: float = 0.0, earlier: list[float] = ()) -> None:
         self._probe, self._runs, self._should_stop = probe, runs, should_stop
         self._share = share_alongside or SHARE  # of the decode time; 0 alongside: all of SHARE after the runs
         self.timing = ALONGSIDE if share_alongside else AFTER
+        self._earlier = list(earlier)  # the session's earlier steps near this context (PlainPool), pooled first
         self._steps: list[float] = []  # seconds of each timed plain step
+        self.timed: list[tuple[float, int]] = []  # (seconds, context tokens) of this run's steps: for the pool
         self.spent_s = 0.0  # wall time spent on the baseline, catch-up forwards included
 
     @property
@@ -113,6 +151,9 @@ class BaselineSampler:
             # topped up at positions spread over the answer: at its last position alone, the top-up (most of a short
             # answer's baseline) would time only its dearest steps, and read plain decoding 1.2× against itself
             context = self._prompt_ids + self._run.token_ids
+            if self._earlier and not self._steps and self._can_sample():
+                self._sample(self._prompt_ids + self._run.token_ids)  # one of its own, beside the session's
+                yield
             while self._can_sample() and not _has_groups(self._run.baseline):
                 if not self._steps:  # nothing timed alongside (the run ended first): one step, mid-answer, to size it
                     self._sample(context[: (len(self._prompt_ids) + len(context) + 1) // 2])
@@ -164,13 +205,14 @@ class BaselineSampler:
         started = time.perf_counter()
         seconds = self._probe.time_step(context)
         self._steps.append(seconds)
+        self.timed.append((seconds, len(context)))
         self.spent_s += time.perf_counter() - started
         if publish:
             self._publish()
         return seconds
 
     def _publish(self) -> None:
-        baseline = pool(self._steps, self.spent_s, self.timing)
+        baseline = pool(self._earlier + self._steps, self.spent_s, self.timing)
         for _, run in self._runs:
             run.baseline = baseline
 

@@ -22,7 +22,7 @@ from playground.health.stats import LOOKS
 from playground.run_record import exported_run, run_fields
 from playground.viz import ProvenanceBuilder, RunView, TokenPiece, TreeStep, plain_verdict
 
-from .baseline import AFTER, SHARE, SHARE_IN_CHAT, BaselineSampler
+from .baseline import AFTER, SHARE, SHARE_IN_CHAT, BaselineSampler, PlainPool
 from .run_settings import RunSettings
 
 RENDER_INTERVAL_S = 0.15  # at most ~7 UI updates a second; a UI update costs more than a decode step
@@ -197,13 +197,25 @@ class RunDriver:
         backend says it cannot)."""
         return self._backend.capabilities.times_plain_steps
 
-    def baseline(self) -> BaselineSampler | None:
+    def baseline(self, session: PlainPool | None = None) -> BaselineSampler | None:
         """This run's own plain baseline, timed alongside it (after it on vLLM), where the backend can time plain
-        steps here."""
+        steps here; with `session`, the session's earlier plain steps near this run's context pooled into it."""
         if not self.times_plain_steps:
             return None
+        earlier = session.near(self.pool_key, self.typical_context) if session is not None else []
         return BaselineSampler(self._backend.plain_probe(), [(self.run.prompt_ids, self.run)], self._should_stop,
-                               share_alongside=0.0 if self.paces_itself else SHARE_IN_CHAT)
+                               share_alongside=0.0 if self.paces_itself else SHARE_IN_CHAT, earlier=earlier)
+
+    @property
+    def pool_key(self) -> tuple:
+        """What a session's plain steps must share to pool: the preset, its weights and the threads asked."""
+        s = self.run.settings
+        return s.preset, self.run.fields.get("weights"), getattr(s, "threads", None)
+
+    @property
+    def typical_context(self) -> int:
+        """The context this run's steps meet, roughly: its prompt and half its token budget."""
+        return len(self.run.prompt_ids) + self.run.settings.max_new_tokens // 2
 
     def shares_target_with(self, other: RunDriver) -> bool:
         """Both runs decode the same target on the same backend object, which does not decode on between our steps:

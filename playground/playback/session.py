@@ -16,6 +16,7 @@ from playground.presets import ENGINE_LABELS, Preset, get_preset
 from playground.request import nonempty_prompt
 from playground.viz import RunView, Verdict, comparison_verdict, engine_verdict
 
+from .baseline import PlainPool
 from .run import Run, RunDriver, play
 from .run_settings import RequestError, RunSettings
 
@@ -89,6 +90,7 @@ class Conversation:
         self._owner = 0  # the turn that may write; take_over() and clear() move it on
         self._lock = threading.Lock()
         self.suffix_cache = SuffixCache()
+        self.plain_steps = PlainPool()  # the session's timed plain steps, which later answers' baselines pool
 
     def messages(self, system: str, next_user: str | None = None) -> list[dict]:
         out = [{"role": "system", "content": system}] if system.strip() else []
@@ -113,6 +115,7 @@ class Conversation:
             self._owner += 1
             self.exchanges = []
         self.suffix_cache.clear()
+        self.plain_steps.clear()
 
     def append(self, turn: int, exchange: Exchange) -> bool:
         """Add `exchange` if `turn` still owns the conversation; whether it did."""
@@ -171,7 +174,7 @@ def _answer(conversation: Conversation, turn: int, prompt: str | None, settings:
     if not conversation.append(turn, exchange):
         return
     try:
-        for _ in _play([driver]):
+        for _ in _play([driver], conversation.plain_steps):
             if not conversation.owned_by(turn):
                 driver.cancel()
                 return
@@ -183,20 +186,23 @@ def _answer(conversation: Conversation, turn: int, prompt: str | None, settings:
         raise
 
 
-def _play(drivers: list[RunDriver]) -> Iterator[None]:
+def _play(drivers: list[RunDriver], session: PlainPool | None = None) -> Iterator[None]:
     """Shared by chat and compare: the runs, stepped in turn, with plain decoding timed on their text. Two runs of one
     target share one baseline timed alongside them (a paired comparison); otherwise each run has its own (alongside
-    it on our engine, after it on vLLM: RunDriver.baseline)."""
+    it on our engine, after it on vLLM: RunDriver.baseline), a chat's pooled with its `session`'s earlier plain
+    steps near its context, and its own steps kept there for the answers after it."""
     if len(drivers) == 2 and drivers[0].shares_target_with(drivers[1]):
         baselines = [drivers[0].shared_baseline(drivers[1])]
     else:
-        baselines = [b for b in (d.baseline() for d in drivers) if b is not None]
+        baselines = [b for b in (d.baseline(session) for d in drivers) if b is not None]
     yield
     for driver in drivers:
         if driver.run.starting:
             yield from driver.prepare()
             yield
     yield from play(drivers, baselines)
+    if session is not None and len(drivers) == 1 and baselines:
+        session.add(drivers[0].pool_key, baselines[0].timed)
 
 
 @dataclass

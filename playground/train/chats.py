@@ -39,7 +39,7 @@ from playground.train.draws import build_draw
 from playground.train.prompts import SYSTEM_PROMPTS
 
 SHARD_SIZE = 500  # seeds a shard holds (fewer conversations once filtered)
-MAX_NEW_TOKENS = 300
+MAX_NEW_TOKENS = 200  # an answer's tokens at most (the first two shards of the shipped run: 300)
 PROMPT_TOKENS = 96  # a Magpie request longer than this is cut off: dropped
 SAMPLED_SHARE = 0.2  # answers sampled (temperature 0.7, top-p 0.9) rather than greedy
 FOLLOW_UP_SHARE = 0.15
@@ -219,9 +219,10 @@ class ChatWriter:
     """Writes shards of conversations into `out` with `target` (an int4 `Target`)."""
 
     def __init__(self, target, out: Path, evaluation_dir: Path, batch: int = BATCH, shard_size: int = SHARD_SIZE,
-                 log=lambda line: print(line, flush=True)) -> None:
+                 max_new_tokens: int = MAX_NEW_TOKENS, log=lambda line: print(line, flush=True)) -> None:
         self.target, self.model, self.tokenizer = target, target.fast, target.tokenizer
         self.out, self.batch, self.shard_size, self.log = out, batch, shard_size, log
+        self.max_new_tokens = max_new_tokens
         self.stop = frozenset(target.eos_ids)
         self.passages = Passages()
         self.collection = [p for draw in range(FIRST_DRAW, FIRST_DRAW + 3) for name in ("base", "tasks")
@@ -284,7 +285,8 @@ class ChatWriter:
         self._answer(second)
         lines = [json.dumps({"kind": c.seed.kind, "system": c.seed.system, "turns": c.turns, "ids": c.ids,
                              "answers": c.answers, "sampled": c.seed.sampled, "split": split_of(c.turns[0]),
-                             "shard": shard, "index": c.seed.index}, ensure_ascii=False)
+                             "shard": shard, "index": c.seed.index, "max_new_tokens": self.max_new_tokens},
+                            ensure_ascii=False)
                   for c in conversations if c.answers]
         path = self.out / f"shard-{shard:05d}.jsonl"
         scratch = path.with_suffix(".tmp")
@@ -309,7 +311,7 @@ class ChatWriter:
                 turn = f"<|im_start|>user\n{c.turns[-1]}<|im_end|>\n<|im_start|>assistant\n"
                 prompts.append(c.ids + tok(turn, add_special_tokens=False)["input_ids"])
         answers = self._run(self._jobs(conversations, prompts, [c.seed.sampled for c in conversations],
-                                       MAX_NEW_TOKENS))
+                                       self.max_new_tokens))
         for i, c in enumerate(conversations):
             tokens, why = answers[i]
             if why == "context" or not tokens:

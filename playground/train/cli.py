@@ -79,7 +79,8 @@ def _chats(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     target = Target.load(local_folder(args.target), weights="int4")
-    ChatWriter(target, args.out, args.evaluation_sets, batch=args.batch_size).run(args.shards)
+    ChatWriter(target, args.out, args.evaluation_sets, batch=args.batch_size,
+               max_new_tokens=args.max_new_tokens).run(args.shards)
 
 
 def _long_data(args: argparse.Namespace) -> None:
@@ -223,6 +224,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=Path("runs/chats"))
     p.add_argument("--shards", type=int, default=120, help="shards of 500 seeds (about 360 conversations each)")
     p.add_argument("--batch-size", type=int, default=48, help="sequences decoded together")
+    p.add_argument("--max-new-tokens", type=int, default=200, help="an answer's tokens at most")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--evaluation-sets", type=Path, default=Path("assets/prompts"),
                    help="no training prompt shares a run of 8 words with a prompt in these files")

@@ -3,6 +3,8 @@ and, before any run, the committed drift study. The work is in playground.bench.
 
 from __future__ import annotations
 
+import logging
+
 import gradio as gr
 
 from playground.bench import BenchStopped
@@ -21,6 +23,7 @@ FINISHED = "finished"
 
 
 TAB = "bench"
+log = logging.getLogger("playground")
 
 
 def _outputs(profile: str, view: BenchView) -> tuple:
@@ -47,6 +50,13 @@ def run_profile_for_tab(profile: str, preset: str, min_draft_prob: float = 0.0, 
         except BenchStopped as stopped:
             gr.Info(f"Stopped: {stopped}.")
             yield (f"Stopped: {stopped}.", *(gr.skip(),) * (N_OUTPUTS - 1))
+        except (ValueError, OSError):
+            raise  # a refusal: report_user_errors words it
+        except Exception as err:  # a failure inside the run: words on the status line, the traceback in the log
+            log.exception("benchmark %s failed", profile)
+            first = (str(err).strip().splitlines() or [""])[0]
+            yield (f"**{profile}** failed: {type(err).__name__}{': ' + first if first else ''} (the app's log has "
+                   "the details)", *(gr.skip(),) * (N_OUTPUTS - 1))
 
     yield from stoppable(request, TAB, f"benchmark ({profile})", run)
 

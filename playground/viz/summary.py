@@ -6,7 +6,7 @@ import html
 
 import pandas as pd
 
-from playground.engine.trace import MIN_SPEEDUP_GROUPS
+from playground.engine.trace import MIN_SPEEDUP_GROUPS, RANGE_CONFIDENCE
 
 from .view import RunView
 
@@ -19,8 +19,11 @@ DRAFT_ACCEPTANCE_RATE_HELP = "Draft acceptance rate = accepted draft tokens / dr
 # exports' timing note (playback/exports.py) and the About tab render these; how the plain steps are sampled is
 # playback/baseline.py's SAMPLING_HELP.
 WITHIN_NOISE = "within noise on this machine"  # the verdict's words where the speedup ranges overlap (verdict.py)
-SPEEDUP_RANGE_HELP = ("The range sets this run's slowest stretch against the fastest group of plain steps and its "
-                      "fastest against the slowest: how much the machine's noise could move the figure.")
+SPEEDUP_RANGE_HELP = (f"The range is the speedup's {RANGE_CONFIDENCE:.0%} interval: the run's decode rate, over "
+                      "stretches of its time, "
+                      "and plain decoding's, over groups of its timed steps, each as uncertain as their spread says; "
+                      "it narrows as more steps are timed (a chat pools its earlier answers' plain steps taken at a "
+                      "similar context).")
 TOO_FEW_STEPS_HELP = (f"Below {MIN_SPEEDUP_GROUPS} groups of plain steps, or {MIN_SPEEDUP_GROUPS} decode steps of the "
                       f"run, neither is given: too few steps to measure.")
 VERDICT_HELP = ("A run is called faster or slower than another (or than plain decoding, whose own speedup is 1.00×) "
@@ -93,6 +96,12 @@ def baseline_card(view: RunView) -> tuple[str, str, str]:
 TOO_FEW_STEPS = "too few steps"  # where a speedup would stand, below the steps a measurement needs
 
 
+NOTHING_ACCEPTED = "no draft accepted"  # the speedup card's headline where every draft was rejected
+NOTHING_ACCEPTED_HELP = ("Every draft of this run was rejected (mean acceptance length 1.00): any speedup shown beside "
+                         "this is the machine's noise, not the method's gain.")
+WITHIN_NOISE_HEADLINE = "within noise"  # the speedup card's headline where its range holds 1×
+WITHIN_NOISE_HELP = ("The speedup's range holds 1×: on this machine, now, this run was not measurably faster or "
+                     "slower than plain decoding, whatever the middle figure says.")
 THE_BASELINE = "plain decoding is the baseline"  # where a plain run's speedup would stand: it is not over itself
 PLAIN_SPEEDUP_HELP = ("A speedup is a run's rate over plain decoding's; this run is plain decoding, so it has none: "
                       "its rate set against the plain steps timed beside it would measure only their noise.")
@@ -127,7 +136,12 @@ def speedup_card(view: RunView) -> tuple[str, str, str]:
         return times_text(None), f"speedup ({THE_BASELINE})", PLAIN_SPEEDUP_HELP
     if view.too_few_steps:
         return times_text(None), f"speedup ({too_few_steps_words(view)})", f"{view.too_few_steps}. {SPEEDUP_HELP}"
-    speedup_range = view.speedup_range
+    speedup_range, m = view.speedup_range, view.metrics
+    measured = times_text(view.speedup) + (f" ({range_text(speedup_range)})" if speedup_range else "")
+    if m.drafted_tokens and not m.accepted_tokens:  # what to read first: the drafts were all rejected
+        return NOTHING_ACCEPTED, f"speedup {measured}", f"{NOTHING_ACCEPTED_HELP} {SPEEDUP_HELP}"
+    if view.speedup is not None and speedup_range and speedup_range[0] <= 1.0 <= speedup_range[1]:
+        return WITHIN_NOISE_HEADLINE, f"speedup {measured}", f"{WITHIN_NOISE_HELP} {SPEEDUP_HELP}"
     return (times_text(view.speedup), "speedup" + (f" ({range_text(speedup_range)})" if speedup_range else ""),
             SPEEDUP_HELP)
 

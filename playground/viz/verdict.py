@@ -56,6 +56,11 @@ def count_differences(left: RunView, right: RunView) -> list[str]:
 
 def comparison_verdict(left: RunView, right: RunView, shared_baseline: bool) -> Verdict:
     """Left against right: the faster side where their speedup ranges do not overlap, else within noise."""
+    if left.plain or right.plain:  # plain decoding is the baseline, never rated against itself
+        other = right if left.plain else left
+        if other.plain:
+            return Verdict(None, "Both sides are plain decoding: the baseline itself, nothing to rate.", False)
+        return plain_verdict(other)
     basis = "against one plain baseline timed alongside both" if shared_baseline else \
         "each against its own engine's plain decoding"
     missing = [v.label for v in (left, right) if v.speedup_range is None]

@@ -460,3 +460,28 @@ def test_stream_run_reports_before_every_run_and_stops(tiny_pair: Path) -> None:
     assert next(stopping).status == STARTING
     with pytest.raises(BenchStopped, match="stopped after 1 of "):
         list(stopping)
+
+
+@pytest.mark.slow
+def test_the_smoke_profile_runs_on_the_default_pair(tmp_path: Path) -> None:
+    """`bench --profile smoke` on the default preset as a newcomer runs it (its int4 target, no models folder): it
+    exits 0, every row of ours is lossless, and transformers' peers, which need float weights, carry the reason
+    instead of numbers."""
+    import os
+    import subprocess
+    import sys
+
+    from playground.smollm2 import unavailable_reason
+
+    if unavailable_reason():
+        pytest.skip(unavailable_reason())
+    env = {k: v for k, v in os.environ.items() if k != "PLAYGROUND_MODELS_DIR"}
+    done = subprocess.run([sys.executable, "-m", "playground", "bench", "--profile", "smoke", "--preset",
+                           "smollm2-135m", "--out", str(tmp_path)], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    ours = [r for r in rows if r["drafter"] in ("none", "eagle3", "eagle3.1")]
+    assert ours and all(r["lossless"] is not False and r["tokens_per_second"] > 0 for r in ours)
+    peers = [r for r in rows if r["drafter"] in ("hf-greedy", "prompt-lookup", "hf-assisted")]
+    assert peers and all(r["tokens_per_second"] is None and "float weights" in r["note"] for r in peers)

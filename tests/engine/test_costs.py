@@ -162,6 +162,8 @@ def test_a_profile_is_filed_under_the_load_its_own_calls_met(tiny, tmp_path: Pat
     busy = _profile(tiny, tmp_path, busy=lambda: False, load=lambda: 1)
     assert busy.busy_share == 1.0 and busy.measured_busy is True
     assert busy.code == CODE_VERSION and busy.kernels == costs.target_kernels(tiny.target)
+    assert set(busy.loop) == {0, 1} and all(c.ms >= 0 and len(c.rounds) == len(busy.plain.rounds)
+                                            for c in busy.loop.values())  # the loops' own work, by round
     assert _profile(tiny, tmp_path, busy=lambda: True, load=lambda: pytest.fail("kept: nothing measured")) == busy
     idle = _profile(tiny, tmp_path, busy=lambda: False, load=lambda: 0)
     assert idle != busy and idle.busy_share == 0.0  # not the busy one: measured on the idle machine

@@ -7,7 +7,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from playground.engine.trace import MIN_SPEEDUP_GROUPS
+from playground.engine.trace import (
+    MIN_SPEEDUP_GROUPS,
+    RANGE_CONFIDENCE,  # noqa: E402
+)
 from playground.playback.baseline import GROUP_SECONDS, GROUP_STEPS, SAMPLING_HELP, SHARE, SHARE_IN_CHAT
 from playground.playback.exports import TIMING_NOTE
 from playground.playback.run import RENDER_SHARE
@@ -38,7 +41,7 @@ def test_every_number_in_the_explanation_is_the_codes() -> None:
     """A figure typed into the prose by hand (a "tenth", "groups of four" gone stale) has no constant behind it:
     only the constants' values, and plain decoding's own 1.00×, may appear."""
     allowed = {str(MIN_SPEEDUP_GROUPS), f"{SHARE_IN_CHAT:.0%}", f"{SHARE:.0%}", str(GROUP_STEPS),
-               f"{GROUP_SECONDS * 1000:.0f}", "1.00"}
+               f"{GROUP_SECONDS * 1000:.0f}", "1.00", f"{RANGE_CONFIDENCE:.0%}"}
     assert f"{MIN_SPEEDUP_GROUPS} groups of plain steps" in TOO_FEW_STEPS_HELP
     assert f"at most {SHARE_IN_CHAT:.0%}" in SAMPLING_HELP and f"at least {GROUP_STEPS} steps" in SAMPLING_HELP
     for words in TIMING_WORDS:

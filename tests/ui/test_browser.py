@@ -266,6 +266,21 @@ def test_clear_during_an_answer_leaves_nothing_behind(browser, real_app_url: str
     page.close()
 
 
+def test_the_benchmark_tab_finishes_the_smoke_profile_on_the_default_pair(browser, real_app_url: str) -> None:
+    """The Benchmark tab's smallest run on the real default pair (its int4 target): it finishes, with findings and a
+    table, and the peers that need float weights say so in their rows rather than failing the run."""
+    from playwright.sync_api import expect
+
+    page = open_page(browser, real_app_url)
+    page.get_by_role("tab", name="Benchmark").click()
+    page.locator("#bench-profile input").click()
+    page.get_by_role("option", name=re.compile("^smoke")).click()
+    page.locator("#bench-run").click()
+    expect(page.locator("#bench-status")).to_contain_text("finished", timeout=300_000)
+    expect(page.locator("#bench-findings")).to_contain_text("Lossless")
+    expect(page.locator("#bench-findings")).to_contain_text("float weights")
+
+
 def test_a_run_waiting_for_the_model_says_so_and_stop_cancels_it(browser, app_url: str) -> None:
     """One model run at a time: while a benchmark holds the model, another user's Send says it is queued, behind
     what, and Stop cancels it; the Benchmark tab's own Stop then ends the benchmark."""
