@@ -31,6 +31,7 @@ from playground.flags import (
 from playground.health import run_health
 from playground.presets import Preset
 from playground.request import nonempty_prompt, resolve_request
+from playground.request.check import FIXED_K, default_choice
 from playground.run_record import exported_run, run_fields
 
 
@@ -43,9 +44,12 @@ def _messages(args: argparse.Namespace) -> list[dict]:
 def generate(args: argparse.Namespace) -> dict:
     preset = resolve_preset(args)
     messages = _messages(args)  # an empty prompt is refused before any model work
-    drafter = args.drafter_path or args.drafter or preset.default_drafter
-    k_auto = args.k == "auto"
-    k = 1 if k_auto else args.k  # k auto: a chain's k, chosen once the request is checked
+    if args.drafter_path:
+        drafter, k_auto = args.drafter_path, args.k == "auto"
+    else:  # what runs without flags: k auto where it can choose, among every method where none is named
+        drafter, k_auto = default_choice(preset, args.drafter)
+        k_auto = args.k == "auto" if args.k is not None else k_auto
+    k = 1 if k_auto else (args.k or FIXED_K)  # k auto: a chain's k, chosen once the request is checked
     try:
         cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=k, temperature=args.temperature,
                                top_p=args.top_p, seed=args.seed, stop_strings=tuple(args.stop or ()),
@@ -56,6 +60,7 @@ def generate(args: argparse.Namespace) -> dict:
     except ValueError as err:
         raise UsageError(str(err)) from None
     if request.auto is not None:
+        print(f"[{request.auto.short()}]", file=sys.stderr)
         print(f"--k auto: {request.auto.why}", file=sys.stderr)
     drafter, cfg, tree, auto = request.drafter, request.config, request.config.tree, request.auto
     backend = make_backend(args, preset)
@@ -75,6 +80,9 @@ def generate(args: argparse.Namespace) -> dict:
     health = run_health(preset, backend, drafter, cfg, args.chat_template, args.raw, len(prompt_ids), events)
     result = {"preset": preset.name, "target": preset.target, "tree": asdict(tree) if tree else None,
               **exported_run(record, run_fields(backend, drafter == PLAIN), auto, health)}
+    speedup = timed_against_plain(backend, prompt_ids, cfg, events) if args.baseline and drafter != PLAIN else None
+    if speedup is not None:
+        result["baseline"], result["speedup"], result["speedup_range"] = speedup
     if args.json:
         print(json.dumps(result))
     else:
@@ -84,8 +92,38 @@ def generate(args: argparse.Namespace) -> dict:
         print(f"\n\n[{m.generated_tokens} tokens, {m.tokens_per_second:.1f} tok/s, mean acceptance length {al}, "
               f"finish: {record.finish_reason}{'; ' + busy if busy else ''}]", file=sys.stderr)
         if drafter != PLAIN:
+            print(f"[{speedup_line(m.decode_tokens_per_second, speedup)}]", file=sys.stderr)
             print(f"[{health.text()}]", file=sys.stderr)
     return result
+
+
+def timed_against_plain(backend, prompt_ids: list[int], cfg, events) -> tuple[dict, float, list[float]] | None:
+    """Plain decoding of the same prompt, timed after the run (`--baseline`): (its baseline record, the run's speedup
+    over it, its 95 % interval), each plain step a timed sample; None where the run has too few steps to measure."""
+    from dataclasses import replace as replaced
+
+    from playground.playback.baseline import pool
+
+    plain = list(backend.stream(prompt_ids, PLAIN, replaced(cfg, k=1, tree=None, min_draft_prob=0.0)))
+    steps = [(b.elapsed_ms - a.elapsed_ms) / 1000 for a, b in zip(plain[1:], plain[2:])]
+    baseline = pool(steps)
+    if baseline is None or baseline.too_few_steps(events):
+        return None
+    rate = RunRecord.of(events, "", len(prompt_ids), "", cfg, cfg.k).metrics.decode_tokens_per_second
+    interval = baseline.speedup_range(events)
+    return baseline.to_dict(), baseline.speedup(rate), list(interval) if interval else None
+
+
+def speedup_line(rate: float | None, speedup: tuple | None) -> str:
+    if speedup is None:
+        return ("speedup over plain decoding: not measured (--baseline times plain decoding of this prompt after the "
+                "answer, as the app's Chat times it beside)")
+    baseline, ratio, interval = speedup
+    within = interval is not None and interval[0] <= 1.0 <= interval[1]
+    span = f" ({interval[0]:.2f}–{interval[1]:.2f})" if interval else ""
+    return (f"{'within noise: ' if within else ''}{ratio:.2f}×{span} plain decoding's decode rate "
+            f"({rate or 0:.1f} against {baseline['tokens_per_second']:.1f} tok/s, {baseline['tokens']} plain steps "
+            "timed after the answer)")
 
 
 def choose_auto_k(args: argparse.Namespace, preset: Preset, drafter: str, messages: list[dict]) -> AutoK:
@@ -101,11 +139,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("generate", help="generate one answer with a drafter, print text or JSON")
     p.add_argument("--preset", help="named target+drafter pair (default: PLAYGROUND_DEFAULT_PRESET or smollm2-135m)")
     add_pair_flags(p)
-    p.add_argument("--drafter", help=f"none, a drafter name of the preset (default: eagle3.1 where it has one), or a "
-                   f"weightless method on our engine: {', '.join(WEIGHTLESS)} (prompt lookup, suffix decoding); with "
-                   "--k auto, auto (k auto chooses the method too) or a comma list of methods to choose among")
-    p.add_argument("--k", type=k_or_auto, default="4", help=f"speculative tokens per step, 1..{MAX_K}, or auto: the k "
-                   "predicted fastest on this machine (plain decoding where none pays)")
+    p.add_argument("--drafter", help=f"none, a drafter name of the preset, a weightless method on our engine: "
+                   f"{', '.join(WEIGHTLESS)} (prompt lookup, suffix decoding), auto (k auto chooses the method "
+                   "too) or a comma list of methods to choose among; default: auto on our engine (the method and k "
+                   "predicted fastest here, plain decoding where none pays), else the preset's drafter")
+    p.add_argument("--k", type=k_or_auto, help=f"speculative tokens per step, 1..{MAX_K}, or auto: the k predicted "
+                   f"fastest on this machine (plain decoding where none pays); default: auto where it can choose, "
+                   f"else {FIXED_K}")
     add_min_draft_prob_flag(p)
     add_method_flags(p)
     add_tree_flags(p)
@@ -127,6 +167,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="our engine on the CPU: int4 layers in GGUF Q4_1's groups, or auto (int4 where measured "
                    "faster and row-exact); default: the preset's")
     p.add_argument("--no-instrument", action="store_true", help="skip attention / hidden-RMS capture")
+    p.add_argument("--baseline", action="store_true", help="time plain decoding of the same prompt after the answer "
+                   "and print the speedup over it, with its 95 %% interval (our engine)")
     p.add_argument("--json", action="store_true", help="print one JSON object (schema in docs/cli.md)")
     add_threads_flag(p)
     p.set_defaults(func=generate)

@@ -364,7 +364,7 @@ class Eagle3Drafter(nn.Module):
 
     def project(self, aux_hidden: torch.Tensor) -> torch.Tensor:
         """Fuse the concatenated aux hidden states of the target [.., n_aux*Ht] into the drafter width H."""
-        if self.native is not None and not torch.is_grad_enabled():
+        if self.native is not None:  # prepared for decoding: its calls in C (never trained again)
             return self.native.project(aux_hidden)
         if self.config.fc_norm:
             chunks = aux_hidden.chunk(self.config.num_aux_hidden_states, dim=-1)
@@ -388,7 +388,7 @@ class Eagle3Drafter(nn.Module):
         # scores a subset of positions and calls lm_head itself)
         context: int | None = None,  # cache slots before this are the context: what attention masses split by
     ) -> DraftOutput:
-        if self.native is not None and not torch.is_grad_enabled():
+        if self.native is not None:
             return self.native.forward(input_ids, hidden, positions, cache, mask, attention_rows, logits_rows, context)
         embeds = self.embed_tokens(input_ids).to(hidden.dtype)  # shared target embeddings may be in another dtype
         rope = self.rope(positions, hidden)

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from . import native
-from .int4 import TiledKVCache, _PackedEmbedding, pack
+from .int4 import Arena, TiledKVCache, _PackedEmbedding, pack, packed_bytes
 
 if TYPE_CHECKING:
     from .drafter import DraftOutput, Eagle3Drafter
@@ -46,11 +46,11 @@ class NativeDrafter:
         layer = drafter.layers[0]
         attn, mlp = layer.self_attn, layer.mlp
         floats = lambda t: t.detach().float().contiguous()  # noqa: E731
-        self.packed = [pack(lib, drafter.fc.weight, 8),
-                       pack(lib, torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]), 8),
-                       pack(lib, attn.o_proj.weight, 8),
-                       pack(lib, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), 8),
-                       pack(lib, mlp.down_proj.weight, 8), pack(lib, drafter.lm_head.weight, 8)]
+        weights = [drafter.fc.weight, torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+                   attn.o_proj.weight, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), mlp.down_proj.weight,
+                   drafter.lm_head.weight]
+        arena = Arena([packed_bytes(lib, *w.shape, 8) for w in weights])
+        self.packed = [pack(lib, w, 8, arena.take()) for w in weights]
         norms = (torch.cat([floats(n.weight) for n in drafter.fc_norm]) if cfg.fc_norm else
                  floats(drafter.input_norm.weight) if cfg.norm_before_fc else None)
         self.norms = [norms, floats(layer.hidden_norm.weight), floats(layer.input_layernorm.weight),

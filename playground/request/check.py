@@ -140,6 +140,26 @@ def auto_candidates(preset: Preset) -> list[str]:
     return drafters + weightless
 
 
+FIXED_K = 4  # the k a run takes where it names none and k auto cannot choose for it
+
+
+def default_choice(preset: Preset, drafter: str | None = None) -> tuple[str, bool]:
+    """(drafter, k auto) of a request that names no k (and, with `drafter` None, no method): the one home for what
+    runs without flags, in `generate`, the Chat and the server. k auto wherever it can choose — among every method it
+    can price (ANY_METHOD) when none is named, or that drafter's k — so the default is the configuration predicted
+    fastest on this machine and plain decoding where nothing pays; elsewhere (vLLM, a drafter without an acceptance
+    by position) the preset's drafter at FIXED_K."""
+    if drafter is None:
+        if preset.backend == "local" and auto_candidates(preset):
+            return ANY_METHOD, True
+        drafter = preset.default_drafter
+    if drafter == PLAIN or preset.backend != "local":
+        return drafter, False
+    if is_weightless(drafter):
+        return drafter, bool(preset.drafters)
+    return drafter, drafter in preset.drafters and auto_k_problem(preset, drafter) is None
+
+
 def check_chain_on_our_engine(preset: Preset, cfg: GenerationConfig) -> None:
     """RequestError where k auto is asked off our engine or of a tree: it prices chains on our engine."""
     if preset.backend != "local":
