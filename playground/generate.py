@@ -46,10 +46,10 @@ def generate(args: argparse.Namespace) -> dict:
     messages = _messages(args)  # an empty prompt is refused before any model work
     if args.drafter_path:
         drafter, k_auto = args.drafter_path, args.k == "auto"
-    else:  # what runs without flags: k auto where it can choose, among every method where none is named
-        drafter, k_auto = default_choice(preset, args.drafter)
-        k_auto = args.k == "auto" if args.k is not None else k_auto
-    k = 1 if k_auto else (args.k or FIXED_K)  # k auto: a chain's k, chosen once the request is checked
+    else:  # what is left unsaid: k auto where it can choose, among every method where none is named
+        chains = not (getattr(args, "tree_nodes", 0) or args.min_draft_prob)
+        drafter, k_auto = default_choice(preset, args.drafter, args.k, chains)
+    k = 1 if k_auto else (args.k if isinstance(args.k, int) else FIXED_K)  # k auto: chosen once the request is checked
     try:
         cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=k, temperature=args.temperature,
                                top_p=args.top_p, seed=args.seed, stop_strings=tuple(args.stop or ()),
@@ -164,8 +164,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: the preset's")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="default: the preset's")
     p.add_argument("--weights", choices=["float32", "int4", "auto"],
-                   help="our engine on the CPU: int4 layers in GGUF Q4_1's groups, or auto (int4 where measured "
-                   "faster and row-exact); default: the preset's")
+                   help="our engine on the CPU: the GGUF's own 4-bit blocks in C (int4), float32, or auto (int4 where "
+                   "the C library builds and the model fits it); default: the preset's")
     p.add_argument("--no-instrument", action="store_true", help="skip attention / hidden-RMS capture")
     p.add_argument("--baseline", action="store_true", help="time plain decoding of the same prompt after the answer "
                    "and print the speedup over it, with its 95 %% interval (our engine)")

@@ -143,17 +143,21 @@ def auto_candidates(preset: Preset) -> list[str]:
 FIXED_K = 4  # the k a run takes where it names none and k auto cannot choose for it
 
 
-def default_choice(preset: Preset, drafter: str | None = None) -> tuple[str, bool]:
-    """(drafter, k auto) of a request that names no k (and, with `drafter` None, no method): the one home for what
-    runs without flags, in `generate`, the Chat and the server. k auto wherever it can choose — among every method it
-    can price (ANY_METHOD) when none is named, or that drafter's k — so the default is the configuration predicted
-    fastest on this machine and plain decoding where nothing pays; elsewhere (vLLM, a drafter without an acceptance
-    by position) the preset's drafter at FIXED_K."""
+def default_choice(preset: Preset, drafter: str | None = None, k: int | str | None = None,
+                   chains: bool = True) -> tuple[str, bool]:
+    """(drafter, k auto) of a request, where it leaves the method or k unsaid: the one home for what runs without flags
+    in `generate`, the Chat and the server. `k` as asked (None: unsaid; "auto"; a number); `chains`: the request drafts
+    a chain of every k (no tree, no adaptive stop), which k auto prices. With nothing said, k auto among every method it
+    can price on our engine (ANY_METHOD): the configuration predicted fastest on this machine, plain decoding where
+    nothing pays. A method named, or a k, and the rest follows: k auto where it can choose for that drafter, else
+    FIXED_K; the preset's drafter where only k was given."""
     if drafter is None:
-        if preset.backend == "local" and auto_candidates(preset):
+        if k is None and chains and preset.backend == "local" and auto_candidates(preset):
             return ANY_METHOD, True
         drafter = preset.default_drafter
-    if drafter == PLAIN or preset.backend != "local":
+    if k is not None:
+        return drafter, k == "auto"
+    if drafter == PLAIN or preset.backend != "local" or not chains:
         return drafter, False
     if is_weightless(drafter):
         return drafter, bool(preset.drafters)

@@ -58,7 +58,8 @@ def test_generate_k_auto_falls_back_to_plain_for_an_untrained_drafter(capsys, pa
     evaluation = pair_models / "evaluation.json"  # beside the drafter folders, as `train evaluate` writes it
     evaluation.write_text(json.dumps({"acceptance": {"eagle3.1": {"8": {"per_position_acceptance": [0.01] * 8}}}}))
     try:
-        code = main(["generate", "--prompt", "Hello there", "--max-new-tokens", "12", "--k", "auto", "--json"])
+        code = main(["generate", "--prompt", "Hello there", "--max-new-tokens", "12", "--drafter", "eagle3.1", "--k",
+                     "auto", "--json"])
         out = capsys.readouterr()
         assert code == 0, out.err
         record = json.loads(out.out)
@@ -66,7 +67,7 @@ def test_generate_k_auto_falls_back_to_plain_for_an_untrained_drafter(capsys, pa
         assert "plain decoding" in record["auto_k"]["why"] and "--k auto:" in out.err
         assert set(record["auto_k"]["predicted_speedup"]) == {str(k) for k in range(1, 9)}
         evaluation.unlink()
-        code = main(["generate", "--prompt", "Hello there", "--k", "auto"])
+        code = main(["generate", "--prompt", "Hello there", "--drafter", "eagle3.1", "--k", "auto"])
         assert code != 0 and "needs eagle3.1's acceptance by position" in capsys.readouterr().err
     finally:
         evaluation.unlink(missing_ok=True)
