@@ -40,7 +40,29 @@ def _exit_on_sigterm(signum: int, frame) -> None:
     os._exit(0)
 
 
+def _patient_url_ok(url: str, within_s: float = 60.0) -> bool:
+    """Gradio's check that the page's server answers before `launch` returns (`networking.url_ok`) gives it one
+    3-second HEAD and raises ("When localhost is not accessible ...") where none answers: on a busy 2-core machine
+    the server's thread answered later, and the app died at start. The same check, waiting up to `within_s`."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.head(url, timeout=10, verify=False).status_code in (200, 401, 301, 302, 303, 307, 308):
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    return False
+
+
 def main() -> None:
+    from gradio import networking
+
+    networking.url_ok = _patient_url_ok
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)  # ours at INFO (a refused request is one line); other libraries at WARNING

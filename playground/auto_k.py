@@ -17,15 +17,19 @@ the answer, not in the prompt. A weightless method asked by name with k auto get
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
+from playground.backends import Backend
 from playground.backends.local import LocalBackend
-from playground.drafting import PLAIN, is_weightless
-from playground.engine import GenerationConfig, SpecCounters
-from playground.engine.choice import Candidate, choose_method
-from playground.engine.costs import AutoK, CostProfile, choose_k, expected_tokens, pair_profile
+from playground.drafting import PLAIN, method_for
+from playground.engine import GenerationConfig, SpecCounters, StepEvent
+from playground.engine.choice import AutoK, Candidate, choose_k, choose_method, expected_tokens
+from playground.engine.cost_measure import pair_profile
+from playground.engine.costs import CostProfile
+from playground.engine.loop import prompt_problem
 from playground.engine.replay import replay, teacher_force
 from playground.engine.weightless import proposer_for
 from playground.presets import repo_relative
@@ -75,7 +79,10 @@ def auto_k(backend: LocalBackend, drafter: str, context_ids: list[int], tokens: 
     k's name ("--k " + message, "k " + message). A choice among methods (ANY_METHOD, a comma list) or a weightless
     method: `auto_method`, whose `context_ids` are the prompt, each weightless method replayed with its own of the
     request's method `settings` (GenerationConfig.method_settings; the registry's defaults for the rest)."""
-    if chosen_among(drafter) or is_weightless(drafter):
+    problem = prompt_problem(len(context_ids), backend.target.max_positions)
+    if problem:  # refused before any step is timed, in the words the run itself would refuse with
+        raise ValueError(problem)
+    if chosen_among(drafter) or method_for(drafter).priced_by == "replay":
         methods = candidates(backend.preset, drafter) if chosen_among(drafter) else [drafter]
         return auto_method(backend, methods, context_ids, tokens, announce, session, settings)
     answers = latest(session)
@@ -115,11 +122,67 @@ def drafter_profile(backend: LocalBackend, drafter: str, context_ids: list[int],
                         context_ids, tokens, cache_root(), announce=announce)
 
 
-def probe_answer(backend: LocalBackend, prompt_ids: list[int]) -> list[int]:
-    """The first PROBE_TOKENS tokens of this prompt's greedy answer, decoded plainly: the text a method would be
-    checked against, which a weightless method's proposals (read from the prompt) and a drafter's are replayed on."""
+def probe_answer(backend: LocalBackend, prompt_ids: list[int]) -> list[StepEvent]:
+    """The step events of this prompt's greedy answer's first PROBE_TOKENS tokens, decoded plainly: the text a method
+    would be checked against, which a weightless method's proposals (read from the prompt) and a drafter's are
+    replayed on; a greedy answer goes on from them (`answer_stream`)."""
     cfg = GenerationConfig(max_new_tokens=PROBE_TOKENS, k=1, instrument=False)
-    return [token for event in backend.stream(prompt_ids, PLAIN, cfg) for token in event.emitted]
+    return list(backend.stream(prompt_ids, PLAIN, cfg))
+
+
+def reusable_probe(auto: AutoK | None, cfg: GenerationConfig) -> list[StepEvent]:
+    """The probe's steps where the answer can go on from them: a greedy answer (the probe is plain greedy decoding's
+    own start), longer than the probe, with no stop string to look for in it, whose probe ran to its budget."""
+    probe = list(auto.probe) if auto is not None else []
+    tokens = sum(len(e.emitted) for e in probe)
+    if (not probe or not cfg.greedy or cfg.stop_strings or cfg.max_new_tokens <= tokens
+            or probe[-1].finish_reason != "length"):
+        return []
+    return probe
+
+
+class ContinuedStream:
+    """An answer's step events: the probe's plain steps as they were timed, then the chosen method's run from the
+    prompt and the probe's tokens (its prefill over them is a step of the answer), its steps, tokens and times
+    counted on from the probe's. A stream as `Backend.stream` returns one (`close`)."""
+
+    def __init__(self, probe: list[StepEvent], rest: Iterator[StepEvent]) -> None:
+        last = probe[-1]
+        self._probe = [*probe[:-1], dataclasses.replace(last, finished=False, finish_reason=None)]
+        self._rest, self._steps, self._ms, self._tokens = rest, len(probe), last.elapsed_ms, last.total_tokens
+        self.live = False  # whether the last step returned is the run's own (its clock runs while it is paused)
+
+    def __iter__(self) -> Iterator[StepEvent]:
+        return self
+
+    def __next__(self) -> StepEvent:
+        if self._probe:
+            return self._probe.pop(0)
+        event = next(self._rest)
+        self.live = True
+        return dataclasses.replace(event, step=event.step + self._steps, elapsed_ms=event.elapsed_ms + self._ms,
+                                   total_tokens=event.total_tokens + self._tokens)
+
+    def close(self) -> None:
+        close = getattr(self._rest, "close", None)
+        if close is not None:
+            close()
+
+
+def answer_stream(backend: Backend, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
+                  should_stop: Callable[[], bool] | None = None, session: str | None = None,
+                  auto: AutoK | None = None):
+    """The answer's step events: `backend.stream`, or, where k auto decoded the answer's first tokens plainly to
+    choose (`reusable_probe`), those steps and then the chosen method going on from them, so the choice costs one
+    prefill over them rather than those tokens decoded again. Greedy output is plain decoding's either way."""
+    probe = reusable_probe(auto, cfg)
+    if not probe:
+        return backend.stream(prompt_ids, drafter, cfg, should_stop, session=session)
+    tokens = [t for e in probe for t in e.emitted]
+    rest = backend.stream([*prompt_ids, *tokens], drafter,
+                          dataclasses.replace(cfg, max_new_tokens=cfg.max_new_tokens - len(tokens)), should_stop,
+                          session=session)
+    return ContinuedStream(probe, rest)
 
 
 def auto_method(backend: LocalBackend, methods: list[str], prompt_ids: list[int], tokens: int,
@@ -130,20 +193,22 @@ def auto_method(backend: LocalBackend, methods: list[str], prompt_ids: list[int]
     first PROBE_TOKENS tokens (`probe_answer`), replayed under each method."""
     since = time.time()
     profiles = {name: drafter_profile(backend, name, prompt_ids, tokens, announce)
-                for name in methods if not is_weightless(name)}
+                for name in methods if method_for(name).priced_by == "acceptance"}
     target_costs = next(iter(profiles.values()), None)  # whose plain and verification costs price weightless steps
     if target_costs is None:
         target_costs = drafter_profile(backend, next(iter(backend.preset.drafters)), prompt_ids, tokens, announce)
     answers = latest(session)
     if announce is not None:
         announce(f"decoding this answer's first {PROBE_TOKENS} tokens plainly: each method is replayed on them…")
-    probe = probe_answer(backend, list(prompt_ids))
+    probe_events = probe_answer(backend, list(prompt_ids))
+    probe = [token for event in probe_events for token in event.emitted]
     evidence = [*answers, (list(prompt_ids), probe)] if len(probe) > 1 else answers
     described = " and ".join(filter(None, (session_words(answers), f"this answer's first {len(probe)} tokens "
                                                                     "(decoded plainly to choose)")))
-    candidates = [weightless_candidate(name, target_costs, evidence, described, settings) if is_weightless(name)
+    candidates = [weightless_candidate(name, target_costs, evidence, described, settings)
+                  if method_for(name).priced_by == "replay"
                   else eagle_candidate(backend, name, profiles[name], evidence, described) for name in methods]
-    return choose_method(candidates, target_costs.load_text(since))
+    return dataclasses.replace(choose_method(candidates, target_costs.load_text(since)), probe=tuple(probe_events))
 
 
 def eagle_candidate(backend: LocalBackend, drafter: str, profile: CostProfile, answers: Sequence[Answer],

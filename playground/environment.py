@@ -14,8 +14,8 @@ SETTINGS: dict[str, str] = {
     "PLAYGROUND_MODELS_DIR": "a folder with target/, eagle3/ and eagle3.1/ that replaces the default pair",
     "PLAYGROUND_CACHE_DIR": "where SmolLM2's GGUF is converted once and the int4 path's C steps are built "
                             "(default: $XDG_CACHE_HOME or ~/.cache, /eagle-playground)",
-    "PLAYGROUND_NATIVE": "0: the int4 path runs its layer steps in PyTorch, not C (default: C where a compiler "
-                         "builds them and they measure faster)",
+    "PLAYGROUND_NATIVE": "0: no C library: weights=auto keeps float32 and int4 is refused in one line (default: the "
+                         "library, built where a compiler is)",
     "PLAYGROUND_THREADS": "torch CPU threads for every phase of a step, in the app and the CLI (default: the "
                           "adaptive policy of docs/engine.md, which holds up when other processes share the cores)",
     "PLAYGROUND_CONCURRENCY": "model runs at once in the app (default 1, so measured speeds are not shared)",

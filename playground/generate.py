@@ -8,10 +8,10 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from playground.auto_k import auto_k
-from playground.drafting import PLAIN, WEIGHTLESS
+from playground.auto_k import answer_stream, auto_k
+from playground.drafting import PLAIN, offered_methods
 from playground.engine import MAX_K, GenerationConfig, RunRecord
-from playground.engine.costs import AutoK
+from playground.engine.choice import AutoK
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.text import IncrementalDecoder
 from playground.engine.threads import busy_text
@@ -66,7 +66,7 @@ def generate(args: argparse.Namespace) -> dict:
     backend = make_backend(args, preset)
     prompt_ids = backend.encode(messages, chat_template=args.chat_template, raw=args.raw)
     events, ids = [], []
-    stream = backend.stream(prompt_ids, drafter, cfg)
+    stream = answer_stream(backend, prompt_ids, drafter, cfg, auto=auto)
     decoder = IncrementalDecoder(backend.decode)
     for event in stream:
         events.append(event)
@@ -102,7 +102,7 @@ def timed_against_plain(backend, prompt_ids: list[int], cfg, events) -> tuple[di
     over it, its 95 % interval), each plain step a timed sample; None where the run has too few steps to measure."""
     from dataclasses import replace as replaced
 
-    from playground.playback.baseline import pool
+    from playground.engine.trace import pool
 
     plain = list(backend.stream(prompt_ids, PLAIN, replaced(cfg, k=1, tree=None, min_draft_prob=0.0)))
     steps = [(b.elapsed_ms - a.elapsed_ms) / 1000 for a, b in zip(plain[1:], plain[2:])]
@@ -140,7 +140,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", help="named target+drafter pair (default: PLAYGROUND_DEFAULT_PRESET or smollm2-135m)")
     add_pair_flags(p)
     p.add_argument("--drafter", help=f"none, a drafter name of the preset, a weightless method on our engine: "
-                   f"{', '.join(WEIGHTLESS)} (prompt lookup, suffix decoding), auto (k auto chooses the method "
+                   f"{', '.join(offered_methods('local', ()))}, auto (k auto chooses the method "
                    "too) or a comma list of methods to choose among; default: auto on our engine (the method and k "
                    "predicted fastest here, plain decoding where none pays), else the preset's drafter")
     p.add_argument("--k", type=k_or_auto, help=f"speculative tokens per step, 1..{MAX_K}, or auto: the k predicted "

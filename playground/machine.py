@@ -25,13 +25,19 @@ VENDORS = {"AuthenticAMD": "amd", "GenuineIntel": "intel"}
 AMD_FAMILIES = {"zen2": 23, "zen3": 25, "zen4": 25, "zen5": 26}  # Zen / Zen+ share family 23 with Zen 2
 ZEN4_MODELS = (range(0x10, 0x20), range(0x60, 0x80), range(0xA0, 0xB0))  # family 25's Zen 4 parts; the rest Zen 3
 UNITS = ("avx2", "avx512", "bf16", "amx")
+# the instruction-set flags our kernels and the libraries' can use, as /proc/cpuinfo names them: a result file records
+# those its machine has (`cpu_flags`), beside the kind they sum up
+KERNEL_FLAGS = ("avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+                "avx512_bf16", "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16")
 UNIT_WORDS = {"avx2": "AVX2", "avx512": "AVX-512", "bf16": "AVX-512 BF16", "amx": "AMX"}
 
 
 def machine_info(device: str) -> dict:
     fields = first_processor()
     cpu = fields.get("model name") or platform.processor()
-    info = {"cpu": cpu or "unknown", "cpu_kind": cpu_kind(fields), "cpu_family": fields.get("cpu family"),
+    flags = cpu_flags(fields)[1]
+    info = {"cpu": cpu or "unknown", "cpu_kind": cpu_kind(fields),
+            "cpu_flags": [flag for flag in KERNEL_FLAGS if flag in flags], "cpu_family": fields.get("cpu family"),
             "cpu_model": fields.get("model"), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__, "transformers": transformers.__version__,
             "python": platform.python_version(), "platform": platform.platform(), "device": device,

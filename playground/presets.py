@@ -47,7 +47,7 @@ class Preset:
     backend: str = "local"  # "local" | "vllm" | "remote"
     device: str = "cpu"  # "cpu" | "cuda"
     dtype: str = "float32"
-    weights: str = "float32"  # our engine on the CPU: "int4" layers (GGUF Q4_1 groups), or "auto": int4 where faster
+    weights: str = "float32"  # our engine on the CPU: "int4" (the GGUF's blocks, in C), or "auto": int4 where it can
     description: str = ""
     tensor_parallel_size: int = 1  # GPUs per engine (vLLM)
     gated: bool = False  # the target needs HF_TOKEN of an account that accepted its licence
@@ -104,10 +104,10 @@ def _smollm2() -> Preset:
         drafters=drafters,
         description="Hugging Face's SmolLM2-135M-Instruct (Llama architecture, 30 layers, 8k context), installed from "
         "the package registry, with EAGLE-3 and EAGLE-3.1 drafters we trained on its own answers, identically except "
-        "for fc_norm and norm_output. Runs on a laptop CPU, no model hub. On a CPU our engine multiplies the GGUF "
-        "file's own 4-bit groups (the weights llama.cpp reads) where they measure faster at load and keep a "
-        "verification's rows apart, the float32 weights elsewhere: plain decoding here is the strongest baseline on "
-        "the machine, and every speedup shown is over it.",
+        "for fc_norm and norm_output. Runs on a laptop CPU, no model hub. On a CPU our engine reads the GGUF file's "
+        "own 4-bit blocks (the weights llama.cpp reads) in C wherever a C compiler is installed, the same numbers on "
+        "every CPU, float32 elsewhere: plain decoding here is the strongest baseline on the machine, and every "
+        "speedup shown is over it.",
         # its model card samples at temperature 0.2, top-p 0.9; the GGUF's generation config sets neither
         sampling_defaults=SMOLLM2_SAMPLING if target == HUB_ID else {},
         # the int4 groups are the file's own only for the GGUF's target; a folder of one's own stays as it is
@@ -144,15 +144,15 @@ SMOLLM2_VARIANTS: dict[str, dict] = {
     "int4": {
         "title": "SmolLM2-135M-Instruct's 4-bit weights with our drafters (CPU): the baseline llama.cpp users run",
         "weights": "int4",
-        "description": "The default target from its GGUF file's own 4-bit groups (Q4_1, the weights llama.cpp reads; "
-        "about a sixth of float32's bytes), multiplied by PyTorch's int4 kernel, each layer's small steps and the int8 "
-        "head in C where a C compiler is installed, the drafters' products in int8 rows where that measures faster. "
-        "Plain decoding here is the strong baseline on a CPU: every speedup this preset shows is over it. Greedy "
-        "speculation stays token-identical to its plain decoding where its products keep rows apart (probed at load); "
+        "description": "The default target from its GGUF file's own 4-bit blocks (Q4_1 layers, a Q8_0 head: the "
+        "weights llama.cpp reads, about a sixth of float32's bytes), the whole forward in C with 8-bit inputs, as "
+        "llama.cpp multiplies them, in an order fixed so that every CPU, thread count and row count gives the same "
+        "numbers; the drafters' calls in C too, in 8-bit codes. Plain decoding here is the strong baseline on a CPU: "
+        "every speedup this preset shows is over it. Greedy speculation is token-identical to its plain decoding; "
         "its answers differ from float32's.",
-        "notes": "The default preset takes these weights where they measure faster and row-exact; this one forces "
-        "them. On a CPU whose int4 products mix rows, speculation on it is refused in one line and plain decoding "
-        "still runs. Compared with vLLM, both engines run the float32 preset: vLLM reads the float32 weights."},
+        "notes": "The default preset takes these weights wherever the C library builds; this one requires them (where "
+        "there is no C compiler it is refused in one line). Compared with vLLM, both engines run the float32 preset: "
+        "vLLM reads the float32 weights."},
 }
 
 

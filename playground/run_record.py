@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from playground.backends.base import Backend
 from playground.engine import RunRecord
-from playground.engine.costs import AutoK
+from playground.engine.choice import AutoK
 
 
 def precision_label(dtype: str, exact: bool, plain: bool) -> str:

@@ -88,9 +88,8 @@ def main() -> None:
 
     runs = {"llama.cpp plain": ("llama.cpp", "none", 1), "llama.cpp prompt lookup k=4": ("llama.cpp", "ngram", 4),
             "ours int4 plain": ("ours", "none", 1),
-            "ours, PyTorch layer steps, int4 plain": ("ours-pytorch", "none", 1),
-            "ours int4 EAGLE-3.1 k=1": ("ours", "eagle3.1", 1), "ours int4 EAGLE-3.1 k=2": ("ours", "eagle3.1", 2),
-            "ours int4 EAGLE-3.1 k=3": ("ours", "eagle3.1", 3), "ours int4 prompt lookup k=4": ("ours", "ngram", 4),
+            **{f"ours int4 EAGLE-3.1 k={k}": ("ours", "eagle3.1", k) for k in (1, 2, 3, 4)},
+            "ours int4 prompt lookup k=4": ("ours", "ngram", 4),
             "ours int4 suffix k=4": ("ours", "suffix", 4)}
     rates: dict[tuple[str, str], list[float]] = {}
     per_forward: dict[tuple[str, str], list[float]] = {}
@@ -103,13 +102,10 @@ def main() -> None:
             out, _, _ = peer.run(ids, method, k, args.tokens)
             forwards = None
         else:
-            native, out, forwards = target.fast.native, [], 0
-            if engine == "ours-pytorch":  # the same target without its C steps and head, for their gain in this run
-                target.fast.use_native(None)
+            out, forwards = [], 0
             for event in ours(method, k, ids):
                 out += event.emitted
                 forwards += 1
-            target.fast.use_native(native)
         rates.setdefault((name, kind), []).append(len(out) / (time.perf_counter() - start))
         if forwards:
             per_forward.setdefault((name, kind), []).append(len(out) / forwards)
@@ -134,7 +130,7 @@ def passes(count: int, encoded: dict, runs: dict, timed, same: list) -> None:
                     out = timed(name, kind, ids)
                     if name == "ours int4 plain":
                         plain = out
-                    elif name.startswith("ours") and "PyTorch" not in name:  # another arithmetic
+                    elif name.startswith("ours"):
                         same.append(out == plain)
 
 

@@ -27,7 +27,7 @@ from playground.bench.neighbours import busy_neighbours  # noqa: E402
 from playground.bench.replay import replay_answer  # noqa: E402
 from playground.drafting import PLAIN  # noqa: E402
 from playground.engine import GenerationConfig, summarize  # noqa: E402
-from playground.engine.costs import choose_k, shipped_acceptance  # noqa: E402
+from playground.engine.choice import choose_k, shipped_acceptance  # noqa: E402
 from playground.machine import machine_info  # noqa: E402
 from playground.presets import get_preset  # noqa: E402
 from playground.prompt_sets import load_prompt_set  # noqa: E402

@@ -53,9 +53,9 @@ class Backend(Protocol):
     def decode(self, ids: list[int]) -> str: ...
 
     def stream(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
-               should_stop: Callable[[], bool] | None = None, **session) -> StepStream:
-        """One request's step events. `session`: what a method keeps across a session's requests, given only to a
-        backend whose engine runs that method (`suffix_cache`: suffix decoding's, for our engine)."""
+               should_stop: Callable[[], bool] | None = None, session: str | None = None) -> StepStream:
+        """One request's step events. `session`: the key under which a method that keeps state across a session's
+        requests keeps it (our engine: engine.proposers; an engine that keeps its own ignores it)."""
         ...
 
     def plain_probe(self): ...  # a PlainProbe-like object with time_step(context) -> seconds

@@ -8,22 +8,18 @@ from dataclasses import dataclass
 
 import torch
 
-from playground.drafting import PLAIN, is_weightless
+from playground.drafting import PLAIN, method_for
 from playground.engine import (
     CheckpointError,
     Eagle3Drafter,
     GenerationConfig,
     PlainProbe,
     StepEvent,
-    SuffixCache,
     Target,
     TreeShape,
     load_drafter,
-    plain_generate,
-    speculative_generate,
-    tree_generate,
-    weightless_generate,
 )
+from playground.engine.proposers import decode
 from playground.presets import Preset
 from playground.request import RequestError
 from playground.smollm2 import local_folder
@@ -72,7 +68,7 @@ class LocalBackend:
             if source not in self._drafters:
                 # On the CPU the drafter stays in float32 whatever the target's dtype: its small products in bfloat16
                 # go through slower kernels than float32's, and its precision changes acceptance, never the output.
-                # Beside int4 target layers its products go int8 where measured faster (`use_int8_products`).
+                # Beside an int4 target its calls go to C, in 8-bit codes (`use_native_calls`).
                 dtype = torch.float32 if torch.device(self.device).type == "cpu" else self.dtype
                 drafter, layout = load_drafter(source, dtype=dtype)
                 drafter = drafter.to(self.device)
@@ -115,21 +111,14 @@ class LocalBackend:
             self.drafter(name)
 
     def _generate(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
-                  should_stop: Callable[[], bool] | None = None,
-                  suffix_cache: SuffixCache | None = None) -> Iterator[StepEvent]:
-        if drafter == PLAIN:
-            return plain_generate(self.target, prompt_ids, cfg, should_stop)
-        if self.target.quantised and not self.exact_speculation:
+                  should_stop: Callable[[], bool] | None = None, session: str | None = None) -> Iterator[StepEvent]:
+        if drafter != PLAIN and self.target.quantised and not self.exact_speculation:
             raise RequestError("int4 weights: this CPU's int4 products round a row differently among several, so "
                                "speculation on them would not be token-identical to plain decoding; run plain "
                                "decoding, or weights float32")
-        if is_weightless(drafter):  # the proposal comes from the text: no drafter to load
-            return weightless_generate(self.target, drafter, prompt_ids, cfg, should_stop, suffix_cache)
-        loaded = self.drafter(drafter)
-        if cfg.tree is not None:
-            return tree_generate(self.target, loaded.drafter, loaded.aux_layers, prompt_ids, cfg, cfg.tree,
-                                 should_stop)
-        return speculative_generate(self.target, loaded.drafter, loaded.aux_layers, prompt_ids, cfg, should_stop)
+        loaded = self.drafter(drafter) if drafter != PLAIN and method_for(drafter).checkpoint else None
+        return decode(self.target, drafter, prompt_ids, cfg, should_stop, loaded.drafter if loaded else None,
+                      loaded.aux_layers if loaded else [], session)
 
     def warm_up(self, prompt_ids: list[int], drafter: str, tree: TreeShape | None = None) -> None:
         """Run this decode path once, briefly, before it is timed: the first CUDA (or CPU) call of a path pays for
@@ -142,13 +131,11 @@ class LocalBackend:
             self._warmed.add(path)
 
     def stream(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
-               should_stop: Callable[[], bool] | None = None,
-               suffix_cache: SuffixCache | None = None) -> Iterator[StepEvent]:
-        """Step events of one request; the path (plain or this drafter) is warmed up first (suffix decoding on a
-        cache of its own), so timings are honest. `suffix_cache`: the session's, which suffix decoding reads and
-        grows."""
+               should_stop: Callable[[], bool] | None = None, session: str | None = None) -> Iterator[StepEvent]:
+        """Step events of one request; the path (plain or this drafter) is warmed up first (with no session), so
+        timings are honest. `session`: whose state a method that keeps one reads and grows."""
         self.warm_up(prompt_ids, drafter, cfg.tree if drafter != PLAIN else None)
-        return self._generate(prompt_ids, drafter, cfg, should_stop, suffix_cache)
+        return self._generate(prompt_ids, drafter, cfg, should_stop, session)
 
 
 __all__ = ["CheckpointError", "LocalBackend", "LoadedDrafter"]

@@ -262,7 +262,8 @@ class RemoteBackend:
         return str(self._request("POST", "/detokenize", {"model": self.model, "tokens": list(ids)}).json()["prompt"])
 
     def stream(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
-               should_stop: Callable[[], bool] | None = None) -> RemoteStream:
+               should_stop: Callable[[], bool] | None = None, session: str | None = None) -> RemoteStream:
+        """One request's steps (`session` is not read: the server keeps its own state)."""
         require_local_engine_options(self.preset.backend, cfg)
         if drafter == PLAIN:
             raise RemoteError("a remote server speculates with the drafter it was started with; for plain decoding "

@@ -86,8 +86,8 @@ class ZeroGpuBackend:
         return self.inner.decode(ids)
 
     def stream(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
-               should_stop: Callable[[], bool] | None = None, suffix_cache=None) -> Iterator[StepEvent]:
-        # the forked GPU worker could not grow the session's suffix cache: suffix decoding here sees its own run only
+               should_stop: Callable[[], bool] | None = None, session: str | None = None) -> Iterator[StepEvent]:
+        # the forked GPU worker keeps nothing between calls: a method's session state sees its own run only
         return stream_local(self.preset.name, prompt_ids, drafter, cfg)
 
     def plain_probe(self):

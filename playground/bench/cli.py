@@ -21,7 +21,7 @@ from playground.bench.neighbours import other_work
 from playground.bench.profiles import get_profile, measured_durations, profile_label, profiles
 from playground.bench.report import write_outputs
 from playground.bench.runner import Bench, run_bench
-from playground.drafting import WEIGHTLESS
+from playground.drafting import offered_methods
 from playground.engine import MAX_K
 from playground.flags import (
     UsageError,
@@ -121,8 +121,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="; ".join(profile_label(name, durations) for name in profiles()))
     p.add_argument("--preset", help="named target+drafter pair (default: PLAYGROUND_DEFAULT_PRESET or smollm2-135m)")
     p.add_argument("--target", help="a Hugging Face model folder or Hub id instead of the preset's target")
-    p.add_argument("--drafters", help="comma list: none, preset drafter names, drafter folders, the weightless methods "
-                                      f"({', '.join(WEIGHTLESS)}: our engine, chains at each k), {', '.join(PEERS)}")
+    untrained = ", ".join(offered_methods("local", ()))
+    p.add_argument("--drafters", help="comma list: none, preset drafter names, drafter folders, the methods that "
+                                      f"need no checkpoint ({untrained}: our engine, chains at each k), "
+                                      f"{', '.join(PEERS)}")
     p.add_argument("--k", help=f"comma list of speculative tokens per step (1..{MAX_K}); auto in it adds each preset "
                                "EAGLE drafter at k auto (each prompt's k chosen as generate --k auto chooses it, from "
                                "step costs measured in the run), set beside the fastest fixed k")

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from playground.bench.landing_run import write_vllm_landing
 from playground.bench.neighbours import busy_neighbours, other_work, parse_neighbours
-from playground.drafting import METHODS, PLAIN, is_weightless, method_of
+from playground.drafting import METHODS, PLAIN, method_of, offered_methods
 from playground.engine import GenerationConfig, SpecCounters, emitted_ids
 from playground.flags import UsageError
 from playground.machine import machine_info
@@ -63,7 +63,7 @@ class EngineBenchConfig:
     k: int = 4
     concurrency: tuple[int, ...] = CONCURRENCY
     engines: tuple[str, ...] = ENGINES
-    methods: tuple[str, ...] = DEFAULT_METHODS  # and weightless ones (drafting.WEIGHTLESS), on the engines running them
+    methods: tuple[str, ...] = DEFAULT_METHODS  # and methods needing no checkpoint, on the engines running them
     dtype: str = "float32"  # both engines run in it
     weights: str = "float32"  # what our engine's CPU fast path multiplies (float32, int4, auto)
     neighbours: tuple[int, ...] = (0,)  # busy-loop processes beside each level, a condition each
@@ -356,7 +356,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--engines", default=",".join(ENGINES))
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                    help="comma list: none, the preset's drafters, and weightless methods on the engines that run "
-                        f"them ({', '.join(name for name in METHODS if is_weightless(name))})")
+                        f"them ({', '.join(offered_methods('local', ()))})")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="both engines' weights")
     p.add_argument("--weights", choices=["float32", "int4", "auto"], default="float32",
                    help="what our engine's CPU fast path multiplies (int4: the GGUF's 4-bit groups, as llama.cpp)")

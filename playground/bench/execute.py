@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from playground.bench.methods import Answer, Method, Runner
 from playground.bench.plan import Cell, Plan, PromptEncoder, RunKey
 from playground.bench.progress import Run
 from playground.drafting import PLAIN
-from playground.engine.suffix import SuffixCache
+from playground.engine.proposers import forget_session
 
 WARMUP_TOKENS = 16
 
@@ -48,15 +49,18 @@ class Executor:
         """All turns of one record (or the first), feeding back this method's own answers."""
         record = cell.records[index]
         answers: list[Answer] = []
-        session = SuffixCache()  # the conversation's: suffix decoding alone reads it
+        session = f"bench:{uuid.uuid4().hex}"  # the conversation's: a method that keeps state keeps it for its turns
         n_turns = len(record.turns) if self.config.turns == "all" else 1
-        for turn in range(n_turns):
-            prompt_ids = self.encode(record.messages([self.runner.backend.decode(a.ids) for a in answers]),
-                                     cell.template)
-            if not self.plan.fits(len(prompt_ids)):
-                break
-            answers.append(self.runner.generate(method, prompt_ids, self.config.generation(index, turn, instrument),
-                                                session))
+        try:
+            for turn in range(n_turns):
+                prompt_ids = self.encode(record.messages([self.runner.backend.decode(a.ids) for a in answers]),
+                                         cell.template)
+                if not self.plan.fits(len(prompt_ids)):
+                    break
+                answers.append(self.runner.generate(method, prompt_ids,
+                                                    self.config.generation(index, turn, instrument), session))
+        finally:
+            forget_session(session)
         return answers
 
     def _run(self, c: int, method: Method, phase: str) -> Run:

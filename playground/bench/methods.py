@@ -17,14 +17,15 @@ from transformers import GenerationConfig as HFGenerationConfig
 
 from playground.auto_k import auto_k
 from playground.backends.local import LocalBackend
-from playground.drafting import METHODS, PLAIN, is_weightless
+from playground.drafting import METHODS, PLAIN, method_for, offered_methods
 from playground.engine import GenerationConfig, StepEvent, TreeShape, emitted_ids
-from playground.engine.costs import AutoK, CostProfile, context_bucket, pair_profile
-from playground.engine.suffix import SuffixCache
+from playground.engine.choice import AutoK
+from playground.engine.cost_measure import context_bucket, pair_profile
+from playground.engine.costs import CostProfile
 from playground.health import Health, run_health
 from playground.presets import DRAFTER_LABELS
 from playground.request import ResolvedRequest, resolve_request
-from playground.request.check import auto_k_problem
+from playground.request.check import k_auto_problem
 from playground.request.check import own_settings as settings_of
 from playground.smollm2 import cache_root
 
@@ -37,24 +38,10 @@ NO_ASSISTANT = "no small draft model exists for this target; pass --assistant MO
 QUANTISED_PEER = ("transformers' generate() needs float weights, and this target reads its int4 blocks in C: run "
                   "the float32 preset (smollm2-135m-float32) to compare transformers' peers")
 # One line per method a bench table can show, for readers who do not know the names (the Benchmark tab's findings
-# list the ones a result has). A drafter given as a folder is described by `describe_method`.
-EAGLE_DESCRIPTION = ("the preset's {label} drafter: guesses k tokens from three of the target's hidden layers, and the "
-                     "target checks them all in one forward")
-VARIANT_NOTES = {"EAGLE-3.1": " (EAGLE-3 plus `fc_norm` and `norm_output`: it normalises the states it fuses and "
-                              "feeds back)"}
-WEIGHTLESS_DESCRIPTIONS = {
-    "ngram": "prompt lookup in our own loop: no drafter; it proposes the k tokens that followed the latest earlier "
-             "occurrence of the context's last n tokens (n from `prompt_lookup_max` down to `prompt_lookup_min`) in "
-             "the prompt and the answer so far, and the target checks them in one forward",
-    "suffix": "suffix decoding in our own loop: no drafter; it proposes the most frequent continuation of the longest "
-              "matching suffix in a trie of the prompt, the answer so far and the conversation's earlier answers, "
-              "and the target checks it in one forward",
-}
+# list the ones a result has): the registry's own, then the peers'. A drafter given as a folder is described by
+# `describe_method`.
 METHOD_DESCRIPTIONS = {
-    PLAIN: "plain decoding in our own loop: one target forward per token, no drafter; every speedup is against it",
-    **{name: EAGLE_DESCRIPTION.format(label=m.label) + VARIANT_NOTES.get(m.label, "")
-       for name, m in METHODS.items() if m.checkpoint},
-    **{name: text for name, text in WEIGHTLESS_DESCRIPTIONS.items() if is_weightless(name)},
+    **{name: m.description for name, m in METHODS.items()},
     "hf-greedy": "Hugging Face transformers' own `generate()` with no drafter: plain decoding outside our loop, a "
                  "check on our baseline",
     "prompt-lookup": "transformers' prompt-lookup decoding (`prompt_lookup_num_tokens=k`): no draft model; it "
@@ -75,7 +62,7 @@ class Method:
     """One way of generating: `none` (our plain loop), an EAGLE drafter at k (a chain, or a draft tree of
     `tree_nodes` nodes k deep), a weightless method at k (a chain), or a peer (at k where it drafts)."""
 
-    name: str  # PLAIN, a preset drafter name or folder, a weightless method (drafting.WEIGHTLESS), a key of PEERS
+    name: str  # PLAIN, a preset drafter name or folder, a registry method needing no checkpoint, a key of PEERS
     k: int | None = None
     tree_nodes: int | None = None
     auto: bool = False  # k auto: each answer's k chosen at its start (auto_k.py); k is then None
@@ -85,7 +72,9 @@ class Method:
         """baseline, peer, weightless (prompt lookup, suffix decoding in our loop) or eagle."""
         if self.name == PLAIN:
             return "baseline"
-        return "peer" if self.name in PEERS else "weightless" if is_weightless(self.name) else "eagle"
+        if self.name in PEERS:
+            return "peer"
+        return "eagle" if method_for(self.name).checkpoint else "weightless"
 
     @property
     def speculates(self) -> bool:
@@ -138,8 +127,10 @@ class Answer:
 
 def own_settings(cfg: GenerationConfig, name: str) -> GenerationConfig:
     """`cfg` with only the method settings of `name` (request.check.own_settings): the bench's settings name every
-    method's, and a run takes its own alone."""
-    return replace(cfg, method_settings=settings_of(name, cfg))
+    method's, and a run takes its own alone; its adaptive draft length (the bench's, for every run that drafts with
+    probabilities) only where `name` proposes with them (plain decoding and prompt lookup have none)."""
+    adaptive = cfg.min_draft_prob if name != PLAIN and method_for(name).probabilities else 0.0
+    return replace(cfg, method_settings=settings_of(name, cfg), min_draft_prob=adaptive)
 
 
 class Runner:
@@ -212,19 +203,20 @@ class Runner:
             return QUANTISED_PEER
         if method.name == "hf-assisted" and self.assistant_source is None:
             return NO_ASSISTANT
-        if method.auto and (problem := auto_k_problem(self.backend.preset, method.name)):
+        if method.auto and (problem := k_auto_problem(self.backend.preset, method.name)):
             return f"k {problem}"
         return None
 
     def generate(self, method: Method, prompt_ids: list[int], cfg: GenerationConfig,
-                 suffix_cache: SuffixCache | None = None) -> Answer:
-        """One answer; `suffix_cache`: the conversation's, which suffix decoding reads and grows (as the app's)."""
+                 session: str | None = None) -> Answer:
+        """One answer; `session`: the conversation's, whose state a method that keeps one reads and grows (as the
+        app's)."""
         if method.kind == "peer":
             return self._hf_generate(method, prompt_ids, cfg)
         request = self.resolved(method, prompt_ids, cfg)  # before the clock starts, as `generate` resolves first
         start = self.target.clock()
         events = list(self.backend.stream(prompt_ids, request.drafter, request.config, self.should_stop,
-                                          suffix_cache))
+                                          session=session))
         seconds = self.target.clock() - start
         return Answer(emitted_ids(events), seconds, events, request.auto)
 
@@ -232,7 +224,7 @@ class Runner:
         """One of our engine's methods on one prompt as a request, checked and resolved as every entry point's is
         (request/check.py); k auto chooses each prompt's k (or plain decoding) here."""
         preset = self.backend.preset
-        named = method.name in (PLAIN, *preset.drafters) or is_weightless(method.name)
+        named = method.name in (PLAIN, *offered_methods(preset.backend, preset.drafters))
         drafter_path = None if named else method.name  # a folder or Hub id
         choose_k = (lambda: self.auto_choice(method.name, prompt_ids, cfg)) if method.auto else None
         return resolve_request(preset, method.name, replace(own_settings(cfg, method.name), k=method.k or 1,

@@ -9,12 +9,13 @@ from pathlib import Path
 
 from playground.bench.config import BenchConfig, Sweep
 from playground.bench.progress import format_duration
-from playground.drafting import METHODS, WEIGHTLESS
+from playground.drafting import METHODS, offered_methods
 from playground.presets import DEFAULT, REPO_ROOT
 
 EAGLES = tuple(name for name, method in METHODS.items() if method.checkpoint)  # the registry's trained drafters
 PEERS_AND_EAGLES = (*EAGLES, "hf-greedy", "prompt-lookup", "hf-assisted")
-EVERY_METHOD = (*EAGLES, *WEIGHTLESS, "hf-greedy", "prompt-lookup", "hf-assisted")  # the speed comparison's
+# the speed comparison's: every method of our engine, then the peers
+EVERY_METHOD = (*offered_methods("local", EAGLES), "hf-greedy", "prompt-lookup", "hf-assisted")
 DRIFT_K = 8  # k for the context and template studies: deep enough for drift to show, cheap enough for CPUs
 DURATIONS = REPO_ROOT / "assets" / "bench" / "durations.json"
 CLI_ONLY = ("landing",)  # writes a committed file per CPU kind: a command's job, not the Benchmark tab's

@@ -15,9 +15,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from playground.backends.local import LocalBackend
-from playground.drafting import PARAMETERS, PLAIN, is_weightless
+from playground.drafting import PARAMETERS, PLAIN, method_for, offered_methods
 from playground.engine import RunRecord, TreeShape, summarize
-from playground.engine.costs import CostProfile, expected_tokens, pair_profile
+from playground.engine.choice import expected_tokens
+from playground.engine.cost_measure import pair_profile
+from playground.engine.costs import CostProfile
 from playground.engine.replay import expected_first_acceptance, replay, replay_weightless, teacher_force
 from playground.flags import UsageError, make_backend, parse_int_list, resolve_preset
 from playground.presets import DRAFTER_LABELS
@@ -44,7 +46,7 @@ class Replayed:
 
 def profile_for(backend: LocalBackend, drafter: str, prompt_ids: list[int], answer_ids: list[int],
                 trees: tuple[TreeShape, ...] = (), fresh: bool = False) -> CostProfile:
-    """This machine's step costs for the target and `drafter` at the answer's middle (engine.costs.pair_profile)."""
+    """This machine's step costs for the target and `drafter` at the answer's middle (`pair_profile`)."""
     loaded = backend.drafter(drafter)
     return pair_profile(backend.target, loaded.drafter, loaded.aux_layers, (backend.preset.target, loaded.source),
                         prompt_ids + answer_ids, len(prompt_ids) + len(answer_ids) // 2, cache_root(), trees, fresh)
@@ -56,17 +58,19 @@ def replay_answer(backend: LocalBackend, prompt_ids: list[int], answer_ids: list
                   method_settings: tuple[tuple[str, int | float], ...] = ()
                   ) -> tuple[list[Replayed], dict[str, CostProfile]]:
     """Every drafter × (k chains, then trees of each size in `tree_nodes`, k deep for each k of `tree_ks`, default
-    `ks`) replayed over the answer, with its predicted speedup where `predict`; and the cost profiles used. A
-    weightless method replays chains of each k (with those of `method_settings` that are its own), predicted from
-    the target's costs alone (`target_profile`)."""
+    `ks`) replayed over the answer, with its predicted speedup where `predict`; and the cost profiles used. A method
+    that needs no checkpoint replays chains of each k through its own proposer (with those of `method_settings` that
+    are its own), predicted from the target's costs alone (`target_profile`) where its proposals cost no model call
+    (`priced_by` "replay"); an early exit's drafts are forwards the profile does not time, so its rows carry none."""
     target = backend.target
-    eagle = [name for name in drafters if not is_weightless(name)]
+    eagle = [name for name in drafters if method_for(name).features]  # they read the target's states
     forced = teacher_force(target, backend.drafter(eagle[0]).aux_layers if eagle else [], prompt_ids, answer_ids)
     rows, profiles = [], {}
     for name in drafters:
-        if is_weightless(name):
+        if not method_for(name).checkpoint:  # replayed through its own proposer; priced where its costs are known
             own = tuple((key, value) for key, value in method_settings if PARAMETERS[key][0].name == name)
-            costs = target_profile(backend, prompt_ids, answer_ids, fresh) if predict else None
+            priced = predict and method_for(name).priced_by == "replay"
+            costs = target_profile(backend, prompt_ids, answer_ids, fresh) if priced else None
             rows += [weightless_row(forced, target, name, k, own, max_new_tokens, costs) for k in ks]
             continue
         loaded = backend.drafter(name)
@@ -138,11 +142,11 @@ def run(args: argparse.Namespace) -> dict:
     if not isinstance(backend, LocalBackend):
         raise UsageError("replay runs the local engine: use a local preset")
     drafters = [d for d in (args.drafters or ",".join(preset.drafters)).split(",") if d and d != PLAIN]
-    unknown = [d for d in drafters if d not in preset.drafters and not is_weightless(d)]
+    unknown = [d for d in drafters if d not in offered_methods("local", preset.drafters)]
     if unknown or not drafters:
         raise UsageError(f"replay's drafters come from the preset: {', '.join(preset.drafters)}, or a weightless "
-                         f"method (ngram, suffix); got {unknown or 'none'}")
-    if not record.config.greedy and any(is_weightless(d) for d in drafters):
+                         f"method ({', '.join(offered_methods('local', ()))}); got {unknown or 'none'}")
+    if not record.config.greedy and any(not method_for(d).checkpoint for d in drafters):
         raise UsageError("a sampled answer is not replayed, and a weightless method's expected acceptance over it "
                          "is not computed yet: replay a greedy record, or list EAGLE drafters only")
     if not record.config.greedy:
@@ -264,14 +268,20 @@ def _ran_line(side: str, run, rows: list[Replayed]) -> str:
     ran = next((r for r in rows if (r.drafter, r.k, r.tree_nodes) == (s.drafter, s.k, s.tree_nodes)), None)
     if ran is None:
         return f"{side} ran with {s.drafter_label}: not among the replayed configurations; {measured_text}"
+    if ran.predicted_speedup is None:
+        return (f"{side} ran with {s.drafter_label}, k = {s.k}: replayed acceptance length "
+                f"{ran.acceptance_length or 0:.2f}, no speedup predicted (its drafting is not in the step costs), "
+                f"{measured_text}")
     return (f"{side} ran with {s.drafter_label}, k = {s.k}: predicted {ran.predicted_speedup:.2f}× "
             f"({ran.predicted_range[0]:.2f}–{ran.predicted_range[1]:.2f}), {measured_text}")
 
 
 def replay_run(backend: LocalBackend, run, sides: dict | None = None
                ) -> tuple[list[Replayed], str, dict[str, CostProfile]]:
-    """The app's table for a finished run's answer: a greedy one replayed under both drafters at APP_KS and trees of
-    APP_TREE_NODES at k = 4, a sampled one's expectation at k = 1 (expected_replay), predicted on this machine; a
+    """The app's table for a finished run's answer: a greedy one replayed under every method the preset offers (its
+    drafters, with trees of APP_TREE_NODES at k = 4, and the methods that need no checkpoint, each with the run's own
+    settings for it) at APP_KS, a sampled one's expectation at k = 1 under its drafters (expected_replay), predicted
+    on this machine; a
     line setting each run of `sides` (name -> Run; default: this one, "The answer") against its prediction; and the
     cost profiles the predictions read, by drafter."""
     s, since = run.settings, time.time()
@@ -281,8 +291,9 @@ def replay_run(backend: LocalBackend, run, sides: dict | None = None
                 "drafter's expected acceptance length at k = 1 over this answer (1 + Σ min(p, q) per position) and "
                 "the speedup it predicts. ")
     else:
-        rows, profiles = replay_answer(backend, run.prompt_ids, run.token_ids, list(backend.preset.drafters), APP_KS,
-                                       APP_TREE_NODES, s.max_new_tokens, tree_ks=APP_TREE_KS)
+        methods = offered_methods(backend.preset.backend, backend.preset.drafters)
+        rows, profiles = replay_answer(backend, run.prompt_ids, run.token_ids, methods, APP_KS, APP_TREE_NODES,
+                                       s.max_new_tokens, tree_ks=APP_TREE_KS, method_settings=s.method_settings)
         head = ""
     lines = [_ran_line(side, r, rows) for side, r in (sides or {"The answer": run}).items()]
     return rows, head + " ".join(lines + [costs_sentence(profiles, since)]), profiles

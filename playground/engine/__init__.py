@@ -9,7 +9,6 @@ from .decode import plain_generate, speculative_generate
 from .drafter import DrafterConfig, Eagle3Drafter
 from .probe import PlainProbe
 from .record import RunRecord
-from .suffix import SuffixCache
 from .target import Target, TargetError
 from .trace import AttentionMass, Baseline, RunMetrics, RunTally, SpecCounters, StepEvent, emitted_ids, summarize
 from .tree import tree_generate
@@ -18,7 +17,7 @@ from .weightless import weightless_generate
 
 __all__ = [
     "MAX_K", "AttentionMass", "Baseline", "CheckpointError", "DrafterConfig", "Eagle3Drafter", "GenerationConfig",
-    "PlainProbe", "RunMetrics", "RunRecord", "RunTally", "SpecCounters", "StepEvent", "SuffixCache", "Target",
+    "PlainProbe", "RunMetrics", "RunRecord", "RunTally", "SpecCounters", "StepEvent", "Target",
     "TargetError", "TreeShape", "emitted_ids",
     "load_drafter", "plain_generate", "save_drafter", "speculative_generate", "summarize", "tree_generate",
     "weightless_generate",

@@ -1,14 +1,100 @@
-"""k auto among methods (`--drafter auto` or a list, auto_k.py): the (method, k) predicted fastest from each
-candidate's predicted speedups by k, by `choose_k`'s rule (engine/costs.py), or plain decoding; and the sentence that
-says why, naming every candidate."""
+"""k auto's choices: a drafter's k (`choose_k`: the k predicted fastest from its acceptance by position and this
+machine's step costs, engine/costs.py, or plain decoding where none pays) and the method and k among several
+(`choose_method`, for `--drafter auto` or a list, auto_k.py), each with the sentence that says why (`AutoK`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from playground.drafting import method_of
 
-from .costs import AutoK, paying
+from .costs import CostProfile
+
+
+def shipped_acceptance(folder: Path, drafter: str) -> list[float]:
+    """The drafter's acceptance by position from `folder`/evaluation.json (`train evaluate`: its rows by k; the
+    largest k's), or ValueError saying there is none."""
+    source = folder / "evaluation.json"
+    try:
+        rows = json.loads(source.read_text())["acceptance"][drafter]
+        return rows[str(max(int(k) for k in rows))]["per_position_acceptance"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ValueError(f"none in {source} (written by `train evaluate`)") from None
+
+
+def expected_tokens(per_position: list[float], k: int) -> float:
+    """Tokens a chain of k emits per step on average: the target's own, plus each position's acceptance (the share
+    of drafting steps whose draft there was accepted, vLLM's per-position rate, which already counts a rejection
+    before it)."""
+    return 1 + sum(per_position[:k])
+
+
+@dataclass(frozen=True)
+class AutoK:
+    """What `--k auto` chose and why (with the method, where it chose among methods: choice.choose_method)."""
+
+    k: int | None  # None: plain decoding
+    predicted: dict[int, float]  # k -> predicted speedup over plain decoding (the chosen method's)
+    why: str
+    acceptance: tuple[float, ...] = ()  # the acceptance by position the prediction read
+    costs: str = ""  # which step costs it read: their load and when (CostProfile.load_text)
+    method: str | None = None  # the method chosen among several (None: the one asked, or plain decoding)
+    candidates: dict[str, dict[int, float]] = field(default_factory=dict)  # method -> k -> predicted speedup
+    # the answer's first steps, decoded plainly (greedy) to choose among methods: the answer goes on from them
+    # (auto_k.answer_stream) instead of decoding them again; not part of the record (they are the run's own steps)
+    probe: tuple = field(default=(), repr=False, compare=False)
+
+    def to_dict(self) -> dict:
+        data = {"k": self.k, "predicted_speedup": {str(k): round(v, 3) for k, v in self.predicted.items()},
+                "why": self.why, "acceptance_by_position": [round(a, 3) for a in self.acceptance],
+                "step_costs": self.costs}
+        if self.candidates:
+            data["method"] = self.method
+            data["predicted_by_method"] = {name: {str(k): round(v, 3) for k, v in table.items()}
+                                           for name, table in self.candidates.items()}
+        return data
+
+    def short(self) -> str:
+        """One clause for a status line."""
+        read = f" ({self.costs})" if self.costs else ""
+        if self.k is None:
+            what = "method and k" if self.candidates else "k"
+            return f"k auto chose plain decoding: no {what} is predicted to pay on this machine{read}"
+        chose = f"{method_of(self.method).label} at k={self.k}" if self.method else f"k={self.k}"
+        return f"k auto chose {chose}, predicted {self.predicted[self.k]:.2f}× on this machine{read}"
+
+
+def paying(ranged: dict[int, tuple[float, float, float]], margin: float) -> list[int]:
+    """The ks predicted to beat plain decoding by `margin` at the median costs and at all at the low end of their
+    range."""
+    return [k for k, (point, low, _) in ranged.items() if point >= margin and low > 1.0]
+
+
+def choose_k(profile: CostProfile, per_position: list[float], source: str, most: int = 8,
+             margin: float = 1.05, since: float | None = None) -> AutoK:
+    """The k predicted fastest from the drafter's acceptance by position and this machine's step costs; plain
+    decoding where none is predicted to pay: to beat it by `margin` at the median costs and to beat it at all at the
+    low end of its range (a speedup inside the prediction's error is not one; on a noisy machine the range widens and
+    the choice falls back to plain decoding rather than to a k that noise made look fast). The choice names the step
+    costs it read (`since`: a profile measured then or later was measured for it)."""
+    ranged = {k: profile.expected_speedup(expected_tokens(per_position, k), k)
+              for k in range(1, min(most, len(per_position), max(profile.chain)) + 1)}
+    predicted = {k: point for k, (point, _, _) in ranged.items()}
+    costs = profile.load_text(since)
+    if not predicted:
+        return AutoK(None, {}, f"no acceptance by position in {source}: plain decoding", costs=costs)
+    table = ", ".join(f"k={k} {point:.2f}x ({low:.2f}-{high:.2f})" for k, (point, low, high) in ranged.items())
+    rates = tuple(per_position)
+    pays = paying(ranged, margin)
+    if not pays:
+        return AutoK(None, predicted, f"no k is predicted to beat plain decoding by {margin - 1:.0%} with its range "
+                                      f"above 1x on this machine ({table}; acceptance from {source}; {costs}): plain "
+                                      "decoding", rates, costs)
+    best = max(pays, key=predicted.__getitem__)
+    return AutoK(best, predicted, f"k={best} is predicted fastest on this machine ({table}; acceptance from {source}; "
+                                  f"{costs})", rates, costs)
 
 
 @dataclass(frozen=True)

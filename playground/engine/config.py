@@ -5,6 +5,7 @@ temperature reads the same from the CLI, the app and the server."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from playground.drafting import PARAMETERS, k_problem, parameters_problem
@@ -24,9 +25,19 @@ def max_new_tokens_problem(max_new_tokens: int, most: int | None = None) -> str 
     return None
 
 
+MAX_TEMPERATURE = 2.0  # vLLM's bound (SamplingParams: "temperature must be in [0, 2]"), and OpenAI's
+
+
 def temperature_problem(temperature: float) -> str | None:
-    """Why a temperature cannot be sampled at, or None: the one wording of this refusal, for every entry point."""
-    return f"temperature must be >= 0, got {temperature}" if temperature < 0 else None
+    """Why a temperature cannot be sampled at, or None: the one wording of this refusal, for every entry point,
+    with vLLM's range."""
+    if not math.isfinite(temperature):
+        return f"temperature must be a finite number, got {temperature}"
+    if temperature < 0:
+        return f"temperature must be >= 0, got {temperature}"
+    if temperature > MAX_TEMPERATURE:
+        return f"temperature must be in [0, {MAX_TEMPERATURE:g}] (as vLLM's), got {temperature}"
+    return None
 
 
 def top_p_problem(top_p: float) -> str | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .cache import TargetCache
+from .cache import DrafterCache, TargetCache
 from .config import GenerationConfig
 from .drafter import Eagle3Drafter
 from .loop import Pending, Stopper, Verified, check_prompt, choose, sampler, speculate
@@ -57,6 +57,16 @@ class Chain:
     hidden_rms: list[torch.Tensor]
 
 
+def eagle_inputs(pending: Pending, drafter: Eagle3Drafter, draft_cache: DrafterCache,
+                 tokens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Roll the drafter's cache back to the pending features' start; a step's first drafter call's token ids [1, n]
+    and projected features [1, n, hidden], aligned as EAGLE aligns them: the feature at position t beside the
+    embedding of token t + 1 (the drafter may run in another dtype than the target)."""
+    draft_cache.rollback(pending.start)
+    hidden = pending.aux.to(drafter.fc.weight.dtype)
+    return torch.tensor([tokens[pending.start + 1 :]], device=pending.aux.device), drafter.project(hidden)[None]
+
+
 class ChainDrafter:
     """A run's drafting of chains: the drafter, its cache, and what every step's chain is drafted with."""
 
@@ -82,7 +92,7 @@ class ChainDrafter:
         drafter, cfg, device = self.drafter, self.cfg, pending.aux.device
         context = len(tokens) - 1
         drafted, chain = [], Chain(self.none.drafted, [], [], [])
-        ids, hidden = pending.first_inputs(drafter, self.cache, tokens)
+        ids, hidden = eagle_inputs(pending, drafter, self.cache, tokens)
         all_positions = torch.arange(pending.start, context + k, device=device)  # pending features, then one a depth
         positions = all_positions[: context - pending.start]
         for depth in range(k):
@@ -145,5 +155,5 @@ def speculative_generate(target: Target, drafter: Eagle3Drafter, aux_layers: lis
     Greedy output is token-identical to `plain_generate`; sampled output follows the target's distribution.
     `aux_layers` comes from `target.attach(drafter)`, which also checks that the drafter fits.
     """
-    return speculate(target, aux_layers, prompt_ids, cfg,
+    return speculate(target, prompt_ids, cfg,
                      lambda generator: ChainDrafter(drafter, cfg, target, generator, aux_layers), should_stop)

@@ -15,6 +15,7 @@ back the file's own codes, scales and minima; the float32 weights are then given
 from __future__ import annotations
 
 import contextlib
+import copy
 import ctypes
 import mmap
 
@@ -193,6 +194,7 @@ class Int4Llama:
         self.final_norm = model.model.norm.weight.detach().float().contiguous()
         self.packed += [self.head, self.final_norm] + ([] if tied else [self.embedding])
         self._layers = (native.Layer * len(layers))(*layers)
+        self.layer_count = len(layers)
         self.c_model = native.Model(len(layers), self.hidden, self.n_heads, self.n_kv, self.head_dim,
                                     self.intermediate, self.vocab, float(cfg.rms_norm_eps), self.head_dim**-0.5,
                                     self._layers, self.final_norm.data_ptr(), self.head.data_ptr(),
@@ -217,8 +219,16 @@ class Int4Llama:
         """Bytes of weights the forward reads: the packed products, tables and norms."""
         return sum(t.numel() * t.element_size() for t in self.packed)
 
+    def first_layers(self, n: int) -> Int4Llama:
+        """This model cut after its first `n` layers, then its final norm and head (an early-exit draft): the same
+        packed weights, read in place; its caches hold those layers alone."""
+        view = copy.copy(self)
+        view.c_model = native.Model(n, *(getattr(self.c_model, name) for name, _ in native.Model._fields_[1:]))
+        view.layer_count = n
+        return view
+
     def new_cache(self, max_positions: int) -> TiledKVCache:
-        return TiledKVCache(len(self._layers), self.n_kv, self.head_dim, max_positions, torch.float16,
+        return TiledKVCache(self.layer_count, self.n_kv, self.head_dim, max_positions, torch.float16,
                             torch.device("cpu"))
 
     def expect_rows(self, rows: int) -> None:

@@ -25,6 +25,7 @@ through transformers.
 
 from __future__ import annotations
 
+import copy
 import threading
 from pathlib import Path
 
@@ -32,9 +33,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from playground.drafting import MAX_K
+
 from .cache import FIRST_CAPACITY, KVCache
 
-MAX_EXACT_ROWS = 17  # row independence is probed up to k + 1 = 17 rows (MAX_K = 16); a larger tree's verification
+MAX_EXACT_ROWS = MAX_K + 1  # row independence is probed up to a chain's k + 1 rows; a larger tree's verification
 # multiplies its rows in groups of at most this many
 PACK_SHARE = 0.25  # float32 packs may take at most this share of the memory available when they are made
 COLUMN_ROLES = ("qkv", "gate_up", "lm_head")  # one-row float32 products through W^T on a CPU: the roles that gained
@@ -350,6 +353,13 @@ class FastLlama:
 
     def projections(self) -> list[Projection]:
         return [p for layer in self.layers for p in layer.projections()] + [self.lm_head]
+
+    def first_layers(self, n: int) -> FastLlama:
+        """This model cut after its first `n` layers, then its final norm and head (an early-exit draft): the same
+        weights, read in place; its caches hold those layers alone."""
+        view = copy.copy(self)
+        view.layers = self.layers[:n]
+        return view
 
     def new_cache(self, max_positions: int) -> KVCache:
         return KVCache(len(self.layers), self.n_kv, self.head_dim, max_positions, self.dtype, self.embed.device)

@@ -4,12 +4,7 @@ the token ids, so it costs no model call and its proposals depend on the text al
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from playground.drafting import NGRAM_MAX, NGRAM_MIN
-
-if TYPE_CHECKING:
-    from .config import GenerationConfig
 
 
 class PromptLookup:
@@ -40,7 +35,13 @@ class PromptLookup:
         self.indexed = max(self.indexed, stop)
 
 
-def build_proposer(cfg: GenerationConfig, session_cache: object = None) -> PromptLookup:
+def build_proposer(run) -> PromptLookup:
     """Prompt lookup with the run's settings (the registry's entry names this module); it keeps nothing between runs,
-    so a session's cache is not read."""
-    return PromptLookup(int(cfg.setting(NGRAM_MIN.name)), int(cfg.setting(NGRAM_MAX.name)))
+    so the session is not read."""
+    return PromptLookup(int(run.cfg.setting(NGRAM_MIN.name)), int(run.cfg.setting(NGRAM_MAX.name)))
+
+
+def build_speculator(run):
+    from .weightless import speculator_for
+
+    return speculator_for(build_proposer(run), run)

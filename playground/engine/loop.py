@@ -11,9 +11,8 @@ from typing import Any, Protocol
 
 import torch
 
-from .cache import DrafterCache, TargetCache
+from .cache import TargetCache
 from .config import GenerationConfig
-from .drafter import Eagle3Drafter
 from .sampling import probabilities, sample
 from .target import Target, TargetOutput
 from .trace import StepEvent
@@ -120,14 +119,6 @@ class Pending:
     aux: torch.Tensor | None  # [positions, 3 * hidden]; None where nothing reads them (weightless.py)
     start: int
 
-    def first_inputs(self, drafter: Eagle3Drafter, draft_cache: DrafterCache,
-                     tokens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Roll the drafter's cache back to `start`; the first call's token ids [1, n] and projected features [1, n,
-        hidden] (the drafter may run in another dtype than the target)."""
-        draft_cache.rollback(self.start)
-        hidden = self.aux.to(drafter.fc.weight.dtype)
-        return torch.tensor([tokens[self.start + 1 :]], device=self.aux.device), drafter.project(hidden)[None]
-
 
 @dataclass
 class Verified:
@@ -145,13 +136,14 @@ class Speculator(Protocol):
     target forward and accept."""
 
     rows: int  # the most rows one verification holds, the last token included
+    aux_layers: list[int]  # the target states its drafting reads (none where it reads the tokens alone)
 
     def draft(self, tokens: list[int], pending: Pending, budget: int) -> Any: ...
 
     def verify(self, drafts: Any, tokens: list[int], context: int, cache: TargetCache) -> Verified: ...
 
 
-def speculate(target: Target, aux_layers: list[int], prompt_ids: list[int], cfg: GenerationConfig,
+def speculate(target: Target, prompt_ids: list[int], cfg: GenerationConfig,
               speculator: Callable[[torch.Generator | None], Speculator],
               should_stop: Callable[[], bool] | None = None) -> Iterator[StepEvent]:
     """The speculative loop chains and trees share: the prefill, then per step draft (on one thread: small products),
@@ -164,7 +156,7 @@ def speculate(target: Target, aux_layers: list[int], prompt_ids: list[int], cfg:
     cache = target.new_cache()
     start = target.clock()
 
-    tokens, generated, reason, first, pending = prefill(target, aux_layers, prompt_ids, cache, cfg, generator,
+    tokens, generated, reason, first, pending = prefill(target, drafting.aux_layers, prompt_ids, cache, cfg, generator,
                                                         stopper, start)
     yield first
     step = 0

@@ -193,7 +193,7 @@ def replay_weightless(forced: Forced, target: Target, method: str, k: int,
     decoding replays with a fresh session cache, as the local backend runs it."""
     limit = _replay_limit(forced, target, max_new_tokens)
     proposer = proposer_for(method, GenerationConfig(max_new_tokens=max(limit, 1), k=k, instrument=False,
-                                                     method_settings=method_settings))
+                                                     method_settings=method_settings), target=target)
 
     def propose(tokens: list[int], context: int, budget: int) -> tuple[list[int], int, dict]:
         budget = min(k, budget)

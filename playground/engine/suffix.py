@@ -8,20 +8,18 @@ shares along their branch, each among its parent's `topk` most frequent continua
 
 Memory is bounded: at most `depth` nodes an indexed token, and a session keeps earlier sequences only while their
 tokens total at most `max_tokens` (the oldest forgotten first, their counts taken out of the trie). The cache belongs
-to one session: its caller keeps it (the app: one per Chat conversation, emptied by its Clear), and nothing here is
-shared between sessions. A lock serialises its use, since a superseded run may take one more step while the
-session's next run begins."""
+to one session and this module keeps it (`SESSIONS`, by the session's key: a Chat conversation's, a server's, a bench
+record's; at most `MAX_SESSIONS`, the least recently used forgotten first; `forget` on a conversation's Clear), so no
+caller holds it and no two sessions share one. A lock serialises its use, since a superseded run may take one more
+step while the session's next run begins."""
 
 from __future__ import annotations
 
 import heapq
 import threading
-from typing import TYPE_CHECKING
+from collections import OrderedDict
 
 from playground.drafting import SUFFIX_CACHE, SUFFIX_DEPTH, SUFFIX_MIN_PROB
-
-if TYPE_CHECKING:
-    from .config import GenerationConfig
 
 
 class _Node:
@@ -208,9 +206,57 @@ class SuffixProposer:
             return self.running.trie.speculate_tree(tokens, depth, topk, nodes, self.min_prob)
 
 
-def build_proposer(cfg: GenerationConfig, session_cache: SuffixCache | None = None) -> SuffixProposer:
-    """Suffix decoding with the run's settings over the session's cache (a fresh one, holding this run alone, where
+MAX_SESSIONS = 256  # sessions whose caches are kept at once (each bounded by its max_tokens)
+
+
+class SessionCaches:
+    """One SuffixCache per session key, the least recently used forgotten past `most`."""
+
+    def __init__(self, most: int = MAX_SESSIONS) -> None:
+        self._caches: OrderedDict[str, SuffixCache] = OrderedDict()
+        self._lock, self._most = threading.Lock(), most
+
+    def cache(self, session: str) -> SuffixCache:
+        with self._lock:
+            cache = self._caches.pop(session, None) or SuffixCache()
+            self._caches[session] = cache
+            while len(self._caches) > self._most:
+                self._caches.popitem(last=False)
+            return cache
+
+    def kept(self, session: str) -> SuffixCache | None:
+        """`session`'s cache where one is kept, without making one or refreshing its place."""
+        with self._lock:
+            return self._caches.get(session)
+
+    def forget(self, session: str) -> None:
+        with self._lock:
+            cache = self._caches.pop(session, None)
+        if cache is not None:
+            cache.clear()
+
+    def __len__(self) -> int:
+        return len(self._caches)
+
+
+SESSIONS = SessionCaches()
+
+
+def forget(session: str) -> None:
+    """Forget `session`'s earlier sequences (engine.proposers.forget_session)."""
+    SESSIONS.forget(session)
+
+
+def build_proposer(run) -> SuffixProposer:
+    """Suffix decoding with the run's settings over `session`'s cache (a fresh one, holding this run alone, where
     None); the registry's entry names this module."""
-    return SuffixProposer(session_cache if session_cache is not None else SuffixCache(),
-                          int(cfg.setting(SUFFIX_DEPTH.name)), float(cfg.setting(SUFFIX_MIN_PROB.name)),
+    cfg = run.cfg
+    cache = SESSIONS.cache(run.session) if run.session is not None else SuffixCache()
+    return SuffixProposer(cache, int(cfg.setting(SUFFIX_DEPTH.name)), float(cfg.setting(SUFFIX_MIN_PROB.name)),
                           int(cfg.setting(SUFFIX_CACHE.name)))
+
+
+def build_speculator(run):
+    from .weightless import speculator_for
+
+    return speculator_for(build_proposer(run), run)

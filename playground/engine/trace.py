@@ -147,7 +147,8 @@ class Baseline:
         """The speedup's 95 % interval: its run's and its baseline's rates each uncertain by their standard error (the
         run's from its stretches of decode time, as many as the baseline's groups, at most SPREAD_STRETCHES), the two
         combined, with Student's t for the fewer of the two counts. It narrows as more steps are timed, and holds
-        1.00× where the machine's noise could have made the difference."""
+        1.00× where the machine's noise could have made the difference. The errors are relative, so the interval is
+        taken on the ratio's log (speedup × e^±spread): never below zero however noisy, and ±spread where small."""
         rates = window_rates(events, min(self.groups, SPREAD_STRETCHES))
         run_rate = decode_rate(events)
         if len(rates) < 2 or not run_rate:
@@ -155,7 +156,7 @@ class Baseline:
         run_error = statistics.stdev(rates) / statistics.mean(rates) / math.sqrt(len(rates))
         spread = t_quantile(min(len(rates), self.groups) - 1) * math.hypot(run_error, self.relative_error)
         speedup = run_rate / self.tokens_per_second
-        return max(speedup * (1 - spread), 0.0), speedup * (1 + spread)
+        return speedup * math.exp(-spread), speedup * math.exp(spread)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -350,3 +351,26 @@ class RunTally:
 def summarize(events: list[StepEvent], k: int) -> RunMetrics:
     """Aggregate step events into run-level metrics."""
     return RunTally.of(events, k).metrics()
+
+
+GROUP_STEPS = 4  # a group pools at least this many timed steps…
+GROUP_SECONDS = 0.05  # …and at least this long, so that a fast model's groups are not timer and scheduler noise
+
+
+def pool(steps: list[float], measuring_s: float = 0.0, timing: str = "after the answer") -> Baseline | None:
+    """The baseline of timed steps (seconds each, in time order): their pooled rate and their groups' spread. A last
+    group too small to stand alone joins the one before it."""
+    if not steps:
+        return None
+    groups: list[list[float]] = [[]]
+    for seconds in steps:
+        if len(groups[-1]) >= GROUP_STEPS and sum(groups[-1]) >= GROUP_SECONDS:
+            groups.append([])
+        groups[-1].append(seconds)
+    if len(groups) > 1 and (len(groups[-1]) < GROUP_STEPS or sum(groups[-1]) < GROUP_SECONDS):
+        last = groups.pop()
+        groups[-1] += last
+    rates = [len(g) / sum(g) for g in groups]
+    error = statistics.stdev(rates) / statistics.mean(rates) / math.sqrt(len(rates)) if len(rates) > 1 else 0.0
+    return Baseline(len(steps) / sum(steps), min(rates), max(rates), len(groups), len(steps), measuring_s, timing,
+                    error)

@@ -30,6 +30,7 @@ import torch
 
 from .cache import DrafterCache, TargetCache
 from .config import GenerationConfig, tree_problem
+from .decode import eagle_inputs
 from .drafter import Eagle3Drafter
 from .loop import Pending, Verified, speculate
 from .sampling import accept_sampled_tree, probabilities, sample_without_replacement
@@ -169,7 +170,7 @@ class _TreeDrafter:
         self.drafter, self.cache, self.instrument = drafter, draft_cache, instrument
         self.device, self.context = pending.aux.device, len(tokens) - 1
         self.queries: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        ids, hidden = pending.first_inputs(drafter, draft_cache, tokens)
+        ids, hidden = eagle_inputs(pending, drafter, draft_cache, tokens)
         out = drafter(ids, hidden, torch.arange(pending.start, self.context, device=self.device), draft_cache,
                       attention_rows=int(instrument), logits_rows=1, context=self.context)
         self._keep_stats(out, hidden, [-1])
@@ -361,5 +362,5 @@ def tree_generate(target: Target, drafter: Eagle3Drafter, aux_layers: list[int],
     problem = tree_problem(cfg, tree)  # `tree` may differ from cfg.tree, which checked itself
     if problem:
         raise ValueError(problem)
-    return speculate(target, aux_layers, prompt_ids, cfg,
+    return speculate(target, prompt_ids, cfg,
                      lambda generator: TreeDrafting(drafter, cfg, tree, target, aux_layers, generator), should_stop)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MAX_DEPTH = 16  # as chains' MAX_K
+from playground.drafting import MAX_K
+
+MAX_DEPTH = MAX_K  # a tree is as deep as a chain is long
 MAX_TOPK = 16
 MAX_NODES = 256
 

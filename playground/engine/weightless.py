@@ -17,13 +17,12 @@ from typing import Protocol
 
 import torch
 
-from playground.drafting import METHODS, WEIGHTLESS
+from playground.drafting import METHODS, offered_methods
 
 from .cache import TargetCache
 from .config import GenerationConfig
-from .loop import Pending, Verified, speculate
+from .loop import Pending, Verified
 from .sampling import accept_greedy, accept_point_mass_tree, accept_sampled, probabilities
-from .suffix import SuffixCache
 from .target import Target
 from .trace import StepEvent
 from .tree import NO_TREE, DraftTree, verify_tree
@@ -39,14 +38,30 @@ class TreeProposer(Proposer, Protocol):
                      nodes: int) -> list[tuple[int, int, int, float]]: ...  # (token, parent, depth, share) per node
 
 
-def proposer_for(method: str, cfg: GenerationConfig, suffix_cache: SuffixCache | None = None) -> Proposer:
-    """A weightless method's proposer for one run, built by the module its registry entry names (`Method.proposer`:
-    that engine module's `build_proposer`), so a new method needs no branch here; suffix decoding reads and grows
-    the session's `suffix_cache` (a fresh one, holding this run alone, where None)."""
+def proposer_for(method: str, cfg: GenerationConfig, session: str | None = None, target: Target | None = None
+                 ) -> Proposer:
+    """A proposer of a method that needs no checkpoint, for one run, built by the module its registry entry names
+    (`Method.proposer`: that engine module's `build_proposer`), reading `session`'s state where the method keeps some
+    (None: the run's own) and the `target` where it drafts with the target's own layers; so a new method needs no
+    branch here."""
+    from .proposers import ProposerRun
+
     entry = METHODS.get(method)
-    if entry is not None and entry.proposer is not None:
-        return import_module(f"{__package__}.{entry.proposer}").build_proposer(cfg, suffix_cache)
-    raise ValueError(f"{method!r} is not a weightless drafting method; those are {', '.join(WEIGHTLESS)}")
+    if entry is not None and entry.proposer is not None and not entry.checkpoint:
+        run = ProposerRun(target, cfg, None, session=session)
+        return import_module(f"{__package__}.{entry.proposer}").build_proposer(run)
+    raise ValueError(f"{method!r} is not a drafting method that needs no checkpoint; those are "
+                     f"{', '.join(offered_methods('local', ()))}")
+
+
+def speculator_for(proposer: Proposer, run) -> WeightlessChain | WeightlessTree:
+    """A proposer that reads the text alone, as `speculate` runs it: chains, or trees where the run asks one (and the
+    proposer draws them: `propose_tree`)."""
+    if run.cfg.tree is None:
+        return WeightlessChain(proposer, run.cfg, run.target, run.generator)
+    if not hasattr(proposer, "propose_tree"):
+        raise ValueError("this method drafts chains: set the tree's nodes to 0")
+    return WeightlessTree(proposer, run.cfg, run.cfg.tree, run.target, run.generator)
 
 
 class WeightlessChain:
@@ -55,7 +70,7 @@ class WeightlessChain:
     def __init__(self, proposer: Proposer, cfg: GenerationConfig, target: Target,
                  generator: torch.Generator | None) -> None:
         self.proposer, self.cfg, self.target, self.generator = proposer, cfg, target, generator
-        self.rows = cfg.k + 1
+        self.rows, self.aux_layers = cfg.k + 1, []
 
     def draft(self, tokens: list[int], pending: Pending, budget: int) -> list[int]:
         k = min(budget, self.cfg.k)
@@ -88,7 +103,7 @@ class WeightlessTree:
     def __init__(self, proposer: TreeProposer, cfg: GenerationConfig, tree: TreeShape, target: Target,
                  generator: torch.Generator | None) -> None:
         self.proposer, self.cfg, self.tree, self.target, self.generator = proposer, cfg, tree, target, generator
-        self.rows = tree.nodes + 1  # the root and every node
+        self.rows, self.aux_layers = tree.nodes + 1, []  # the root and every node; no target states read
 
     def draft(self, tokens: list[int], pending: Pending, budget: int) -> DraftTree:
         depth = min(self.tree.depth, budget)
@@ -109,16 +124,11 @@ class WeightlessTree:
 
 def weightless_generate(target: Target, method: str, prompt_ids: list[int], cfg: GenerationConfig,
                         should_stop: Callable[[], bool] | None = None,
-                        suffix_cache: SuffixCache | None = None) -> Iterator[StepEvent]:
-    """Speculative decoding with a weightless method ("ngram" or "suffix"): chains of up to k proposed tokens, or,
-    with `cfg.tree`, a tree per step where the method proposes trees (suffix decoding).
+                        session: str | None = None) -> Iterator[StepEvent]:
+    """Speculative decoding with a method that reads the text alone ("ngram" or "suffix"): chains of up to k proposed
+    tokens, or, with `cfg.tree`, a tree per step where the method proposes trees (suffix decoding).
 
     Greedy output is token-identical to `plain_generate`; sampled output follows the target's distribution."""
-    proposer = proposer_for(method, cfg, suffix_cache)
-    if cfg.tree is None:
-        return speculate(target, [], prompt_ids, cfg,
-                         lambda generator: WeightlessChain(proposer, cfg, target, generator), should_stop)
-    if not METHODS[method].trees:
-        raise ValueError(f"{method} drafts chains: set the tree's nodes to 0")
-    return speculate(target, [], prompt_ids, cfg,
-                     lambda generator: WeightlessTree(proposer, cfg, cfg.tree, target, generator), should_stop)
+    from .proposers import decode
+
+    return decode(target, method, prompt_ids, cfg, should_stop, session=session)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from itertools import accumulate
 
-from playground.engine import StepEvent
+from playground.engine import SpecCounters, StepEvent
 
 from .fingerprint import Fingerprint
 from .stats import ALPHA_PER_LOOK, LOOKS, BetaBinomial
@@ -71,8 +71,11 @@ class Health:
             return f"drafter health not checked: {self.why_not}"
         if self.status == "too few steps":
             return f"drafter health: {self.drafting_steps} drafting steps so far, checked from {LOOKS[0]}"
-        numbers = (f"acceptance at depth 1 is {self.depth_one_rate:.2f}, expected {self.expected[0]:.2f}–"
-                   f"{self.expected[1]:.2f} after {self.drafting_steps} steps")
+        low, high = self.expected
+        expected = ("any rate in range after so few steps (the fingerprint's range is 0.00–1.00 here)"
+                    if low < 0.005 and high > 0.995 else f"expected {low:.2f}–{high:.2f}")
+        numbers = (f"acceptance at depth 1 is {self.depth_one_rate:.2f} after {self.drafting_steps} steps, "
+                   f"{expected}")
         if self.flagged and self.pooled_answers:
             return (f"drafter out of range ({self.direction}) over {self.pooled_answers} answers under the same "
                     f"difference (this one and those before it): acceptance at depth 1 is {self.pooled_rate:.2f} "
@@ -89,10 +92,10 @@ class Health:
 
 
 def depth_counts(events: list[StepEvent]) -> list[int]:
-    """[drafting steps, accepted at depth ≥ 1, ≥ 2, …] over chain steps with at least one draft."""
-    drafted = [e for e in events if e.drafted]
-    deepest = max((len(e.drafted) for e in drafted), default=0)
-    return [len(drafted), *(sum(e.accepted >= depth for e in drafted) for depth in range(1, deepest + 1))]
+    """[drafting steps, accepted at depth ≥ 1, ≥ 2, …] over steps with at least one draft: the engine's own counts
+    (`SpecCounters`), not counted again here."""
+    counters = SpecCounters.from_events(events, 0)
+    return [counters.drafts, *counters.accepted_per_pos]
 
 
 def differences(fingerprint: Fingerprint, facts: RunFacts) -> list[str]:

@@ -107,8 +107,8 @@ def run_health(preset: Preset, backend, drafter: str, cfg: GenerationConfig, cha
     `earlier` answers of this drafter, k and way of decoding (check.check_health)."""
     method = method_of(drafter)
     if method is not None and method.proposes and not method.fingerprint:
-        return Health("not checked", why_not=f"{method.label} is weightless: it drafts from the text, with no "
-                                             f"drafter to fingerprint")
+        return Health("not checked", why_not=f"{method.label} has no trained drafter to fingerprint: it proposes "
+                                             f"from {method.proposes_from}")
     try:
         fingerprint = fingerprint_for(preset, drafter)
     except ValueError as err:  # a damaged fingerprint: said, and the run goes on

@@ -33,12 +33,10 @@ import time
 from collections.abc import Callable, Iterator
 
 from playground.engine import Baseline, PlainProbe
-from playground.engine.trace import MIN_SPEEDUP_GROUPS, decode_seconds
+from playground.engine.trace import GROUP_SECONDS, GROUP_STEPS, MIN_SPEEDUP_GROUPS, decode_seconds, pool
 
 SHARE = 0.25  # of the runs' decode time: a comparison's baseline, and vLLM's after the answer
 SHARE_IN_CHAT = 0.1  # Chat's, so that the answer streams at nearly the engine's speed
-GROUP_STEPS = 4  # a group pools at least this many timed steps…
-GROUP_SECONDS = 0.05  # …and at least this long, so that a fast model's groups are not timer and scheduler noise
 AFTER, ALONGSIDE = "after the answer", "alongside the runs"  # Baseline.timing
 # How the plain steps are sampled, worded from the constants above: the exports' timing note and the About tab
 # render it beside viz/summary.py's speedup help.
@@ -49,25 +47,6 @@ SAMPLING_HELP = (f"In Chat the plain steps take at most {SHARE_IN_CHAT:.0%} of t
                  f"while we sample, {SHARE:.0%} of the decode time after the answer, at positions spread over it. "
                  f"The timed steps are pooled into groups of at least {GROUP_STEPS} steps and "
                  f"{GROUP_SECONDS * 1000:.0f} ms.")
-
-
-def pool(steps: list[float], measuring_s: float = 0.0, timing: str = AFTER) -> Baseline | None:
-    """The baseline of timed steps (seconds each, in time order): their pooled rate and their groups' spread. A last
-    group too small to stand alone joins the one before it."""
-    if not steps:
-        return None
-    groups: list[list[float]] = [[]]
-    for seconds in steps:
-        if len(groups[-1]) >= GROUP_STEPS and sum(groups[-1]) >= GROUP_SECONDS:
-            groups.append([])
-        groups[-1].append(seconds)
-    if len(groups) > 1 and (len(groups[-1]) < GROUP_STEPS or sum(groups[-1]) < GROUP_SECONDS):
-        last = groups.pop()
-        groups[-1] += last
-    rates = [len(g) / sum(g) for g in groups]
-    error = statistics.stdev(rates) / statistics.mean(rates) / math.sqrt(len(rates)) if len(rates) > 1 else 0.0
-    return Baseline(len(steps) / sum(steps), min(rates), max(rates), len(groups), len(steps), measuring_s, timing,
-                    error)
 
 
 POOL_STEPS = 512  # a session's plain steps kept for later answers' baselines, the newest

@@ -13,9 +13,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
+from playground.auto_k import answer_stream
 from playground.backends import Backend, StepStream
-from playground.engine import Baseline, RunRecord, RunTally, StepEvent, SuffixCache, emitted_ids
-from playground.engine.costs import AutoK
+from playground.engine import Baseline, RunRecord, RunTally, StepEvent, emitted_ids
+from playground.engine.choice import AutoK
 from playground.engine.threads import busy_text
 from playground.health import Health, run_health
 from playground.health.stats import LOOKS
@@ -130,7 +131,7 @@ class Run:
         return RunView(s.drafter_label, s.plain, s.k, self.events, self.tally.metrics(), self.baseline,
                        dict(self.missing_fields), self.seen_tokens_per_second,
                        self.health.usual_by_position if self.health else None,
-                       self.health.usual_drift if self.health else None, s.features)
+                       self.health.usual_drift if self.health else None, s.features, s.proposes_from)
 
     def record(self, name: str, with_steps: bool = True, view: RunView | None = None) -> dict:
         """The run as JSON-ready data: text, config, metrics and (for exports) the per-step trace. Pass the `view`
@@ -161,7 +162,9 @@ class _ActiveTimeEvents:
         return self
 
     def __next__(self) -> StepEvent:
-        if self._paused_since is not None:
+        # a pause counts where the stream's clock ran through it: not after steps it replays as they were timed
+        # (auto_k.ContinuedStream's probe), whose run had ended
+        if self._paused_since is not None and getattr(self._events, "live", True):
             self._paused_s += time.perf_counter() - self._paused_since
         event = next(self._events)
         self._paused_since = time.perf_counter()
@@ -178,13 +181,13 @@ class RunDriver:
 
     def __init__(self, backend: Backend, settings: RunSettings, prompt_ids: list[int],
                  should_stop: Callable[[], bool], auto_k: AutoK | None = None, earlier: Sequence[Health] = (),
-                 suffix_cache: SuffixCache | None = None) -> None:
+                 session: str | None = None) -> None:
         self.run = Run(settings, len(prompt_ids), missing_fields=dict(backend.missing_fields),
                        fields=run_fields(backend, settings.plain), engine=backend.name, prompt_ids=list(prompt_ids),
                        auto_k=auto_k)
         self._backend, self._should_stop = backend, should_stop
         self._earlier = earlier  # the session's earlier answers' health with this drafter, k and way of decoding
-        self._suffix_cache = suffix_cache  # the session's, for suffix decoding (None: a cache of the run's own)
+        self._session = session  # the conversation's key: a method that keeps state keeps it there (None: its own)
         self.paces_itself = backend.capabilities.paces_itself
         self._stops_itself = backend.capabilities.checks_stop  # else advance() asks should_stop between steps
         self._provenance = ProvenanceBuilder(backend.decode)
@@ -231,10 +234,8 @@ class RunDriver:
     def open(self) -> None:
         """Load the drafter (and check that it fits the target) before anything is measured."""
         s = self.run.settings
-        cached = self._suffix_cache is not None and s.keeps_session_cache
-        session = {"suffix_cache": self._suffix_cache} if cached else {}
-        stream = self._backend.stream(self.run.prompt_ids, s.drafter, s.generation_config(), self._should_stop,
-                                      **session)
+        stream = answer_stream(self._backend, self.run.prompt_ids, s.drafter, s.generation_config(),
+                               self._should_stop, self._session, self.run.auto_k)
         self._events = _ActiveTimeEvents(stream, rewrite=not self.paces_itself)
         self.run.opened = True
         self.run.starting = self._backend.starting(s.drafter, s.k)

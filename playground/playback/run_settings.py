@@ -7,10 +7,10 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from playground.drafting import DEFAULT_DRAFTER, PLAIN, method_of
+from playground.drafting import DEFAULT_DRAFTER, PLAIN, method_for, method_of
 from playground.engine import GenerationConfig, TreeShape
+from playground.engine.choice import AutoK
 from playground.engine.config import max_new_tokens_problem
-from playground.engine.costs import AutoK
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.tree_shape import MAX_NODES
 from playground.presets import DRAFTER_LABELS, ENGINE_LABELS, Preset, default_preset_name, get_preset
@@ -117,10 +117,9 @@ class RunSettings:
         return method is None or method.features
 
     @property
-    def keeps_session_cache(self) -> bool:
-        """Whether the method drafts from a cache of the session's earlier sequences (`Method.keeps_session_cache`)."""
-        method = method_of(self.drafter)
-        return method is not None and method.keeps_session_cache
+    def proposes_from(self) -> str:
+        """What the run drafts from where not from the target's states (`drafting.Method.proposes_from`)."""
+        return method_for(self.drafter).proposes_from
 
     @property
     def tree(self) -> TreeShape | None:

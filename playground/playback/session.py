@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import copy
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from playground.auto_k import auto_k
 from playground.backends import Backend, shared_backend
-from playground.engine import SuffixCache
-from playground.engine.costs import AutoK
+from playground.engine.choice import AutoK
+from playground.engine.proposers import forget_session
 from playground.health import Health
 from playground.presets import ENGINE_LABELS, Preset, get_preset
 from playground.request import nonempty_prompt
@@ -81,15 +82,16 @@ class Conversation:
     had it. A run that no longer owns the conversation stops and writes nothing more into it, so what the model sees
     next is what the screen shows, whatever a cancelled or superseded run was doing.
 
-    It also keeps suffix decoding's cache of the session's earlier prompts and answers (`suffix_cache`), its own:
-    one per conversation, so one per visitor (Gradio copies a State's default per session), emptied by Clear."""
+    It has a key of its own (`session`: one per conversation, so one per visitor, as Gradio copies a State's default
+    per session), under which a method that keeps state across runs (suffix decoding's cache of the earlier prompts
+    and answers) keeps it, forgotten by Clear."""
 
     exchanges: list[Exchange] = field(default_factory=list)
 
     def __post_init__(self) -> None:  # not fields: Gradio reads a State's default with dataclasses.asdict
         self._owner = 0  # the turn that may write; take_over() and clear() move it on
         self._lock = threading.Lock()
-        self.suffix_cache = SuffixCache()
+        self.session = f"chat:{uuid.uuid4().hex}"
         self.plain_steps = PlainPool()  # the session's timed plain steps, which later answers' baselines pool
 
     def messages(self, system: str, next_user: str | None = None) -> list[dict]:
@@ -114,7 +116,7 @@ class Conversation:
         with self._lock:
             self._owner += 1
             self.exchanges = []
-        self.suffix_cache.clear()
+        forget_session(self.session)
         self.plain_steps.clear()
 
     def append(self, turn: int, exchange: Exchange) -> bool:
@@ -168,7 +170,7 @@ def _answer(conversation: Conversation, turn: int, prompt: str | None, settings:
     backend, prompt_ids, settings, auto = _prepare(settings, conversation.messages(settings.system, prompt),
                                                    [ex.run for ex in conversation.exchanges])
     driver = RunDriver(backend, settings, prompt_ids, lambda: should_stop() or not conversation.owned_by(turn), auto,
-                       _earlier_health(conversation, settings), conversation.suffix_cache)
+                       _earlier_health(conversation, settings), conversation.session)
     driver.open()
     exchange = Exchange(prompt, driver.run)
     if not conversation.append(turn, exchange):

@@ -23,13 +23,13 @@ from pathlib import Path
 from playground.drafting import (
     METHODS,
     PLAIN,
-    WEIGHTLESS,
-    is_weightless,
+    method_for,
     method_of,
+    offered_methods,
     parameters_for_other_method,
 )
 from playground.engine import GenerationConfig
-from playground.engine.costs import AutoK, shipped_acceptance
+from playground.engine.choice import AutoK, shipped_acceptance
 from playground.engine.loop import prompt_text_problem
 from playground.presets import Preset
 
@@ -133,11 +133,23 @@ def check_any_method(preset: Preset, drafter: str, cfg: GenerationConfig, k_auto
 
 
 def auto_candidates(preset: Preset) -> list[str]:
-    """The methods the drafter `auto` chooses among: the preset's drafters with an acceptance by position, and the
-    weightless methods (priced at the target's step costs, measured with a preset drafter: none without one)."""
-    drafters = [name for name in preset.drafters if auto_k_problem(preset, name) is None]
-    weightless = [name for name in WEIGHTLESS if preset.backend in METHODS[name].engines] if preset.drafters else []
-    return drafters + weightless
+    """The methods k auto can price on this preset, and the drafter `auto` chooses among: those priced by their
+    acceptance (a preset drafter with an acceptance by position), and those priced by replaying their proposals over
+    the text (at the target's step costs, measured with a preset drafter: none without one)."""
+    return [name for name in offered_methods(preset.backend, preset.drafters) if k_auto_problem(preset, name) is None]
+
+
+def k_auto_problem(preset: Preset, drafter: str) -> str | None:
+    """Why k auto cannot price `drafter` of this preset (worded to follow k's name), or None: by the method's
+    `priced_by` capability."""
+    method = method_for(drafter)
+    if method.priced_by == "acceptance":
+        return auto_k_problem(preset, drafter)
+    if method.priced_by == "replay":
+        return None if preset.drafters else ("auto prices it at the target's step costs, measured with a preset "
+                                             f"drafter, and {preset.name} has none")
+    return (f"auto cannot price {method.label}: its drafting is not in the measured step costs; give k a "
+            f"number")
 
 
 FIXED_K = 4  # the k a run takes where it names none and k auto cannot choose for it
@@ -159,9 +171,7 @@ def default_choice(preset: Preset, drafter: str | None = None, k: int | str | No
         return drafter, k == "auto"
     if drafter == PLAIN or preset.backend != "local" or not chains:
         return drafter, False
-    if is_weightless(drafter):
-        return drafter, bool(preset.drafters)
-    return drafter, drafter in preset.drafters and auto_k_problem(preset, drafter) is None
+    return drafter, drafter in auto_candidates(preset)
 
 
 def check_chain_on_our_engine(preset: Preset, cfg: GenerationConfig) -> None:
@@ -178,19 +188,14 @@ def check_auto_k(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_pa
     """RequestError where k auto cannot choose k for this drafter: it prices a chain of a preset's EAGLE drafter on
     our engine, from the acceptance by position shipped beside it, or of a weightless method from its replay over
     the prompt, at the target's step costs (measured with a preset drafter)."""
-    if is_weightless(drafter) and not drafter_path:
-        check_chain_on_our_engine(preset, cfg)
-        if not preset.drafters:
-            raise RequestError(f"k auto prices {drafter} at the target's step costs, measured with a preset drafter, "
-                               f"and {preset.name} has none: give k a number")
-        return
     if drafter_path:
         raise RequestError("k auto chooses k for a preset drafter on our engine (a local preset, a drafter it names); "
                            "give k a number")
     check_chain_on_our_engine(preset, cfg)
-    problem = auto_k_problem(preset, drafter)
+    problem = k_auto_problem(preset, drafter)
     if problem:
-        raise RequestError(f"k {problem}")
+        raise RequestError(f"k {problem}: give k a number" if not problem.endswith("give k a number") else
+                           f"k {problem}")
 
 
 def nonempty_prompt(prompt: str | None) -> str:
@@ -212,13 +217,11 @@ def check_run(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_path:
     stray = parameters_for_other_method(drafter, [name for name, _ in cfg.method_settings])
     if stray:
         raise RequestError(stray)
-    if is_weightless(drafter) and not drafter_path:
-        check_weightless(preset, drafter, cfg)
+    if not drafter_path and not method_for(drafter).checkpoint:
+        check_method(preset, drafter, cfg)
         return
     if not drafter_path:
         check_preset_drafter(preset, drafter)
-    if cfg.tree is not None and drafter == PLAIN and not drafter_path:
-        raise RequestError("draft trees need a drafter: choose one, or set the tree's nodes to 0")
     require_local_engine_options(preset.backend, cfg)
     if drafter_path and Path(preset.target).is_dir():  # a Hub target's config is read as it loads (Target.attach)
         check_drafter_fits(preset.target, drafter_path)
@@ -226,25 +229,28 @@ def check_run(preset: Preset, drafter: str, cfg: GenerationConfig, drafter_path:
 
 def check_preset_drafter(preset: Preset, drafter: str) -> None:
     """RequestError where `drafter`, named (not a folder given as such), is none of the preset's drafters, plain
-    decoding or a weightless method its engine runs; the refusal lists those."""
-    weightless = [name for name in WEIGHTLESS if preset.backend in METHODS[name].engines]
-    if drafter != PLAIN and drafter not in preset.drafters and drafter not in weightless:
+    decoding or a method its engine runs without weights; the refusal lists those, and `auto` where k auto chooses."""
+    offered = offered_methods(preset.backend, preset.drafters)
+    if drafter != PLAIN and drafter not in offered:
+        auto = [ANY_METHOD] if preset.backend == "local" and auto_candidates(preset) else []
         raise RequestError(f"unknown drafter {drafter!r} for preset {preset.name!r}; choose one of "
-                           f"{', '.join([*preset.drafter_names, *weightless])}")
+                           f"{', '.join([*preset.drafter_names, *offered[len(preset.drafters):], *auto])}")
 
 
-def check_weightless(preset: Preset, drafter: str, cfg: GenerationConfig) -> None:
-    """RequestError where a weightless method cannot run as asked: on an engine without it, a draft tree where it
-    proposes chains only, or adaptive draft length (which needs a drafter's probabilities)."""
-    method = method_of(drafter)
+def check_method(preset: Preset, drafter: str, cfg: GenerationConfig) -> None:
+    """RequestError where a registry method cannot run as asked, by what it can do: on an engine without it, a draft
+    tree where it proposes chains only (`trees`), or adaptive draft length where it has no probabilities."""
+    method = method_for(drafter)
     unavailable = method.engine_problem(preset.backend)
     if unavailable:
         raise RequestError(unavailable)
+    if cfg.tree is not None and not method.proposes:
+        raise RequestError("draft trees need a drafter: choose one, or set the tree's nodes to 0")
     if cfg.tree is not None and not method.trees:
-        with_trees = ", ".join(m.label for m in METHODS.values() if m.weightless and m.trees)
-        raise RequestError(f"{method.label} ({drafter}) drafts chains: set the tree's nodes to 0 (of the weightless "
-                           f"methods, {with_trees} drafts trees)")
-    if cfg.min_draft_prob:
+        with_trees = ", ".join(m.label for m in METHODS.values() if m.proposes and m.trees)
+        raise RequestError(f"{method.label} ({drafter}) drafts chains: set the tree's nodes to 0 (of the methods, "
+                           f"{with_trees} draft trees)")
+    if cfg.min_draft_prob and not method.probabilities:
         raise RequestError(f"{method.label} ({drafter}) proposes without probabilities: adaptive draft length "
                            f"(minimum draft probability {cfg.min_draft_prob:g}) needs a drafter's, so set it to 0")
 

@@ -26,44 +26,37 @@ import shlex
 import socket
 import sys
 
+from playground import flags
 from playground.drafting import (
     DEFAULT_DRAFTER,
     PLAIN,
-    is_weightless,
+    method_for,
     method_of,
     parameters_for_other_method,
     parameters_problem,
 )
-from playground.flags import (
-    UsageError,
-    add_method_flags,
-    add_min_draft_prob_flag,
-    add_pair_flags,
-    add_threads_flag,
-    add_tree_flags,
-    k_or_auto,
-    listening_socket,
-    method_settings,
-    target_preset,
-    tcp_port,
-    tree_shape,
-)
 from playground.presets import DEFAULT, get_preset
+from playground.request.check import FIXED_K, default_choice
 
 from .defaults import parse_override
 from .engine import Limits, load_engine
 
 
 def serve(args: argparse.Namespace) -> None:
-    k_auto = args.k == "auto"
-    k = 1 if k_auto else args.k  # k auto: a chain's k, chosen as the engine loads
+    preset = flags.target_preset(args.preset, args.target)
+    if args.drafter_path:
+        drafter, k_auto = args.drafter or DEFAULT_DRAFTER, args.k == "auto"
+    else:  # what is left unsaid, as `generate` and the Chat take it (request.default_choice)
+        chains = not (getattr(args, "tree_nodes", 0) or args.min_draft_prob)
+        drafter, k_auto = default_choice(preset, args.drafter, args.k, chains)
+    k = 1 if k_auto else (args.k if isinstance(args.k, int) else FIXED_K)  # k auto: chosen as the engine loads
     limits = Limits(max_body_bytes=args.max_body_bytes, body_timeout_s=args.body_timeout, max_running=args.max_running,
                     max_waiting=args.max_waiting, default_max_tokens=args.default_max_tokens)
-    tree, override = tree_shape(args, k), parse_override(args.override_generation_config)
+    tree, override = flags.tree_shape(args, k), parse_override(args.override_generation_config)
     # the port is taken before the model loads: a busy one is refused at once, in one line, and none is lost meanwhile
-    with listening_socket(args.host, args.port) as sock:
+    with flags.listening_socket(args.host, args.port) as sock:
         # as `vllm serve MODEL` names the model MODEL, an own target is served by the name it was given
-        engine = load_engine(target_preset(args.preset, args.target), args.drafter, k,
+        engine = load_engine(preset, drafter, k,
                              args.served_model_name or args.target, args.min_draft_prob, args.drafter_path, tree,
                              args.generation_config, override, k_auto)
         _serve_on(sock, engine, limits, args)
@@ -97,7 +90,7 @@ def _serve_on(sock: socket.socket, engine, limits: Limits, args: argparse.Namesp
         try:
             await task
         except SystemExit:  # uvicorn's own start-up failure, which it has logged in one line
-            raise UsageError(f"the server on {args.host}:{args.port} stopped while starting") from None
+            raise flags.UsageError(f"the server on {args.host}:{args.port} stopped while starting") from None
 
     asyncio.run(run())
 
@@ -107,13 +100,13 @@ def vllm_command(args: argparse.Namespace) -> None:
     from playground.request.fit import check_drafter_fits
 
     preset = get_preset(args.preset)
-    settings = method_settings(args)
+    settings = flags.method_settings(args)
     problem = (parameters_problem(dict(settings)) or parameters_for_other_method(args.drafter, [n for n, _ in settings])
-               or (method_of(args.drafter).engine_problem("vllm") if is_weightless(args.drafter) else None))
+               or (method_of(args.drafter).engine_problem("vllm") if method_of(args.drafter) else None))
     if problem:
-        raise UsageError(problem)
+        raise flags.UsageError(problem)
     drafter = None if args.drafter == PLAIN else preset.drafters.get(args.drafter, args.drafter)
-    if drafter is not None and not is_weightless(drafter) and not args.no_check:
+    if drafter is not None and method_for(drafter).checkpoint and not args.no_check:
         for warning in check_drafter_fits(preset.target, drafter).warnings:
             print(f"warning: {warning}", file=sys.stderr)
     print(shlex.join(serve_command(preset, drafter, args.k, args.host, args.port, settings=settings)))
@@ -122,17 +115,19 @@ def vllm_command(args: argparse.Namespace) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("serve", help="an OpenAI-compatible server over the local engine (vLLM's metrics)")
     p.add_argument("--preset", default=DEFAULT, help=f"a local-engine preset (default: {DEFAULT})")
-    add_threads_flag(p)
-    add_pair_flags(p)
-    p.add_argument("--drafter", default=DEFAULT_DRAFTER, help="none, or a drafter name of the preset")
-    p.add_argument("--k", type=k_or_auto, default=4, help="speculative tokens per step (fixed for the server, as in "
-                   "vLLM), or auto: the k predicted fastest on this machine, chosen at start-up (plain decoding where "
-                   "none pays)")
-    add_min_draft_prob_flag(p)
-    add_tree_flags(p)
+    flags.add_threads_flag(p)
+    flags.add_pair_flags(p)
+    p.add_argument("--drafter", help="none, a drafter name of the preset, a method that needs no checkpoint, or auto "
+                   "(k auto chooses the method too); default: auto on our engine, chosen at start-up (the method and k "
+                   "predicted fastest here, plain decoding where none pays)")
+    p.add_argument("--k", type=flags.k_or_auto, help="speculative tokens per step (fixed for the server, as in "
+                   "vLLM), or auto: the k predicted fastest on this machine, chosen at start-up (plain decoding "
+                   f"where none pays); default: auto where it can choose, else {FIXED_K}")
+    flags.add_min_draft_prob_flag(p)
+    flags.add_tree_flags(p)
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=tcp_port, default=8000, help="0 = any free port (the URL is printed); a port in "
-                   "use is refused before the model loads")
+    p.add_argument("--port", type=flags.tcp_port, default=8000, help="0 = any free port (the URL is printed); a port "
+                   "in use is refused before the model loads")
     p.add_argument("--served-model-name", help="the model name clients send (default: the preset's name)")
     p.add_argument("--generation-config", choices=["auto", "vllm"], default="auto",
                    help="auto: requests that leave out temperature or top_p get the model's recommended values (its "
@@ -161,8 +156,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--drafter", default=DEFAULT_DRAFTER, help="none, a drafter name of the preset, a folder / Hub id, "
                    "or ngram (prompt lookup)")
     p.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
-    add_method_flags(p)
+    flags.add_method_flags(p)
     p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--port", type=tcp_port, default=8000)
+    p.add_argument("--port", type=flags.tcp_port, default=8000)
     p.add_argument("--no-check", action="store_true", help="skip reading the two config.json files")
     p.set_defaults(func=vllm_command)

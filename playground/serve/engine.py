@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from playground.auto_k import auto_k
 from playground.backends import open_local_backend
 from playground.backends.local import LocalBackend
-from playground.drafting import PLAIN, method_of
-from playground.engine import GenerationConfig, SpecCounters, StepEvent, SuffixCache, TreeShape
-from playground.engine.costs import AutoK
+from playground.drafting import PLAIN
+from playground.engine import GenerationConfig, SpecCounters, StepEvent, TreeShape
+from playground.engine.choice import AutoK
 from playground.presets import Preset
 from playground.request import resolve_request
 from playground.smollm2 import local_folder
@@ -48,9 +49,10 @@ class ServedEngine:
     abandoned: int = 0  # requests whose client left before the answer finished
     steps_after_leaving: int = 0  # engine steps of those that finished after the leaving was seen
     lock: threading.Lock = field(default_factory=threading.Lock)
-    # suffix decoding's cache of the server's earlier prompts and answers, for every request it serves: a server is
-    # one user's or one team's (a public Space runs the app, whose cache is per conversation)
-    suffix_cache: SuffixCache = field(default_factory=SuffixCache)
+    # the session every request runs in: a method that keeps state across runs (suffix decoding's cache of earlier
+    # prompts and answers) keeps one for the server, as vLLM's does; a server is one user's or one team's (a public
+    # Space runs the app, whose sessions are per conversation)
+    session: str = field(default_factory=lambda: f"server:{uuid.uuid4().hex}")
 
     def __post_init__(self) -> None:
         if self.drafter != PLAIN:
@@ -68,8 +70,8 @@ class ServedEngine:
     def generate(self, prompt_ids: list[int], cfg: GenerationConfig) -> Iterator[StepEvent]:
         """Step events of one request. The prompt counts once the prefill has run (a refused prompt never counts);
         each step counts before it is sent, as vLLM records a step's stats with its output. Suffix decoding drafts
-        from the server's earlier requests too (`suffix_cache`), as vLLM's does, within its cached-tokens bound."""
-        for event in self.backend.stream(prompt_ids, self.drafter, cfg, **self._session()):
+        from the server's earlier requests too (its `session`), as vLLM's does, within its cached-tokens bound."""
+        for event in self.backend.stream(prompt_ids, self.drafter, cfg, session=self.session):
             with self.lock:
                 if event.step == 0:
                     self.prompt_tokens += len(prompt_ids)
@@ -77,10 +79,6 @@ class ServedEngine:
                     self.counters.observe(event)
                 self.generation_tokens += len(event.emitted)
             yield event
-
-    def _session(self) -> dict:
-        method = method_of(self.drafter)
-        return {"suffix_cache": self.suffix_cache} if method is not None and method.keeps_session_cache else {}
 
     def client_left(self, seen_at_step: int, last_step: int) -> None:
         """An abandoned request: its client's leaving was seen after `seen_at_step` steps, decoding stopped after

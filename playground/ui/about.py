@@ -358,17 +358,25 @@ def nearest_kind_line(m: Measurements) -> str:
             "same vector and matrix units; its figures are the nearest guide, not a measurement of this machine.")
 
 
+def landing_weights(record: dict) -> str:
+    """Which weights a landing record's runs multiplied (its rows' run fields), the baseline's as the drafters'."""
+    weights = {r["run_fields"].get("weights") for r in record["rows"] if r.get("run_fields")} - {None}
+    return " and ".join(sorted(weights)) or "unrecorded"
+
+
 def _per_kind(m: Measurements) -> str:
     if not m.landing:
         return ""
     lines = ["### Figures per CPU kind",
-             "Speedup over plain decoding of the same target, greedy, measured by `python -m playground bench "
+             "Speedup over plain decoding of the same target on the same weights (each line names them), greedy, "
+             "measured by `python -m playground bench "
              "--profile landing` (`assets/bench/landing/`, one file per CPU kind; the README's table reads the same "
              "files):"]
     for record in m.landing:
         machine = record["machine"]
         lines.append(f"- **{kind_words(record['cpu_kind'])}**, {machine['cores']} cores, {record['date']}, "
-                     f"{beside_words(record)}. At k = 4, {_kind_speedups(record, False)}; at k auto, "
+                     f"{beside_words(record)}, over plain decoding on the {landing_weights(record)} weights. At "
+                     f"k = 4, {_kind_speedups(record, False)}; at k auto, "
                      f"{_kind_speedups(record, True)}.{_vllm_on_kind(m.vllm_landing.get(record['cpu_kind']))}")
     lines.append("")
     lines.append(nearest_kind_line(m))

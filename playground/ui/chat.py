@@ -36,9 +36,11 @@ from .controls import (
     AnswerView,
     CheckedNumber,
     answer_view_control,
+    default_drafter,
     depth_legend,
     drafting_controls,
     follow_answer_view,
+    follow_drafter,
     follow_preset,
     generation_controls,
 )
@@ -265,8 +267,9 @@ def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPa
             link = gr.Markdown(elem_id="chat-link")
         with gr.Column(scale=3, min_width=280):
             answer_view = answer_view_control(elem_id="chat-view")
-            drafting = drafting_controls(preset, preset.default_drafter)
+            drafting = drafting_controls(preset, default_drafter(preset), k_auto=True)
             controls = generation_controls("", preset)
+            follow_drafter(drafting, controls.preset)
             form = SettingsForm(controls, {"": drafting})
             panel = pair_panel()
             with gr.Accordion("Export this chat", open=False):
@@ -311,5 +314,5 @@ def build_chat_tab(preset: Preset, demo: gr.Blocks) -> tuple[gr.Dropdown, PairPa
                         concurrency_id=ENGINE, show_progress_on=replay_chart)
     gr.on([drafting.k.change, drafting.drafter.change], lambda depth, name: depth_legend((name, depth)),
           [drafting.k, drafting.drafter], legend, queue=False, api_visibility="private")
-    follow_preset(controls, (drafting.drafter, lambda p: p.default_drafter))
+    follow_preset(controls, (drafting.drafter, default_drafter))
     return controls.preset, panel

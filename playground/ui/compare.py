@@ -26,18 +26,8 @@ from playground.viz import (
     summary_table,
 )
 
-from .controls import (
-    AnswerView,
-    CheckedRadio,
-    DraftingControls,
-    answer_view_control,
-    compare_drafters,
-    depth_legend,
-    drafting_controls,
-    follow_answer_view,
-    follow_preset,
-    generation_controls,
-)
+from . import controls
+from .controls import AnswerView, CheckedRadio, DraftingControls, compare_drafters
 from .exports import export_files
 from .line import ENGINE, holding_line, in_line, stoppable, wire_stop
 from .refusals import report_user_errors, status_after_failure
@@ -153,7 +143,7 @@ def _side(preset: Preset, side: str, drafter: str) -> tuple[gr.Radio, DraftingCo
     """One side's engine, its drafting controls, its coloured answer and its stat cards (elem ids compare-<side>-…)."""
     with gr.Column():
         engine = engine_control(preset, side)
-        drafting = drafting_controls(preset, drafter, f"compare-{side}-", side)
+        drafting = controls.drafting_controls(preset, drafter, f"compare-{side}-", side)
         answer = gr.HTML(elem_id=f"compare-{side}", elem_classes="side-panel")
         stats = gr.HTML(elem_id=f"compare-{side}-stats")
     return engine, drafting, answer, stats
@@ -174,12 +164,14 @@ def build_compare_tab(preset: Preset) -> gr.Dropdown:
     status = gr.Markdown(elem_id="compare-status", elem_classes="status-line")
     verdict = gr.Markdown(elem_id="compare-verdict", elem_classes="status-line")
     with gr.Accordion("Shared settings", open=False):
-        answer_view = answer_view_control(elem_id="compare-view")
-        controls = generation_controls("compare-", preset)
-    legend = gr.HTML(depth_legend((left_default, 4), (right_default, 4)), elem_id="compare-legend")
+        answer_view = controls.answer_view_control(elem_id="compare-view")
+        shared = controls.generation_controls("compare-", preset)
+    legend = gr.HTML(controls.depth_legend((left_default, 4), (right_default, 4)), elem_id="compare-legend")
     with gr.Row(equal_height=False):
         left_engine, left, left_html, left_stats = _side(preset, "left", left_default)
         right_engine, right, right_html, right_stats = _side(preset, "right", right_default)
+    controls.follow_drafter(left, shared.preset)
+    controls.follow_drafter(right, shared.preset)
     table = gr.Dataframe(headers=SUMMARY_COLUMNS, elem_id="compare-table", interactive=False, label="Summary")
     with gr.Row():
         position_plot = gr.Plot(_hint("position"), elem_id="compare-position-plot", show_label=False)
@@ -193,7 +185,7 @@ def build_compare_tab(preset: Preset) -> gr.Dropdown:
 
     shown = [left_html, right_html, left_stats, right_stats, status, verdict, table, position_plot, drift_plot,
              speedup_plot]
-    form = SettingsForm(controls, {"left": left, "right": right})
+    form = SettingsForm(shared, {"left": left, "right": right})
     compare_event = in_line([run_button.click, prompt.submit], TAB, status).then(
         report_user_errors(form.handler(run_comparison), TAB),
         inputs=[prompt, *form.components(), view, left_engine, right_engine],
@@ -201,21 +193,21 @@ def build_compare_tab(preset: Preset) -> gr.Dropdown:
         api_name="compare", concurrency_id=ENGINE, show_progress="hidden", show_progress_on=left_html,
     )
     compare_event.failure(show_comparison, [comparison, view], shown, queue=False, api_visibility="private")
-    follow_answer_view(answer_view, view, show_comparison, [comparison], shown)
+    controls.follow_answer_view(answer_view, view, show_comparison, [comparison], shown)
     wire_stop(stop_button, TAB, status, [compare_event], api_name="stop_compare")
     export_button.click(export, comparison, export_out, api_name="export_compare")
     replay_button.click(report_user_errors(replay_comparison, TAB), comparison,
                         [replay_note, replay_chart, replay_table, replay_costs], api_name="replay_compare",
                         concurrency_id=ENGINE, show_progress_on=replay_chart)
     sides = [left.drafter, left.k, right.drafter, right.k]
-    gr.on([c.change for c in sides], lambda ld, lk, rd, rk: depth_legend((ld, lk), (rd, rk)), sides, legend,
+    gr.on([c.change for c in sides], lambda ld, lk, rd, rk: controls.depth_legend((ld, lk), (rd, rk)), sides, legend,
           queue=False, api_visibility="private")
-    follow_preset(controls, (left.drafter, lambda p: compare_drafters(p)[0]),
+    controls.follow_preset(shared, (left.drafter, lambda p: compare_drafters(p)[0]),
                   (right.drafter, lambda p: compare_drafters(p)[1]))
 
     def engines_of(name: str):
         return [gr.Radio(**engine_choices(get_preset(name))) for _ in ("left", "right")]
 
-    controls.preset.change(engines_of, controls.preset, [left_engine, right_engine], queue=False,
+    shared.preset.change(engines_of, shared.preset, [left_engine, right_engine], queue=False,
                            api_visibility="private")
-    return controls.preset
+    return shared.preset

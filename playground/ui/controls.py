@@ -17,9 +17,9 @@ from playground.drafting import (
     METHODS,
     PARAMETERS,
     PLAIN,
-    WEIGHTLESS,
     Parameter,
-    is_weightless,
+    method_for,
+    offered_methods,
 )
 from playground.engine.templates import CHAT_TEMPLATES
 from playground.engine.tree_shape import MAX_NODES, TreeShape
@@ -29,6 +29,7 @@ from playground.playback import (
 from playground.presets import DRAFTER_LABELS, Preset, get_preset
 from playground.request import backend_unavailable_reason
 from playground.request.availability import offered_presets
+from playground.request.check import ANY_METHOD, auto_candidates, k_auto_problem
 from playground.viz import TokenPiece, legend_html, provenance_html, rendered_html
 
 ANSWER_VIEWS = {"rendered": rendered_html, "tokens": provenance_html}
@@ -62,15 +63,29 @@ def follow_answer_view(control: gr.Radio, view: gr.State, show: Callable, inputs
     control.change(change, [control, view, *inputs], outputs, queue=False, api_visibility="private")
 
 
+AUTO_LABEL = "auto: the fastest here"  # the drafter choice that lets k auto choose the method and its k
+
+
+def chooses_among(preset: Preset) -> bool:
+    """Whether k auto can choose the method on this preset (our engine, something it can price)."""
+    return preset.backend == "local" and bool(auto_candidates(preset))
+
+
 def offered_drafters(preset: Preset) -> list[str]:
-    """The preset's drafters, the weightless methods its backend runs (drafting.METHODS), then plain decoding."""
-    weightless = [name for name in WEIGHTLESS if preset.backend in METHODS[name].engines]
-    return [*preset.drafters, *weightless, PLAIN]
+    """`auto` where k auto can choose among methods, the preset's drafters, the methods its backend runs without
+    weights (drafting.offered_methods), then plain decoding."""
+    return [*([ANY_METHOD] if chooses_among(preset) else []), *offered_methods(preset.backend, preset.drafters), PLAIN]
+
+
+def default_drafter(preset: Preset) -> str:
+    """What a Chat starts with: `auto` where k auto can choose the method (the configuration predicted fastest on this
+    machine, plain decoding where nothing pays), else the preset's drafter."""
+    return ANY_METHOD if chooses_among(preset) else preset.default_drafter
 
 
 def drafter_choices(preset: Preset) -> list[tuple[str, str]]:
     """(label, name) pairs of offered_drafters, labelled as the registry (or the preset) names them."""
-    return [(DRAFTER_LABELS.get(n, n), n) for n in offered_drafters(preset)]
+    return [(AUTO_LABEL if n == ANY_METHOD else DRAFTER_LABELS.get(n, n), n) for n in offered_drafters(preset)]
 
 
 def compare_drafters(preset: Preset) -> tuple[str, str]:
@@ -204,27 +219,57 @@ def k_control(elem_id: str, label: str = "k: draft tokens per step") -> gr.Numbe
     return CheckedNumber(4, label=f"{label} (1–{MAX_K})", minimum=1, maximum=MAX_K, step=1, elem_id=elem_id)
 
 
-def k_auto_control(elem_id: str, label: str = "k auto") -> gr.Checkbox:
-    return gr.Checkbox(False, label=f"{label}: the k predicted fastest on this machine", elem_id=elem_id,
-                       info="from the drafter's acceptance by position and this machine's measured step costs "
-                            "(measured once, a few seconds); plain decoding where no k pays. Our engine, chains")
+K_AUTO_INFO = ("from the method's acceptance (or its replay over the text) and this machine's measured step costs "
+               "(measured once, a few seconds); plain decoding where no k pays. Our engine, chains")
 
 
-def follow_drafter(controls: DraftingControls, settings: dict[str, gr.Row]) -> None:
-    """k and the rest mean nothing for plain decoding: disabled while it is chosen. A weightless method proposes
-    without probabilities or a shipped acceptance: the adaptive stop, trees and k auto go back to off and are
-    disabled. Each method's own settings (`settings`, a row per method) show only while it is chosen."""
+def k_auto_control(elem_id: str, label: str = "k auto", value: bool = False) -> gr.Checkbox:
+    return gr.Checkbox(value, label=f"{label}: the k predicted fastest on this machine", elem_id=elem_id,
+                       info=K_AUTO_INFO)
+
+
+def drafting_updates(preset: Preset, name: str, k_auto: bool) -> tuple[dict, dict, dict, dict]:
+    """What the k box, the adaptive stop, the tree box and k auto allow for `name` on `preset`, from the method's
+    capabilities (drafting.Method) and k auto's (request.check), each disabled one saying why in its info line:
+    the same rules the run's own check applies, so the controls cannot offer what a run refuses."""
+    if name == PLAIN:
+        why = "plain decoding drafts nothing"
+        return (gr.update(interactive=False), gr.update(interactive=False, value=0.0, info=why),
+                gr.update(interactive=False, value=0, info=why), gr.update(interactive=False, value=False, info=why))
+    if name == ANY_METHOD:
+        why = "auto chooses a chain's method and k"
+        return (gr.update(interactive=False), gr.update(interactive=False, value=0.0, info=why),
+                gr.update(interactive=False, value=0, info=why),
+                gr.update(interactive=False, value=True, info="auto: k auto chooses the method as well as k"))
+    method = method_for(name)
+    adaptive = (gr.update(interactive=True, info=MIN_DRAFT_PROB_INFO) if method.probabilities else
+                gr.update(interactive=False, value=0.0, info=f"{method.label} proposes without probabilities"))
+    tree = (gr.update(interactive=True, info=TREE_INFO) if method.trees else
+            gr.update(interactive=False, value=0, info=f"{method.label} drafts chains"))
+    problem = k_auto_problem(preset, name) if preset.backend == "local" else "k auto prices our engine's steps"
+    auto = (gr.update(interactive=True, info=K_AUTO_INFO) if problem is None else
+            gr.update(interactive=False, value=False, info=f"k {problem}"))
+    return gr.update(interactive=not (k_auto and problem is None)), adaptive, tree, auto
+
+
+def follow_drafter(controls: DraftingControls, preset: gr.Dropdown) -> None:
+    """The controls follow the method chosen (`drafting_updates`) and k auto (the k box waits while it chooses);
+    each method's own settings (`settings`, a row per method) show only while it is chosen."""
     chained = [controls.min_draft_prob, controls.tree_nodes, controls.k_auto]
+    settings = controls.setting_rows or {}
 
-    def update(name: str):
-        weightless = is_weightless(name)
-        off = [gr.update(interactive=False, value=value) for value in (0.0, 0, False)]
-        return (gr.update(interactive=name != PLAIN),
-                *(off if weightless else [gr.update(interactive=name != PLAIN) for _ in chained]),
+    def update(name: str, preset_name: str, k_auto: bool):
+        return (*drafting_updates(get_preset(preset_name), name, k_auto),
                 *(gr.update(visible=method == name) for method in settings))
 
-    controls.drafter.change(update, controls.drafter, [controls.k, *chained, *settings.values()], queue=False,
-                            api_visibility="private")
+    controls.drafter.change(update, [controls.drafter, preset, controls.k_auto],
+                            [controls.k, *chained, *settings.values()], queue=False, api_visibility="private")
+
+    def k_box(name: str, k_auto: bool):
+        return gr.update(interactive=name not in (PLAIN, ANY_METHOD) and not k_auto)
+
+    controls.k_auto.change(k_box, [controls.drafter, controls.k_auto], controls.k, queue=False,
+                           api_visibility="private")
 
 
 def parameter_control(parameter: Parameter, elem_id: str, label: str) -> gr.Number:
@@ -239,7 +284,7 @@ def method_settings_controls(drafter: str, elem_prefix: str, side: str) -> tuple
     """A control per setting of each weightless method (elem ids <elem_prefix><setting name with dashes>), in a
     row per method, shown while that method is `drafter`; (controls by setting name, rows by method name)."""
     controls, rows = {}, {}
-    for name in WEIGHTLESS:
+    for name in (name for name, method in METHODS.items() if method.parameters):
         method = METHODS[name]
         with gr.Row(visible=name == drafter, elem_id=f"{elem_prefix}{name}-settings") as rows[name]:
             for parameter in method.parameters:
@@ -251,17 +296,19 @@ def method_settings_controls(drafter: str, elem_prefix: str, side: str) -> tuple
     return controls, rows
 
 
+MIN_DRAFT_PROB_INFO = ("the drafter's own probability; 0 = k every step (drift charts need every depth), ~0.3 = "
+                       "faster")
+TREE_INFO = (f"0: a chain of k drafts per step; N: an EAGLE-2 tree of N nodes, k deep, up to {TreeShape.topk} children "
+             f"each, verified in one forward (our engine)")
+
+
 def min_draft_prob_control(elem_id: str, label: str = "Adaptive: end the chain after a draft below") -> gr.Slider:
-    return CheckedSlider(0.0, 0.9, value=0.0, step=0.05, label=label, elem_id=elem_id,
-                         info="the drafter's own probability; 0 = k every step (drift charts need every depth), "
-                              "~0.3 = faster")
+    return CheckedSlider(0.0, 0.9, value=0.0, step=0.05, label=label, elem_id=elem_id, info=MIN_DRAFT_PROB_INFO)
 
 
 def tree_nodes_control(elem_id: str, label: str = "Draft tree nodes") -> gr.Number:
     return CheckedNumber(0, label=f"{label} (0–{MAX_NODES})", minimum=0, maximum=MAX_NODES, step=1,
-                         elem_id=elem_id, info=f"0: a chain of k drafts per step; N: an EAGLE-2 tree of N nodes, k "
-                                               f"deep, up to {TreeShape.topk} children each, verified in one forward "
-                                               f"(our engine)")
+                         elem_id=elem_id, info=TREE_INFO)
 
 
 @dataclass
@@ -273,18 +320,22 @@ class DraftingControls:
     min_draft_prob: gr.Slider
     tree_nodes: gr.Number
     k_auto: gr.Checkbox
-    method_settings: dict[str, gr.Number]  # one per setting of a weightless method (drafting.PARAMETERS), by name
+    method_settings: dict[str, gr.Number]  # one per setting of a method (drafting.PARAMETERS), by name
+    setting_rows: dict[str, gr.Row] | None = None  # a row of those settings per method, shown while it is chosen
 
 
-def drafting_controls(preset: Preset, drafter: str, elem_prefix: str = "", side: str = "") -> DraftingControls:
+def drafting_controls(preset: Preset, drafter: str, elem_prefix: str = "", side: str = "",
+                      k_auto: bool = False) -> DraftingControls:
     """One run's drafter, k, adaptive stop, tree size and k auto (Chat's, or a Compare side's, labelled with `side` and
-    drafter and k sharing a row), with k and the others disabled while plain decoding is chosen, and the chosen
-    weightless method's settings. Elem ids: <elem_prefix>drafter, -k, -min-draft-prob, -tree-nodes, -k-auto, and
-    -<setting> per setting (method_settings_controls)."""
+    drafter and k sharing a row), each as the method's capabilities allow it (`drafting_updates`), and the chosen
+    method's settings. Elem ids: <elem_prefix>drafter, -k, -min-draft-prob, -tree-nodes, -k-auto, and -<setting> per
+    setting (method_settings_controls). The tab wires them to its preset menu (`follow_drafter`)."""
     named = (lambda label: f"{side.capitalize()} {label}") if side else (lambda label: label)
+    k_update, adaptive, tree, auto = (_settable(u) for u in drafting_updates(preset, drafter, k_auto))
     with gr.Row() if side else contextlib.nullcontext():
         choice = drafter_control(preset, drafter, elem_id=f"{elem_prefix}drafter", label=named("drafter").capitalize())
         k = k_control(elem_id=f"{elem_prefix}k", label=named("k") if side else "k: draft tokens per step")
+        k.interactive = k_update.get("interactive", True)
     drafting = DraftingControls(
         drafter=choice, k=k,
         min_draft_prob=min_draft_prob_control(
@@ -294,8 +345,16 @@ def drafting_controls(preset: Preset, drafter: str, elem_prefix: str = "", side:
         tree_nodes=tree_nodes_control(elem_id=f"{elem_prefix}tree-nodes",
                                       label=f"{side.capitalize()}: draft tree nodes" if side else "Draft tree nodes"),
         k_auto=k_auto_control(elem_id=f"{elem_prefix}k-auto", label=f"{side.capitalize()}: k auto" if side
-                              else "k auto"),
+                              else "k auto", value=auto.get("value", k_auto)),
         method_settings={})
-    drafting.method_settings, rows = method_settings_controls(drafter, elem_prefix, side)
-    follow_drafter(drafting, rows)
+    for control, update in ((drafting.min_draft_prob, adaptive), (drafting.tree_nodes, tree),
+                            (drafting.k_auto, auto)):
+        control.interactive = update.get("interactive", True)
+        control.info = update.get("info", control.info)
+    drafting.method_settings, drafting.setting_rows = method_settings_controls(drafter, elem_prefix, side)
     return drafting
+
+
+def _settable(update: dict) -> dict:
+    """A gr.update's fields, for a control being made."""
+    return {key: value for key, value in update.items() if key != "__type__"}

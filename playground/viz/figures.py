@@ -95,7 +95,7 @@ def _why_missing(view: RunView, field: str, noun: str, event_field: str | None =
     if view.plain:
         return f"{view.label}: no drafter, so no {noun} to show"
     if event_field in FEATURE_FIELDS and not view.features:
-        return f"{view.label}: proposes from the text alone, with no drafter, so no {noun} to show"
+        return f"{view.label}: proposes from {view.proposes_from}, with no drafter, so no {noun} to show"
     if view.metrics.drafting_steps == 0:
         return f"{view.label}: waiting for the first drafting step…"
     if getattr(view.metrics, field) is None:

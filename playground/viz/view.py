@@ -23,7 +23,8 @@ class RunView:
     usual_drift: dict[str, list[tuple[float, float, float]]] | None = None  # its drift by depth: "draft" (attention
     # to its own drafts) and "rms", mean and 10th-90th percentile (health.Section.drift_by_depth)
     features: bool = True  # drafts from the target's hidden states (drafting.Method.features): attention, drift and
-    # hidden-state RMS apply; False for a weightless method, which proposes from the text alone
+    # hidden-state RMS apply; False for a method that proposes from something else, `proposes_from`
+    proposes_from: str = "the text alone"  # drafting.Method.proposes_from
 
     @classmethod
     def from_events(cls, drafter: str, plain: bool, k: int, events: list[StepEvent],

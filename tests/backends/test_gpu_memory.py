@@ -21,13 +21,13 @@ from playground.backends.vllm.memory import (
     MAX_ENGINES,
     GpuMemoryError,
     GpuPlan,
+    engines_to_stop,
     gpu_plan,
     gpu_shares,
     kv_bytes_per_token,
     memory_need,
     parameter_count,
 )
-from playground.backends.vllm.pool import engines_to_stop
 from playground.engine.checkpoint import CheckpointError
 from playground.presets import Preset, get_preset
 from playground.request.fit import stored_parameters

@@ -11,7 +11,7 @@ import pytest
 from playground.__main__ import main
 from playground.drafting import PLAIN
 from playground.engine import GenerationConfig, TreeShape
-from playground.engine.costs import AutoK
+from playground.engine.choice import AutoK
 from playground.presets import get_preset
 from playground.request import RequestError, check_run, resolve_request
 

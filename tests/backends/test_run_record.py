@@ -22,7 +22,7 @@ def test_a_run_field_added_once_appears_in_generate_the_app_export_and_a_bench_r
     monkeypatch.setitem(run_record.RUN_FIELDS, "stand_in_field", lambda backend, plain: f"{backend.name}, {plain}")
 
     capsys.readouterr()
-    assert main(["generate", "--prompt", PROMPT, "--max-new-tokens", "6", "--json"]) == 0
+    assert main(["generate", "--k", "4", "--prompt", PROMPT, "--max-new-tokens", "6", "--json"]) == 0
     generated = json.loads(capsys.readouterr().out)
     assert generated["stand_in_field"] == "local, False"
     assert {"precision", "forward", "kernels", "threads"} <= set(generated) and "dtype" not in generated

@@ -166,7 +166,7 @@ def test_step_costs_are_kept_apart_for_an_idle_and_a_busy_machine(tiny, tmp_path
     """pair_profile reads the machine's load when asked: a profile measured idle is reused while idle, a busy machine
     gets its own (measured then, recording the share of its timed calls that began beside another task; the load
     each call met is scripted here as the reading says: tests/engine/test_costs.py files one where they differ)."""
-    from playground.engine.costs import machine_busy, pair_profile
+    from playground.engine.cost_measure import machine_busy, pair_profile
 
     drafter = tiny.drafters["eagle3.1"]
     ids = list(range(5, 40))

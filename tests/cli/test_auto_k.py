@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from playground.engine.costs import Cost, CostProfile, choose_k
+from playground.engine.choice import choose_k
+from playground.engine.costs import Cost, CostProfile
 
 
 def flat(ms: float) -> Cost:

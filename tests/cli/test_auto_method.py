@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from playground.drafting import WEIGHTLESS
+from playground.drafting import METHODS, WEIGHTLESS
 from playground.smollm2 import HUB_ID, ModelUnavailable, local_folder
 
 pytestmark = pytest.mark.slow
@@ -60,6 +60,7 @@ FUNCTION = '''def summarize_orders(orders, tax_rate=0.2):
 '''
 EDITING = ("Return this Python function unchanged except that the variable `totals` is renamed to `net_by_customer` "
            "everywhere. Reply with the code only.\n\n```python\n" + FUNCTION + "```")
+PRICED_BY_REPLAY = {name for name, method in METHODS.items() if method.priced_by == "replay"}  # k auto's others
 CHAT = "What are some good habits for staying focused while studying at home? Give me a few ideas."
 
 
@@ -90,7 +91,7 @@ def test_k_auto_chooses_a_weightless_method_for_an_edit_and_eagle31_for_a_chat(t
     edit, said = _generate(tmp_path, EDITING, "auto", "auto")
     auto = edit["auto_k"]
     assert edit["drafter"] in WEIGHTLESS and auto["method"] == edit["drafter"], auto["why"]
-    assert set(auto["predicted_by_method"]) == {"eagle3", "eagle3.1", *WEIGHTLESS}
+    assert set(auto["predicted_by_method"]) == {"eagle3", "eagle3.1", *PRICED_BY_REPLAY}
     best = {name: max(table.values()) for name, table in auto["predicted_by_method"].items()}
     assert best[edit["drafter"]] == max(best.values()) and auto["predicted_speedup"][str(auto["k"])] > 1
     assert f"--k auto: {auto['why']}" in said and "its replay over this answer's first 32 tokens" in auto["why"]
@@ -101,5 +102,5 @@ def test_k_auto_chooses_a_weightless_method_for_an_edit_and_eagle31_for_a_chat(t
     chat, _ = _generate(tmp_path, CHAT, "eagle3.1,ngram,suffix", "auto")
     auto = chat["auto_k"]
     assert chat["drafter"] == "eagle3.1" == auto["method"], auto["why"]
-    assert set(auto["predicted_by_method"]) == {"eagle3.1", *WEIGHTLESS}
+    assert set(auto["predicted_by_method"]) == {"eagle3.1", *PRICED_BY_REPLAY}
     assert auto["why"].startswith(f"EAGLE-3.1 at k={auto['k']} is predicted fastest on this machine")

@@ -191,7 +191,7 @@ class _StandIn:
     def decode(self, ids: list[int]) -> str:
         return " ".join(map(str, ids))
 
-    def stream(self, prompt_ids: list[int], drafter: str, cfg):
+    def stream(self, prompt_ids: list[int], drafter: str, cfg, should_stop=None, session: str | None = None):
         yield StepEvent(step=0, drafted=[], accepted=0, emitted=[5], total_tokens=1, elapsed_ms=1.0)
         yield StepEvent(step=1, drafted=[6, 7], accepted=1, emitted=[6, 8], total_tokens=3, elapsed_ms=2.0,
                         finished=True, finish_reason="length")

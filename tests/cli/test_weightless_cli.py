@@ -12,7 +12,7 @@ import pytest
 from playground.engine import GenerationConfig, TreeShape
 from playground.presets import get_preset
 from playground.request import RequestError
-from playground.request.check import check_weightless
+from playground.request.check import check_method
 from tests.cli.test_cli import _one_line_error, run_in_process
 
 PROMPT = "def add(a, b):\n    return a + b\n\ndef add(a, b):"
@@ -33,7 +33,8 @@ def test_weightless_methods_answer_as_plain_decoding(capsys: pytest.CaptureFixtu
     assert record["drafter"] == method and record["metrics"]["drafting_steps"] > 0
     assert record["config"]["method_settings"] == ([["prompt_lookup_min", 1]] if method == "ngram"
                                                    else [["suffix_decoding_min_token_prob", 0.2]])
-    assert record["health"]["status"] == "not checked" and "weightless" in record["health"]["why_not"]
+    health = record["health"]
+    assert health["status"] == "not checked" and "no trained drafter to fingerprint" in health["why_not"]
     assert all(step["attention"] is None and step["hidden_rms"] is None for step in record["steps"])
 
 
@@ -66,14 +67,15 @@ def test_refusals_are_one_line(capsys: pytest.CaptureFixture, pair_models: Path)
 def test_other_engines_are_refused_by_name() -> None:
     """Prompt lookup runs on vLLM too (tests/backends/test_vllm_cpu.py), not on a remote preset; suffix decoding on
     vLLM needs a package not installed here: each said before anything starts."""
-    check_weightless(get_preset("smollm2-135m-vllm"), "ngram", GenerationConfig())
+    check_method(get_preset("smollm2-135m-vllm"), "ngram", GenerationConfig())
     with pytest.raises(RequestError, match="runs on our engine for now, not on the remote backend"):
-        check_weightless(get_preset("remote"), "ngram", GenerationConfig())
+        check_method(get_preset("remote"), "ngram", GenerationConfig())
     with pytest.raises(RequestError, match="runs on vLLM only with the arctic-inference package"):
-        check_weightless(get_preset("smollm2-135m-vllm"), "suffix", GenerationConfig())
-    check_weightless(get_preset("smollm2-135m"), "suffix", GenerationConfig(tree=TreeShape(3, 2, 6)))  # trees
-    with pytest.raises(RequestError, match="drafts chains: .* suffix decoding drafts trees"):
-        check_weightless(get_preset("smollm2-135m"), "ngram", GenerationConfig(tree=TreeShape(3, 2, 6)))
+        check_method(get_preset("smollm2-135m-vllm"), "suffix", GenerationConfig())
+    check_method(get_preset("smollm2-135m"), "suffix", GenerationConfig(tree=TreeShape(3, 2, 6)))  # trees
+    with pytest.raises(RequestError, match="drafts chains: set the tree.s nodes to 0 .of the methods, "
+                                                r"EAGLE-3, EAGLE-3.1, suffix decoding draft trees"):
+        check_method(get_preset("smollm2-135m"), "ngram", GenerationConfig(tree=TreeShape(3, 2, 6)))
 
 
 def test_replay_gives_a_weightless_method_its_live_acceptance(capsys: pytest.CaptureFixture, pair_models: Path,

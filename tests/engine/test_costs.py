@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from playground.engine import costs, threads
-from playground.engine.costs import CODE_VERSION, CostProfile, machine_busy, pair_profile, profile_path
+from playground.engine import cost_measure, threads
+from playground.engine.cost_measure import machine_busy, pair_profile, profile_path
+from playground.engine.costs import CODE_VERSION, CostProfile
 from playground.engine.threads import other_runnable_tasks, runnable_tasks
 
 LINUX = runnable_tasks() is not None
@@ -107,7 +108,7 @@ def _reads_beside_work(reads: int = 10) -> list[int | None]:
         values = []
         for _ in range(reads):
             _work()
-            values.append(other_runnable_tasks())  # at once after the products, as costs.measure reads
+            values.append(other_runnable_tasks())  # at once after the products, as cost_measure.measure reads
         return values
     finally:
         torch.set_num_threads(before)
@@ -161,7 +162,7 @@ def test_a_profile_is_filed_under_the_load_its_own_calls_met(tiny, tmp_path: Pat
     later measures its own."""
     busy = _profile(tiny, tmp_path, busy=lambda: False, load=lambda: 1)
     assert busy.busy_share == 1.0 and busy.measured_busy is True
-    assert busy.code == CODE_VERSION and busy.kernels == costs.target_kernels(tiny.target)
+    assert busy.code == CODE_VERSION and busy.kernels == cost_measure.target_kernels(tiny.target)
     assert set(busy.loop) == {0, 1} and all(c.ms >= 0 and len(c.rounds) == len(busy.plain.rounds)
                                             for c in busy.loop.values())  # the loops' own work, by round
     assert _profile(tiny, tmp_path, busy=lambda: True, load=lambda: pytest.fail("kept: nothing measured")) == busy
@@ -177,7 +178,7 @@ def test_a_profile_is_filed_under_the_load_its_own_calls_met(tiny, tmp_path: Pat
 
 def test_a_kept_profile_of_another_load_code_or_kernels_is_measured_again(tiny, tmp_path: Path) -> None:
     idle = _profile(tiny, tmp_path, busy=lambda: False, load=lambda: 0)
-    path = profile_path(tmp_path, ("t", "d"), (), 64, "cpu", False, costs.target_kernels(tiny.target))
+    path = profile_path(tmp_path, ("t", "d"), (), 64, "cpu", False, cost_measure.target_kernels(tiny.target))
     assert path.exists()
     for change in ({"busy_share": 0.57}, {"code": None}, {"code": CODE_VERSION - 1}, {"kernels": "other kernels"}):
         path.write_text(json.dumps({**idle.to_dict(), **change}))  # as issue 55 found one: busy, under the idle key

@@ -22,14 +22,6 @@ from tests.support.int4 import assert_chains_and_trees_decode_plainly, ids
 
 
 @pytest.fixture(scope="module")
-def lib():
-    library, problem = native.load()
-    if library is None:
-        pytest.skip(f"no C library here: {problem}")
-    return library
-
-
-@pytest.fixture(scope="module")
 def int4_target(tiny_root: Path, lib) -> Target:
     return Target.load(str(tiny_root / "target"), weights="int4")
 

@@ -12,14 +12,6 @@ import torch
 from playground.engine import Target, native
 
 
-@pytest.fixture(scope="module")
-def built():
-    lib, problem = native.load()
-    if lib is None:
-        pytest.skip(f"no C library here: {problem}")
-    return lib
-
-
 def test_without_a_compiler_one_line_says_why_and_float32_runs(tiny_root: Path, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     assert native._load(enabled=False) == (None, "turned off (PLAYGROUND_NATIVE=0)")
@@ -32,14 +24,14 @@ def test_without_a_compiler_one_line_says_why_and_float32_runs(tiny_root: Path, 
     assert target.forward([5, 6, 7], target.new_cache()).logits.shape[0] == 3
 
 
-def test_a_folder_it_cannot_write_is_one_line_too(built, tmp_path: Path) -> None:
+def test_a_folder_it_cannot_write_is_one_line_too(lib, tmp_path: Path) -> None:
     blocked = tmp_path / "a file, not a folder"
     blocked.write_text("")
     lib, problem = native._load(cache=blocked / "native")
     assert lib is None and problem.startswith(f"cannot build it in {blocked / 'native'}: ") and "\n" not in problem
 
 
-def test_the_library_is_built_once_per_machine_and_source(built, tmp_path: Path) -> None:
+def test_the_library_is_built_once_per_machine_and_source(lib, tmp_path: Path) -> None:
     first, problem = native._load(cache=tmp_path)
     assert problem is None and first is not None
     files = list(tmp_path.glob("playground-*.so"))
@@ -48,17 +40,17 @@ def test_the_library_is_built_once_per_machine_and_source(built, tmp_path: Path)
     assert native._load(cache=tmp_path)[1] is None and files[0].stat().st_mtime_ns == stamp  # found, not built again
 
 
-def test_a_compiler_without_openmp_builds_it_on_one_thread(built, tmp_path: Path,
+def test_a_compiler_without_openmp_builds_it_on_one_thread(lib, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Where `-fopenmp` fails (a compiler without OpenMP), the sources build without it: the same numbers, on the
     calling thread whatever `threads` asks for."""
     monkeypatch.setattr(native, "OPENMP", "-fno-such-option-here")
-    lib, problem = native._load(cache=tmp_path)
-    assert problem is None and lib is not None and "openmp" not in native.instruction_path(lib)
+    without_openmp, problem = native._load(cache=tmp_path)
+    assert problem is None and without_openmp is not None and "openmp" not in native.instruction_path(without_openmp)
     g = torch.Generator().manual_seed(3)
     w, x = torch.randn(21, 64, generator=g), torch.randn(3, 64, generator=g)
     outs = []
-    for library in (lib, built):
+    for library in (without_openmp, lib):
         packed = torch.empty(library.pg_q8_bytes(21, 64), dtype=torch.uint8)
         library.pg_pack_q8(w.data_ptr(), 21, 64, packed.data_ptr())
         out = torch.empty(3, 21)

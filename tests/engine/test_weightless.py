@@ -24,11 +24,12 @@ import pytest
 import torch
 
 from playground import drafting
-from playground.engine import GenerationConfig, StepEvent, SuffixCache, Target, plain_generate, weightless_generate
+from playground.engine import GenerationConfig, StepEvent, Target, plain_generate, weightless_generate
 from playground.engine import weightless as weightless_module
 from playground.engine.lookup import PromptLookup
+from playground.engine.proposers import forget_session
 from playground.engine.replay import replay_weightless, teacher_force
-from playground.engine.suffix import SuffixTrie
+from playground.engine.suffix import SESSIONS, SuffixCache, SuffixTrie
 from playground.engine.tree_shape import TreeShape
 from playground.engine.weightless import proposer_for
 from tests.engine.test_sampling import ALPHA, chi_square_pvalue, counts_of, reference_probs
@@ -154,7 +155,7 @@ def test_each_method_is_built_by_the_module_its_registry_entry_names(method: str
     proposer = proposer_for(method, GenerationConfig(k=4))
     assert type(proposer).__module__ == f"playground.engine.{drafting.METHODS[method].proposer}"
     assert proposer.propose([1, 2, 3, 4, 1, 2], 2) == [3, 4]
-    with pytest.raises(ValueError, match="not a weightless drafting method"):
+    with pytest.raises(ValueError, match="not a drafting method that needs no checkpoint"):
         proposer_for(drafting.EAGLE3, GenerationConfig(k=4))
 
 
@@ -217,12 +218,15 @@ def test_a_session_cache_learns_from_an_earlier_answer(tiny: TinyModels, prompts
     """Suffix decoding over a session's cache: the same prompt asked again accepts more, the answer unchanged."""
     label, prompt, want = next(row for row in prompts if row[0] == "random-60")
     cfg = GenerationConfig(max_new_tokens=NEW_TOKENS, k=4)
-    cache = SuffixCache()
-    first = list(weightless_generate(tiny.target, "suffix", prompt, cfg, suffix_cache=cache))
-    again = list(weightless_generate(tiny.target, "suffix", prompt, cfg, suffix_cache=cache))
-    assert flat(first) == flat(again) == want
-    assert len(again) < len(first)  # fewer target forwards: the earlier answer is proposed
-    assert len(cache.sequences) == 2
+    session = "test:learns"
+    first = list(weightless_generate(tiny.target, "suffix", prompt, cfg, session=session))
+    again = list(weightless_generate(tiny.target, "suffix", prompt, cfg, session=session))
+    alone = list(weightless_generate(tiny.target, "suffix", prompt, cfg))  # no session: a cache of its own
+    assert flat(first) == flat(again) == flat(alone) == want
+    assert len(again) < len(first) == len(alone)  # fewer target forwards: the earlier answer is proposed
+    assert len(SESSIONS.kept(session).sequences) == 2
+    forget_session(session)
+    assert SESSIONS.kept(session) is None
 
 
 def test_budget_and_settings(tiny: TinyModels, prompts: list) -> None:
@@ -310,14 +314,20 @@ def draw(target: Target, method: str, n: int, monkeypatch: pytest.MonkeyPatch) -
     return torch.tensor(real), torch.tensor(naive), torch.tensor(from_p)
 
 
+def assert_follows(draws: torch.Tensor, exact: torch.Tensor) -> None:
+    """Sampled answers (rows of tokens) follow `exact`, their joint distribution: every marginal passes a chi-square
+    test."""
+    report = {keep: chi_square_pvalue(marginal(counts_of(draws), keep), marginal(exact, keep))
+              for keep in [(0, 1, 2, 3), (0, 1, 2), (0, 1), (1,), (2,), (3,)]}
+    assert min(report.values()) > ALPHA, report
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_sampling_matches_the_target_and_the_controls_fail(small_target: Target, monkeypatch: pytest.MonkeyPatch,
                                                            method: str) -> None:
     exact = exact_joint(small_target, 1.0)
     real, naive, from_p = draw(small_target, method, 2000, monkeypatch)
-    report = {keep: chi_square_pvalue(marginal(counts_of(real), keep), marginal(exact, keep))
-              for keep in [(0, 1, 2, 3), (0, 1, 2), (0, 1), (1,), (2,), (3,)]}
-    assert min(report.values()) > ALPHA, report
+    assert_follows(real, exact)
     assert naive[:, 1].eq(real[:, 1]).float().mean() < 0.8  # the proposals were often rejected
     naive_p = chi_square_pvalue(counts_of(naive), marginal(exact, (0, 1)))
     assert naive_p < 1e-12, f"'accept every proposal' not detected: p = {naive_p}"
@@ -343,9 +353,7 @@ def test_sampled_suffix_trees_match_the_target_and_a_walk_without_renormalising_
     walk keeping a later sibling with p(x) instead of p(x) over the mass left after the rejections is detected."""
     exact = exact_joint(small_target, 1.0)
     real = tree_draws(small_target, 2000)
-    report = {keep: chi_square_pvalue(marginal(counts_of(real), keep), marginal(exact, keep))
-              for keep in [(0, 1, 2, 3), (0, 1, 2), (0, 1), (1,), (2,), (3,)]}
-    assert min(report.values()) > ALPHA, report
+    assert_follows(real, exact)
 
     def not_renormalised(children, tokens, target_probs, generator):
         path, node = [], -1

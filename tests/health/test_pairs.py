@@ -62,7 +62,7 @@ def test_the_fingerprint_command_writes_what_the_check_reads(pair_models: Path, 
     assert 0 < data["draft_coverage"] <= 1  # the tiny drafters propose 300 of the 400 ids
     shutil.copy(out, pair_models / "eagle3.1" / "fingerprint.json")
     try:
-        record = run_json("generate", "--prompt", unseen_prompt(0), "--max-new-tokens", "48", "--json")
+        record = run_json("generate", "--k", "4", "--prompt", unseen_prompt(0), "--max-new-tokens", "48", "--json")
         assert record["health"]["status"] in ("in range", "flagged", "too few steps")
         assert record["health"]["text"] and record["health"]["differences"] == []
     finally:
@@ -102,8 +102,8 @@ def test_a_perturbed_target_is_flagged_naming_its_weights(tmp_path: Path) -> Non
 
 
 def test_an_unfamiliar_template_is_named_and_flagged_only_out_of_range() -> None:
-    health = run_json("generate", "--preset", "kimi-tiny", "--chat-template", "llama3", "--prompt", unseen_prompt(1),
-                      "--max-new-tokens", "128", "--json")["health"]
+    health = run_json("generate", "--k", "4", "--preset", "kimi-tiny", "--chat-template", "llama3", "--prompt",
+                      unseen_prompt(1), "--max-new-tokens", "128", "--json")["health"]
     assert health["differences"] and "chat template (llama3)" in health["differences"][0]
     assert health["status"] in ("in range", "flagged")  # the template alone is a note, not a flag
     if health["status"] == "flagged":

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from playground.drafting import METHODS, SUFFIX_CACHE, SUFFIX_DEPTH
+from playground.engine.suffix import SESSIONS, SessionCaches
 from playground.playback import Conversation, RunSettings, chat_turn, compare, export_runs, regenerate_turn
 from playground.viz import (
     acceptance_by_position_figure,
@@ -66,7 +67,7 @@ def test_every_chat_panel_says_something_true_for_a_weightless_run(pair_models: 
         assert not figure.data
         assert _said(figure) == f"prompt lookup (n-gram), k=4: proposes from the text alone, with no drafter, so " \
                                 f"no {noun} to show"
-    assert run.health.status == "not checked" and "weightless" in run.health.why_not
+    assert run.health.status == "not checked" and "no trained drafter to fingerprint" in run.health.why_not
 
 
 def test_an_export_names_the_method_and_its_settings(pair_models: Path, tmp_path: Path) -> None:
@@ -95,21 +96,33 @@ def test_suffix_decoding_reads_the_conversations_earlier_answers(pair_models: Pa
     assert again.token_ids == first.token_ids == fresh.token_ids
     accepted = [sum(e.accepted for e in run.events) for run in (fresh, again)]
     assert accepted[1] > accepted[0], accepted
-    assert len(conversation.suffix_cache.sequences) == 2
+    assert len(SESSIONS.kept(conversation.session).sequences) == 2
 
 
 def test_the_suffix_cache_is_per_visitor_bounded_and_cleared(pair_models: Path) -> None:
+    """The cache is suffix decoding's own, keyed by the conversation: one per visitor (Gradio deep-copies a State's
+    default per session), left alone by other methods, bounded by its setting and forgotten by Clear."""
     default = Conversation()
     visitor, other = copy.deepcopy(default), copy.deepcopy(default)  # as Gradio copies a State's default per session
-    assert visitor.suffix_cache is not other.suffix_cache is not default.suffix_cache
+    assert len({visitor.session, other.session, default.session}) == 3
     last_run(visitor, drafter="suffix")
     last_run(visitor, "And then?", drafter="suffix")
-    assert len(visitor.suffix_cache.sequences) == 2 and visitor.suffix_cache.tokens() > 0
-    assert other.suffix_cache.tokens() == 0 and default.suffix_cache.tokens() == 0
+    kept = SESSIONS.kept(visitor.session)
+    assert len(kept.sequences) == 2 and kept.tokens() > 0
+    assert SESSIONS.kept(other.session) is None and SESSIONS.kept(default.session) is None
     last_run(visitor, "Once more.", drafter="eagle3.1")  # another method leaves the cache alone
-    assert len(visitor.suffix_cache.sequences) == 2
+    assert len(kept.sequences) == 2
     bounded = replace(RunSettings(), drafter="suffix", method_settings=((SUFFIX_CACHE.name, 0),))
     list(chat_turn(visitor, "Shorter?", replace(bounded, max_new_tokens=8), NEVER))
-    assert len(visitor.suffix_cache.sequences) == 1  # earlier sequences beyond 0 tokens forgotten: the running one
+    assert len(kept.sequences) == 1  # earlier sequences beyond 0 tokens forgotten: the running one
     visitor.clear()
-    assert visitor.suffix_cache.tokens() == 0 and visitor.suffix_cache.trie is None
+    assert SESSIONS.kept(visitor.session) is None and kept.tokens() == 0 and kept.trie is None
+
+
+def test_session_caches_are_bounded_least_recently_used_first() -> None:
+    caches = SessionCaches(most=2)
+    first = caches.cache("a")
+    caches.cache("b")
+    assert caches.cache("a") is first  # "a" used again: "b" is now the oldest
+    caches.cache("c")
+    assert len(caches) == 2 and caches.kept("b") is None and caches.kept("a") is first

@@ -1,37 +1,43 @@
 """The layering ARCHITECTURE.md states holds for every import in playground/: each import statement (at module
-level or inside a function, parsed with ast) goes from one part to a part that part may import."""
+level or inside a function, parsed with ast) goes from one part to a part that part may import, as the document's
+own table says (read here, so the table cannot drift from what is checked)."""
 
 from __future__ import annotations
 
 import ast
+import itertools
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "playground"
 
-BASE = {"drafting", "environment", "blas"}
-COMMANDS = BASE | {"smollm2", "engine", "presets", "request", "backends", "auto_k", "run_record", "specstats",
-                   "flags"}
-MEASURING = COMMANDS | {"prompt_sets", "machine", "viz", "health"}
-ALLOWED: dict[str, set[str]] = {  # ARCHITECTURE.md's table, part by part
-    "drafting": set(), "environment": set(), "blas": set(), "__init__": {"blas"}, "examples": {"drafting"},
-    "engine": {"drafting"},
-    "smollm2": {"environment", "blas"}, "machine": {"environment", "blas"},
-    "presets": BASE | {"smollm2"},
-    "prompt_sets": BASE | {"presets"},
-    "request": BASE | {"smollm2", "engine", "presets"},
-    "specstats": {"engine"}, "streamed_steps": {"engine"},
-    "backends": BASE | {"smollm2", "engine", "presets", "request", "specstats", "streamed_steps"},
-    "auto_k": BASE | {"smollm2", "engine", "presets", "request", "backends"},
-    "run_record": {"engine", "backends"},
-    "own_pair": BASE | {"engine", "presets", "request", "backends"},
-    "viz": {"engine", "drafting"},
-    "health": COMMANDS | {"prompt_sets", "machine"},
-    "playback": BASE | {"request", "backends", "auto_k", "run_record", "engine", "presets", "viz", "health"},
-    "flags": COMMANDS, "generate": COMMANDS | {"health"}, "serve": COMMANDS | {"health"}, "space": COMMANDS,
-    "bench": MEASURING | {"examples"}, "train": MEASURING,
-    "ui": MEASURING | {"playback", "bench", "examples", "own_pair"},
-}
+DOCUMENT = ROOT / "ARCHITECTURE.md"
+TABLE_HEADER = "| part | may import |"
+
+
+def layer_table(text: str) -> dict[str, set[str]]:
+    """ARCHITECTURE.md's table of what each part may import: its parts' names in backticks; "nothing", "the base
+    modules" (the first row's parts) and "what `part` may" (that part's own list) as shorthands."""
+    lines = text[text.index(TABLE_HEADER):].splitlines()[2:]
+    rows = []
+    for line in itertools.takewhile(lambda line: line.startswith("|"), lines):
+        parts, allowed = (cell.strip() for cell in line.strip("|").split("|")[:2])
+        rows.append((re.findall(r"`([^`]+)`", parts), allowed))
+    base = set(rows[0][0])
+    table: dict[str, set[str]] = {}
+    for names, allowed in rows:
+        if allowed == "every command":
+            continue
+        inherited = re.findall(r"what `([^`]+)` may", allowed)
+        own = set(re.findall(r"`([^`]+)`", re.sub(r"what `[^`]+` may", "", allowed)))
+        own |= base if "the base modules" in allowed else set()
+        for name in names:
+            table[name] = own | set().union(*(table[other] for other in inherited))
+    return table
+
+
+ALLOWED = layer_table(DOCUMENT.read_text())
 
 
 def part(module: str) -> str:
@@ -82,3 +88,12 @@ def test_the_check_sees_imports_inside_functions() -> None:
     found = [module for _, module in imports_in(text, ("playground", "viz"))]
     assert found == ["playground.bench", "playground.ui", "playground.viz.style"]
     assert {part(module) for module in found} - ALLOWED["viz"] - {"viz"} == {"bench", "ui"}
+
+
+def test_the_table_is_read_as_written() -> None:
+    """A control on the reader: shorthands expand, and a part the table forbids stays forbidden."""
+    assert ALLOWED["drafting"] == set() and ALLOWED["engine"] == {"drafting"}
+    assert ALLOWED["presets"] == {"drafting", "environment", "blas", "smollm2"}
+    assert ALLOWED["generate"] == ALLOWED["flags"] | {"health"} and "examples" in ALLOWED["bench"] - ALLOWED["train"]
+    assert "ui" not in set().union(*ALLOWED.values()) and "bench" not in ALLOWED["train"]
+    assert "__main__" not in ALLOWED and len(ALLOWED) == 27

@@ -147,7 +147,8 @@ def run_space(python: Path, folder: Path, home: Path, prompt: str, max_new_token
                 except Exception:
                     time.sleep(2)
             assert client is not None, f"the Space app did not come up: {log_path.read_text()[-3000:]}"
-            job = client.submit(prompt, drafter="eagle3.1", k=4, preset="smollm2-135m", temperature=0.0, top_p=1.0,
+            job = client.submit(prompt, drafter="eagle3.1", k=4, k_auto=False, preset="smollm2-135m", temperature=0.0,
+                                top_p=1.0,
                                 max_new_tokens=max_new_tokens, chat_template="default", system="", seed="",
                                 api_name="/chat")
             job.result(timeout=600)

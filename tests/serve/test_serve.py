@@ -46,6 +46,7 @@ def post_raw(url: str, path: str, body: str) -> httpx.Response:
 BAD_REQUESTS = [
     ("/v1/completions", '{"prompt": "hi", "max_tokens": 1e999}', 400, "max_tokens"),
     ("/v1/completions", '{"prompt": "hi", "temperature": NaN}', 400, "temperature"),
+    ("/v1/completions", '{"prompt": "hi", "temperature": 5}', 400, "temperature"),  # vLLM's range is [0, 2]
     ("/v1/completions", '{"prompt": "hi", "top_p": 0}', 400, "top_p"),
     ("/v1/completions", '{"prompt": [-1, 5]}', 400, "prompt"),
     ("/v1/completions", '{"prompt": [1000000]}', 400, "prompt"),

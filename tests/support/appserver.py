@@ -8,10 +8,11 @@ pair — SmolLM2-135M-Instruct and the shipped drafters — with PLAYGROUND_TEST
 from __future__ import annotations
 
 import os
-import selectors
+import queue
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -128,12 +129,14 @@ def running_server(models: Path, *flags: str, timeout_s: float = 240.0) -> Itera
     env = {**os.environ, "PLAYGROUND_MODELS_DIR": str(models), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "playground", "serve", "--preset", "smollm2-135m", "--port", "0", *flags]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    selector = selectors.DefaultSelector()
-    selector.register(proc.stdout, selectors.EVENT_READ)
+    lines: queue.Queue[str] = queue.Queue()  # a reader thread: a selector misses lines already in the pipe's buffer
+    threading.Thread(target=lambda: [lines.put(out) for out in proc.stdout], daemon=True).start()
     deadline, line = time.monotonic() + timeout_s, ""
     while not line.startswith("serving") and time.monotonic() < deadline and proc.poll() is None:
-        if selector.select(timeout=0.5):
-            line = proc.stdout.readline()
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            pass
     if not line.startswith("serving"):
         proc.kill()
         raise RuntimeError(f"the server did not start: {proc.stderr.read()[-2000:]}")

@@ -35,6 +35,16 @@ def open_page(browser, url: str):
     return page
 
 
+def fixed_chain(page, drafter: str = "EAGLE-3.1", k: int | None = None) -> None:
+    """Chat's drafter and k set as a visitor who wants one configuration sets them: the drafter picked (the page opens
+    on "auto"), k auto unticked (it opens ticked), then k typed where given."""
+    page.locator("#drafter").get_by_text(drafter, exact=True).click()
+    page.locator("#k-auto input[type=checkbox]").uncheck()
+    if k is not None:
+        page.locator("#k input[type=number]").fill(str(k))
+        page.locator("#k input[type=number]").press("Enter")
+
+
 def plot_marks(page, elem_id: str) -> int:
     """Bars drawn in a plotly chart (0 while it shows a message instead)."""
     return page.locator(f"#{elem_id} .plotly .bars path").count()

@@ -13,7 +13,7 @@ import sys
 
 import playground  # noqa: F401  (before torch: OpenMP's spin bound)
 from playground.backends import open_backend
-from playground.engine.costs import pair_profile
+from playground.engine.cost_measure import pair_profile
 from playground.engine.threads import other_runnable_tasks
 from playground.presets import DEFAULT, get_preset
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from playground.engine import costs
+from playground.engine import cost_measure
 from playground.engine.costs import CHAIN_KS, VERIFY_ROWS, Cost, CostProfile
 
 CHOSEN_K = 3
@@ -41,4 +41,4 @@ def use_hand_costs(monkeypatch: pytest.MonkeyPatch) -> None:
     def measure(target, drafter, aux_layers, context_ids, names, trees=(), rounds=7, load=None) -> CostProfile:
         return hand_profile(names, len(context_ids) - 1)
 
-    monkeypatch.setattr(costs, "measure", measure)
+    monkeypatch.setattr(cost_measure, "measure", measure)

@@ -22,8 +22,8 @@ from playground.presets import DRAFTER_LABELS, REPO_ROOT
 from tests.support.appserver import long_answer_prompt
 
 PROMPT = long_answer_prompt()
-CHAT_DEFAULTS = dict(drafter="eagle3.1", k=4, preset="smollm2-135m", temperature=0.0, top_p=1.0, max_new_tokens=48,
-                     chat_template="default", system="", seed="")
+CHAT_DEFAULTS = dict(drafter="eagle3.1", k=4, k_auto=False, preset="smollm2-135m", temperature=0.0, top_p=1.0,
+                     max_new_tokens=48, chat_template="default", system="", seed="")
 COMPARE_DEFAULTS = dict(left_drafter="eagle3", left_k=4, right_drafter="eagle3.1", right_k=4, preset="smollm2-135m",
                         temperature=0.0, top_p=1.0, max_new_tokens=48, chat_template="default", system="", seed="")
 
@@ -148,23 +148,26 @@ def test_the_last_answer_replays_under_every_drafter_and_k(client: Client) -> No
     traces = {trace["name"]: trace for trace in json.loads(chart["plot"])["data"]}  # every configuration, charted
     measured = traces.pop("The answer: measured", None)  # a star where the run measured its speedup
     assert set(traces) == {"EAGLE-3, chains", "EAGLE-3.1, chains", "EAGLE-3, trees of 8 / 16 nodes",
-                           "EAGLE-3.1, trees of 8 / 16 nodes"}
+                           "EAGLE-3.1, trees of 8 / 16 nodes", "prompt lookup (n-gram), chains",
+                           "suffix decoding, chains"}  # early exit is replayed, not priced: no line
     assert [len(traces[f"EAGLE-3{v}, {shape}"]["x"]) for v in ("", ".1")
             for shape in ("chains", "trees of 8 / 16 nodes")] == \
         [7, 2, 7, 2]  # k 1-6 and 8, and trees of 8 and 16 nodes at k = 4
     assert (measured is None) == (run["speedup"] is None), (measured, run["speedup"])
     assert measured is None or (measured["x"] == [4] and measured["y"] == [pytest.approx(run["speedup"])])
-    # the table: each drafter's best chain and best tree, and what ran
-    assert sum("best" in r[0] for r in rows) == 4 and len(rows) <= 5
+    # the table: each drafter's best chain and best tree, each other method's best chain, and what ran
+    assert sum("best" in r[0] for r in rows) == 7 and len(rows) <= 8
     ran = next(r for r in rows if "ran" in r[0])
     assert ran[0].startswith("EAGLE-3.1 chain, k = 4 (")
     assert float(ran[1]) == pytest.approx(run["metrics"]["mean_acceptance_length"], abs=0.005)
     assert "The answer ran with EAGLE-3.1, k = 4: predicted" in note and "measured" in note
     assert "Predicted from step costs measured on " in note
-    assert all(re.fullmatch(r"\d+\.\d\d× \(\d+\.\d\d–\d+\.\d\d\)", r[2]) for r in rows), rows
+    priced = [r for r in rows if not r[0].startswith("early exit")]
+    assert all(re.fullmatch(r"\d+\.\d\d× \(\d+\.\d\d–\d+\.\d\d\)", r[2]) for r in priced), rows
+    assert [r[2] for r in rows if r[0].startswith("early exit")] == ["—"]  # its drafting is not in the step costs
     exported = json.loads(Path(client.predict(system="", api_name="/export_chat")[0]).read_text())["runs"][-1]
     replayed = exported["replay"]  # the export carries the panel's answer: every configuration
-    assert replayed["line"] == note and len(replayed["configs"]) == 2 * (7 + 2)
+    assert replayed["line"] == note and len(replayed["configs"]) == 2 * (7 + 2) + 3 * 7  # + the other methods' chains
     assert set(replayed["profiles"]) == {"eagle3", "eagle3.1"} and replayed["configs"][0]["predicted_speedup"] > 0
     chat(client, temperature=0.8, seed="3")  # sampled: each drafter's expectation at k = 1 instead
     note, _, table, _ = client.predict(api_name="/replay")
@@ -181,7 +184,7 @@ def test_a_comparison_replays_under_every_drafter_and_k_and_sets_each_side_again
         client.predict(api_name="/replay_compare")
     client.predict(PROMPT, **{**COMPARE_DEFAULTS, "right_drafter": "none"}, api_name="/compare")
     note, chart, table, _ = client.predict(api_name="/replay_compare")
-    assert 4 <= len(table["data"]) <= 5 and any("left ran" in r[0] for r in table["data"])  # right ran plain
+    assert 7 <= len(table["data"]) <= 8 and any("left ran" in r[0] for r in table["data"])  # right ran plain
     assert {"EAGLE-3, chains", "EAGLE-3.1, chains"} <= {trace["name"] for trace in json.loads(chart["plot"])["data"]}
     assert "Left ran with EAGLE-3, k = 4: predicted" in note and "measured" in note
     assert "Right ran plain decoding: the baseline every prediction divides by" in note
@@ -363,6 +366,7 @@ def test_a_seed_repeats_a_sampled_answer(app_url: str) -> None:
     ({"k": 17}, "k .* must be between 1 and 16, got 17"),
     ({"max_new_tokens": 0}, "max new tokens must be at least 1, got 0"),
     ({"temperature": -1.0}, "temperature must be >= 0"),
+    ({"temperature": 5.0}, "temperature must be in \\[0, 2\\] \\(as vLLM's\\), got 5.0"),
     ({"temperature": 1.0, "seed": "-3"}, "seed must be a whole number from 0"),
     ({"drafter": "medusa"}, "medusa"),
     ({"chat_template": "chatml"}, "chatml"),

@@ -58,5 +58,6 @@ def test_stop_ends_a_benchmark_run(app_url: str) -> None:
     assert time.monotonic() - pressed < 15 and status.startswith("Stopped: the benchmark was stopped after ")
     assert "a partial run has no result" in status
     answer = Client(app_url, verbose=False).predict("Hello there", "eagle3.1", 4, "smollm2-135m", 0.0, 1.0, 4,
-                                                   "default", "", "", api_name="/chat")
+                                                   "default", "", "", k_auto=False,
+                                                   api_name="/chat")
     assert answer[-1]["metrics"]["generated_tokens"] > 0

@@ -11,7 +11,7 @@ import pytest
 
 from playground.engine.loop import EMPTY_PROMPT, prompt_problem
 from tests.support.appserver import long_answer_prompt
-from tests.support.browser import TIMEOUT_MS, needs_chromium, open_page, plot_marks
+from tests.support.browser import TIMEOUT_MS, fixed_chain, needs_chromium, open_page, plot_marks
 
 PROMPT = long_answer_prompt()
 pytestmark = needs_chromium
@@ -55,6 +55,7 @@ def test_chat_streams_provenance_and_live_charts(browser, real_app_url: str) -> 
 
     page = open_page(browser, real_app_url)
     expect(page.locator("#accept-plot")).to_contain_text("send a prompt")
+    fixed_chain(page)  # EAGLE-3.1, k = 4: the drafter's views (the default, auto, may choose plain decoding)
     page.locator("#max-new-tokens input[type=number]").fill("64")
     page.locator("#max-new-tokens input[type=number]").press("Enter")
     page.locator("#prompt textarea").fill("Write a function that reverses a list.")
@@ -85,8 +86,7 @@ def test_stop_stops_the_stream(browser, real_app_url: str) -> None:
     page = open_page(browser, real_app_url)
     page.locator("#max-new-tokens input[type=number]").fill("1024")
     page.locator("#max-new-tokens input[type=number]").press("Enter")
-    page.locator("#k input[type=number]").fill("1")  # one draft per step: the longest answer takes seconds
-    page.locator("#k input[type=number]").press("Enter")
+    fixed_chain(page, k=1)  # one draft per step: the longest answer takes seconds
     page.locator("#prompt textarea").fill("Write a long story about a dragon who learns to paint.")
     page.locator("#send").click()
     page.wait_for_function("document.querySelectorAll('#chat .tok-target').length > 0")
@@ -141,6 +141,7 @@ def test_compare_shows_both_sides_and_the_table(page) -> None:
 
 def test_the_seed_box_means_random_when_empty_and_repeats_when_set(page) -> None:
     """In the browser (not just the API): an empty seed box reaches the engine as no seed, a number as that seed."""
+    fixed_chain(page)
     page.locator("#temperature input[type=number]").fill("1")
     page.locator("#temperature input[type=number]").press("Enter")
     page.locator("#max-new-tokens input[type=number]").fill("16")
@@ -324,6 +325,7 @@ def test_refused_input_is_kept_explained_and_escaped(page) -> None:
     words = re.escape(prompt_problem(12345, 678)).replace("12345", r"\d+").replace("678", r"\d+")
     expect(page.locator("#chat-status")).to_contain_text(re.compile("Refused: " + words), timeout=TIMEOUT_MS)
     assert page.locator("#prompt textarea").input_value() == long_prompt
+    fixed_chain(page)
     page.locator("#k input[type=number]").fill("50")
     page.locator("#k input[type=number]").press("Tab")
     page.locator("#prompt textarea").fill(PROMPT)
@@ -340,17 +342,21 @@ def test_refused_input_is_kept_explained_and_escaped(page) -> None:
     assert page.locator("#injected").count() == 0
 
 
-def test_the_k_auto_box_is_read_and_its_refusal_stays_on_the_status_line(page) -> None:
-    """Ticking k auto reaches the run: the tests' tiny drafters ship no acceptance by position (evaluation.json), so
-    the turn is refused in one line that says so, and the box stays ticked for the next try."""
+def test_the_k_auto_box_says_why_it_cannot_price_a_drafter(page) -> None:
+    """The tests' tiny drafters ship no acceptance by position (evaluation.json), which k auto prices EAGLE with: on
+    EAGLE-3.1 the box is unticked and disabled, its info line saying why in the words the run's own check refuses
+    with; on suffix decoding (priced by replaying the answer) it can be ticked, and the k box then waits."""
     from playwright.sync_api import expect
 
-    page.locator("#k-auto input[type=checkbox]").check()
-    page.locator("#prompt textarea").fill(PROMPT)
-    page.locator("#send").click()
-    expect(page.locator("#chat-status")).to_contain_text(
-        "Refused: k auto needs eagle3.1's acceptance by position", timeout=TIMEOUT_MS)
-    assert page.locator("#k-auto input[type=checkbox]").is_checked()
+    fixed_chain(page)
+    box = page.locator("#k-auto input[type=checkbox]")
+    expect(box).to_be_disabled(timeout=TIMEOUT_MS)
+    assert not box.is_checked()
+    expect(page.locator("#k-auto")).to_contain_text("k auto needs eagle3.1's acceptance by position")
+    page.locator("#drafter").get_by_text("suffix decoding", exact=True).click()
+    expect(box).to_be_enabled(timeout=TIMEOUT_MS)
+    box.check()
+    expect(page.locator("#k input[type=number]")).to_be_disabled(timeout=TIMEOUT_MS)
 
 
 @pytest.mark.parametrize("button", ["clear", "stop"])
@@ -360,8 +366,7 @@ def test_stop_and_clear_register_within_a_second_during_a_k8_answer(browser, rea
     second). Measured here: 0.5-1.3 s with the machine's load at 2, up to 2.9 s at 7 (it took 13.5 s before the
     pacing); the bound is the busy-machine Stop test's 3 s, not the 1 s aimed at."""
     page = open_page(browser, real_app_url)
-    page.locator("#k input").fill("8")
-    page.locator("#k input").press("Enter")
+    fixed_chain(page, k=8)
     page.locator("#prompt textarea").fill("Write a long story about a dragon who learns to paint.")
     page.locator("#send").click()
     page.wait_for_function("document.querySelectorAll('#chat .tok-target').length > 20")
@@ -407,7 +412,7 @@ def test_a_pair_loaded_in_the_panel_is_picked_and_answers_losslessly(page, tiny_
         if answers:
             page.locator("#clear").click()
             page.wait_for_function("!document.querySelector('#chat-status').innerText.includes('finished')")
-        page.locator("#drafter").get_by_text(drafter).click()
+        fixed_chain(page, drafter)
         page.locator("#prompt textarea").fill("Say something.")
         page.locator("#send").click()
         page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")
@@ -423,8 +428,7 @@ def test_a_link_to_an_answer_opens_the_page_ready_to_repeat_it(browser, app_url:
     from playwright.sync_api import expect
 
     page = open_page(browser, app_url)
-    page.locator("#drafter").get_by_text("EAGLE-3", exact=True).click()
-    page.locator("#k input[type=number]").fill("3")
+    fixed_chain(page, "EAGLE-3", 3)
     page.locator("#prompt textarea").fill("Count to five & back (in words).")
     page.locator("#send").click()
     page.wait_for_function("document.querySelector('#chat-status').innerText.includes('finished')")

@@ -11,15 +11,23 @@ import gradio as gr
 from playground.drafting import METHODS, PARAMETERS, WEIGHTLESS
 from playground.engine import StepEvent
 from playground.presets import get_preset
-from playground.ui.controls import drafter_choices, drafting_controls, method_settings_controls, offered_drafters
+from playground.ui.controls import (
+    AUTO_LABEL,
+    default_drafter,
+    drafter_choices,
+    drafting_controls,
+    method_settings_controls,
+    offered_drafters,
+)
 from playground.viz import RunView, attention_drift_figure, hidden_rms_figure
 
 
 def test_a_local_preset_offers_the_weightless_methods_beside_its_drafters_labelled_from_the_registry() -> None:
     local = get_preset("smollm2-135m")
-    assert offered_drafters(local) == [*local.drafters, "ngram", "suffix", "none"]
+    assert offered_drafters(local) == ["auto", *local.drafters, "ngram", "suffix", "early-exit", "none"]
     assert dict((name, label) for label, name in drafter_choices(local)) == {
-        name: METHODS[name].label for name in offered_drafters(local)}
+        "auto": AUTO_LABEL, **{name: METHODS[name].label for name in offered_drafters(local)[1:]}}
+    assert default_drafter(local) == "auto"  # k auto chooses the method: a Chat never starts slower than plain
 
 
 def test_an_engine_is_offered_the_methods_it_runs_and_no_other() -> None:
@@ -29,6 +37,8 @@ def test_an_engine_is_offered_the_methods_it_runs_and_no_other() -> None:
     assert offered == {m for m in WEIGHTLESS if served.backend in METHODS[m].engines} == {"ngram"}
     assert not set(WEIGHTLESS) & set(offered_drafters(get_preset("remote")))
     assert offered_drafters(served)[-1] == "none"
+    assert "auto" not in offered_drafters(served)  # k auto prices our engine's steps, not vLLM's
+    assert default_drafter(served) == served.default_drafter
 
 
 def test_each_methods_settings_take_the_registry_range_and_show_only_while_it_is_chosen() -> None:

@@ -37,8 +37,8 @@ def vllm_app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     assert "Traceback" not in text and "EngineDeadError" not in text, text[-3000:]
 
 
-CHAT = dict(drafter="eagle3.1", k=K, preset="smollm2-135m-vllm", temperature=0.0, top_p=1.0, max_new_tokens=64,
-            chat_template="default", system="", seed="")
+CHAT = dict(drafter="eagle3.1", k=K, k_auto=False, preset="smollm2-135m-vllm", temperature=0.0, top_p=1.0,
+            max_new_tokens=64, chat_template="default", system="", seed="")
 
 
 def test_chat_on_vllm_streams_provenance_and_a_measured_speedup(vllm_app_url: str) -> None:

@@ -166,10 +166,11 @@ def test_figures_draw_what_a_run_has(views: dict[str, RunView]) -> None:
     assert (speed.data[0].error_x.arrayminus[0], speed.data[0].error_x.array[0]) == (20.0, 25.0)  # slowest–fastest
     stretches = window_rates(v.events, BASELINE.groups)  # the run cut into as many stretches as there are groups
     assert len(stretches) == BASELINE.groups and min(stretches) <= v.metrics.decode_tokens_per_second <= max(stretches)
-    low, high = v.speedup_range  # the 95 % interval of the ratio: the run's and the baseline's standard errors
+    low, high = v.speedup_range  # the 95 % interval of the ratio's log: the run's and the baseline's standard errors
     run_error = statistics.stdev(stretches) / statistics.mean(stretches) / math.sqrt(len(stretches))
     spread = t_quantile(len(stretches) - 1) * math.hypot(run_error, BASELINE.relative_error)
-    assert low == pytest.approx(max(v.speedup * (1 - spread), 0)) and high == pytest.approx(v.speedup * (1 + spread))
+    assert low == pytest.approx(v.speedup * math.exp(-spread)) and high == pytest.approx(v.speedup * math.exp(spread))
+    assert 0 < low < v.speedup < high
     assert f"{v.speedup:.2f}× ({low:.2f}–{high:.2f})" in speed.layout.title.text
 
 

@@ -15,7 +15,7 @@ import os
 from collections.abc import Container
 from typing import Any
 
-from playground.drafting import EAGLE3, is_weightless, method_of
+from playground.drafting import method_for
 from playground.engine import GenerationConfig
 from playground.presets import Preset
 
@@ -39,9 +39,10 @@ def speculative_config(drafter: str, k: int, options: dict | None = None, settin
     method and each of its settings (those given in `settings`, else the registry's defaults)."""
     if k < 1:
         raise ValueError(f"num_speculative_tokens must be at least 1, got {k}")
-    if is_weightless(drafter):
-        return {"method": drafter, "num_speculative_tokens": k, **method_of(drafter).settings(dict(settings))}
-    return {"model": drafter, "method": EAGLE3, "num_speculative_tokens": k, **(options or {})}
+    method = method_for(drafter)  # a drafter folder: a checkpointed method
+    if not method.checkpoint:
+        return {"method": method.vllm_method, "num_speculative_tokens": k, **method.settings(dict(settings))}
+    return {"model": drafter, "method": method.vllm_method, "num_speculative_tokens": k, **(options or {})}
 
 
 def _base_kwargs(preset: Preset, drafter: str | None, k: int, supported: Container[str] | None,

@@ -291,3 +291,20 @@ def gpu_total_bytes(devices: int) -> int | None:
         return min(int(current_platform.get_device_total_memory(i)) for i in range(devices))
     except Exception:  # noqa: BLE001 - no GPU information: vLLM decides at start
         return None
+
+
+# (a drafter's source, a method needing no checkpoint or None: plain; k; the method's settings, as args.Settings)
+EngineKey = tuple[str | None, int, tuple[tuple[str, int | float], ...]]
+
+
+def engines_to_stop(live: list[EngineKey], key: EngineKey, on_gpu: bool, alone: bool = False) -> list[EngineKey]:
+    """The live engines (least recently used first) to shut down before `key` starts: on the CPU the least recently
+    used beyond MAX_ENGINES - 1; on a GPU, where each kind has its share, the least recently used of key's kind beyond
+    its GPU_SLOTS, and every other one where the GPU has room for one engine (`alone`)."""
+    live = [k for k in live if k != key]
+    if alone:
+        return live
+    if not on_gpu:
+        return live[:max(0, len(live) - MAX_ENGINES + 1)]
+    same = [k for k in live if engine_kind(k[0]) == engine_kind(key[0])]
+    return same[:max(0, len(same) - GPU_SLOTS[engine_kind(key[0])] + 1)]

@@ -24,7 +24,7 @@ from collections.abc import Callable, Container, Iterator
 from typing import Any
 
 from playground import environment
-from playground.drafting import PLAIN, is_weightless, method_of
+from playground.drafting import PLAIN, method_for
 from playground.engine import GenerationConfig, SpecCounters
 from playground.engine.checkpoint import CheckpointError
 from playground.engine.templates import encode_chat
@@ -37,39 +37,30 @@ from playground.streamed_steps import MISSING_FIELDS
 from .. import Capabilities
 from .args import CPU_ENVIRONMENT, Settings, engine_kwargs
 from .memory import (
-    GPU_SLOTS,
-    MAX_ENGINES,
+    EngineKey,
     GpuMemoryError,
     GpuPlan,
     MemoryNeed,
-    engine_kind,
+    engines_to_stop,
     gpu_plan,
     gpu_shares,
     gpu_total_bytes,
     memory_need,
 )
-from .processes import child_processes_memory, descendant_pids, engine_processes, kill_born_since, kill_processes
+from .processes import (
+    child_processes_memory,
+    descendant_pids,
+    engine_processes,
+    kill_born_since,
+    kill_processes,
+    stop_engine,
+)
 from .starts import PRESET, engine_id, expected, measured_on, remember_start, started_before
 from .stream import VllmError, VllmPlainProbe, VllmStream, counters_from_snapshot
-
-EngineKey = tuple[str | None, int, Settings]  # (a drafter's source, a weightless method or None: plain; k; settings)
 
 STARTING_STOP_S = 5.0  # at shutdown, how long a starting engine's killed processes and its failing start are awaited
 IDLE_DEFAULT_S = 300.0  # on every host: an engine core with its worker holds ~3 GB on the CPU
 log = logging.getLogger("playground.vllm")
-
-
-def engines_to_stop(live: list[EngineKey], key: EngineKey, on_gpu: bool, alone: bool = False) -> list[EngineKey]:
-    """The live engines (least recently used first) to shut down before `key` starts: on the CPU the least recently
-    used beyond MAX_ENGINES - 1; on a GPU, where each kind has its share, the least recently used of key's kind beyond
-    its GPU_SLOTS, and every other one where the GPU has room for one engine (`alone`)."""
-    live = [k for k in live if k != key]
-    if alone:
-        return live
-    if not on_gpu:
-        return live[:max(0, len(live) - MAX_ENGINES + 1)]
-    same = [k for k in live if engine_kind(k[0]) == engine_kind(key[0])]
-    return same[:max(0, len(same) - GPU_SLOTS[engine_kind(key[0])] + 1)]
 
 
 def idle_limit_s() -> float | None:
@@ -188,8 +179,9 @@ class VllmBackend:
         """An engine's identity; a weightless method's own settings, each given or its default, are part of it."""
         if drafter == PLAIN:
             return (None, 0, ())
-        if is_weightless(drafter):
-            return (drafter, k, tuple(method_of(drafter).settings(dict(settings)).items()))
+        method = method_for(drafter)
+        if not method.checkpoint:
+            return (drafter, k, tuple(method.settings(dict(settings)).items()))
         return (self.preset.drafters.get(drafter, drafter), k, ())
 
     def _needed(self, drafter: str) -> list[str]:
@@ -299,11 +291,11 @@ class VllmBackend:
         with self._lock:
             self._last_used[key] = time.monotonic()
             if key not in self._engines:
-                if key[0] is not None and not is_weightless(key[0]):
+                if key[0] is not None and method_for(key[0]).checkpoint:
                     check_drafter_fits(self.model_folder, key[0])
                 plan = self.memory_plan()
                 for victim in engines_to_stop(list(self._engines), key, self.preset.device == "cuda", plan.alone):
-                    _stop(self._engines.pop(victim))
+                    stop_engine(self._engines.pop(victim))
                 self._before_start = descendant_pids()
                 self._current = (key, time.monotonic(), place, self._expected(key) + self._measured_on())
                 try:
@@ -343,7 +335,7 @@ class VllmBackend:
             idle = [key for key in self._engines if key != keep and not self._in_use[key]
                     and now - self._last_used.get(key, now) > self.idle_s]
             for key in idle:
-                _stop(self._engines.pop(key), timeout=0)
+                stop_engine(self._engines.pop(key), timeout=0)
                 kill_processes(self._processes.pop(key, []), STARTING_STOP_S)  # a worker outlived its core
                 self._released[key] = now - self._last_used.pop(key)
         for key in idle:
@@ -405,7 +397,8 @@ class VllmBackend:
         return counters_from_snapshot(get_metrics_snapshot())
 
     def stream(self, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
-               should_stop: Callable[[], bool] | None = None) -> VllmStream:
+               should_stop: Callable[[], bool] | None = None, session: str | None = None) -> VllmStream:
+        """One request's steps (`session` is not read: vLLM keeps its engine's own state)."""
         require_local_engine_options(self.preset.backend, cfg)
         return VllmStream(self, prompt_ids, drafter, cfg, should_stop)
 
@@ -422,36 +415,11 @@ class VllmBackend:
         try:
             while self._engines:
                 key, engine = self._engines.popitem()
-                _stop(engine, timeout=0)
+                stop_engine(engine, timeout=0)
                 kill_processes(self._processes.pop(key, []), STARTING_STOP_S)
         finally:
             if locked:
                 self._lock.release()
-
-
-def _stop(engine: Any, timeout: float | None = None) -> None:
-    """Shut an engine down, once; its processes get `timeout` seconds to exit before they are killed (None: vLLM's
-    default). Once: AsyncLLM.__del__ shuts down again, and at interpreter exit (our loop thread still holds it) that
-    second call meets torn-down module globals and prints a TypeError. Its output handler (a task on our loop) is
-    cancelled first: vLLM cancels it after stopping the engine core, and meanwhile it found the core dead and logged
-    an EngineDeadError traceback at every shutdown of the app."""
-    _cancel_output_handler(engine)
-    engine.shutdown(timeout=timeout)
-    engine.shutdown = lambda *args, **kwargs: None
-
-
-def _cancel_output_handler(engine: Any, wait_s: float = 5.0) -> None:
-    handler = getattr(engine, "output_handler", None)
-    if handler is None or handler.done() or not handler.get_loop().is_running():
-        return
-
-    async def cancel() -> None:
-        handler.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await handler
-
-    with contextlib.suppress(Exception):  # a loop that stops meanwhile: vLLM's shutdown cancels it as before
-        asyncio.run_coroutine_threadsafe(cancel(), handler.get_loop()).result(timeout=wait_s)
 
 
 def _duration(seconds: float) -> str:

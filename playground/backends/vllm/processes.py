@@ -1,9 +1,12 @@
 """The processes vLLM's engines start: an engine core and its worker per engine, children of this process (nothing else
-here starts processes), read for what they hold and killed when the app stops while an engine is still starting."""
+here starts processes), read for what they hold and killed when the app stops while an engine is still starting; and
+an engine stopped once (`stop_engine`)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+from typing import Any
 
 
 def descendant_pids() -> set[int]:
@@ -66,3 +69,28 @@ def child_processes_memory() -> tuple[int, int]:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return total, count
+
+
+def stop_engine(engine: Any, timeout: float | None = None) -> None:
+    """Shut an engine down, once; its processes get `timeout` seconds to exit before they are killed (None: vLLM's
+    default). Once: AsyncLLM.__del__ shuts down again, and at interpreter exit (our loop thread still holds it) that
+    second call meets torn-down module globals and prints a TypeError. Its output handler (a task on our loop) is
+    cancelled first: vLLM cancels it after stopping the engine core, and meanwhile it found the core dead and logged
+    an EngineDeadError traceback at every shutdown of the app."""
+    _cancel_output_handler(engine)
+    engine.shutdown(timeout=timeout)
+    engine.shutdown = lambda *args, **kwargs: None
+
+
+def _cancel_output_handler(engine: Any, wait_s: float = 5.0) -> None:
+    handler = getattr(engine, "output_handler", None)
+    if handler is None or handler.done() or not handler.get_loop().is_running():
+        return
+
+    async def cancel() -> None:
+        handler.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await handler
+
+    with contextlib.suppress(Exception):  # a loop that stops meanwhile: vLLM's shutdown cancels it as before
+        asyncio.run_coroutine_threadsafe(cancel(), handler.get_loop()).result(timeout=wait_s)

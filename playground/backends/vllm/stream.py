@@ -83,12 +83,17 @@ async def _pump(engine: Any, prompt: dict, params: Any, request_id: str, out: qu
 
 class VllmStream:
     """Iterator of StepEvents for one request; after the last event `server_counters` (vLLM's spec-decode counters
-    over the request) and `request_metrics` (CompletionOutput.spec_decode_metrics, if offered) are set."""
+    over the request), `request_metrics` (CompletionOutput.spec_decode_metrics, if offered) and `merged_steps` are
+    set: how many of the engine's steps arrived in a delta with another (a busy consumer falls behind and vLLM merges
+    outputs). Where that is above 0 the per-step view is a bound — a merged delta reads as one step accepting more —
+    while the totals (tokens, drafting steps from vLLM's counters) stay exact; vLLM's `per_step_accepted` (in
+    `request_metrics`) is the exact per-step record."""
 
     def __init__(self, backend: EnginePool, prompt_ids: list[int], drafter: str, cfg: GenerationConfig,
                  should_stop: Callable[[], bool] | None) -> None:
         self.server_counters: SpecCounters | None = None
         self.request_metrics: dict | None = None
+        self.merged_steps: int | None = None  # None until the request ends, or where vLLM's counters are not read
         self.k = 0 if drafter == PLAIN else cfg.k
         self.stepper = DeltaStepper(self.k)
         self._events = self._run(backend, prompt_ids, drafter, cfg, should_stop)
@@ -140,8 +145,18 @@ class VllmStream:
                 backend.submit(engine.abort(request_id))
         if before is not None:
             self.server_counters = (backend.spec_counters() or SpecCounters()) - before
+        self.merged_steps = merged_steps(self.request_metrics, self.server_counters, self.stepper.step - 1)
         if pending is not None:
             yield pending
+
+
+def merged_steps(request_metrics: dict | None, counters: SpecCounters | None, deltas: int) -> int | None:
+    """The engine's drafting steps that arrived merged into another's delta: vLLM's count of them (its per-request
+    `per_step_accepted`, else its counters' drafts) less the deltas after the prefill; None where neither is read.
+    Plain decoding's steps are one token each, so its merges do not change a count."""
+    steps = (request_metrics or {}).get("per_step_accepted") or None
+    count = len(steps) if steps else (counters.drafts if counters is not None and counters.drafts else None)
+    return None if count is None else max(count - deltas, 0)
 
 
 class VllmPlainProbe:

@@ -24,18 +24,6 @@ static void free_activations(PgActivations *a) {
     free(a->sum);
 }
 
-static inline void quantize_row(const float *x, int r, int k, const PgActivations *a) {
-    int blocks = k / PG_BLOCK;
-    PgActivations row = {a->q + (int64_t)r * k, a->d + (int64_t)r * blocks, a->s + (int64_t)r * blocks,
-                         a->sum + (int64_t)r * blocks, k};
-    pg_quantize_rows(x + (int64_t)r * k, 1, k, k, &row);
-}
-
-static inline PgActivations with_width(PgActivations a, int k) {
-    a.k = k;
-    return a;
-}
-
 int pg_draft_project(const PgDrafter *d, const float *aux, int rows, float *hidden, int threads) {
     const int width = d->aux_width, part = width / d->aux_count;
     float *normed = malloc(sizeof(float) * rows * width);
@@ -55,7 +43,7 @@ int pg_draft_project(const PgDrafter *d, const float *aux, int rows, float *hidd
                     pg_rms_norm(x, d->aux_norms, width, d->eps, y);
                 else
                     memcpy(y, x, sizeof(float) * width);
-                quantize_row(normed, r, width, &a);
+                pg_quantize_row(normed, r, width, &a);
             }
             pg_q8_share(d->fc, d->hidden, &a, rows, hidden, d->hidden, &counter);
         }
@@ -93,9 +81,9 @@ int pg_draft(const PgDrafter *d, const PgDraftStep *s) {
                 pg_rms_norm(projected + (int64_t)r * hidden, d->input_norm, hidden, d->eps, row);
                 pg_rms_norm(in, d->hidden_norm, hidden, d->eps, row + hidden);
                 memcpy(h + (int64_t)r * hidden, d->norm_before_residual ? row + hidden : in, sizeof(float) * hidden);
-                quantize_row(x, r, wide, &a);
+                pg_quantize_row(x, r, wide, &a);
             }
-            PgActivations act = with_width(a, wide);
+            PgActivations act = pg_with_width(a, wide);
             pg_q8_share(d->qkv, qkv_width, &act, rows, qkv, qkv_width, &counters[0]);
 #pragma omp barrier
 #pragma omp for schedule(static)
@@ -123,8 +111,8 @@ int pg_draft(const PgDrafter *d, const PgDraftStep *s) {
                           s->mass != NULL && r >= s->mass_from ? &mass : NULL);
             }
 #pragma omp for schedule(static)
-            for (int r = 0; r < rows; r++) quantize_row(attended, r, inner, &a);
-            act = with_width(a, inner);
+            for (int r = 0; r < rows; r++) pg_quantize_row(attended, r, inner, &a);
+            act = pg_with_width(a, inner);
             pg_q8_share(d->o, hidden, &act, rows, projected, hidden, &counters[1]);
 #pragma omp barrier
 #pragma omp for schedule(static)
@@ -132,17 +120,17 @@ int pg_draft(const PgDrafter *d, const PgDraftStep *s) {
                 float *state = h + (int64_t)r * hidden;
                 pg_add(state, projected + (int64_t)r * hidden, hidden);
                 pg_rms_norm(state, d->post_norm, hidden, d->eps, x + (int64_t)r * hidden);
-                quantize_row(x, r, hidden, &a);
+                pg_quantize_row(x, r, hidden, &a);
             }
-            act = with_width(a, hidden);
+            act = pg_with_width(a, hidden);
             pg_q8_share(d->gate_up, 2 * inter, &act, rows, gate_up, 2 * inter, &counters[2]);
 #pragma omp barrier
 #pragma omp for schedule(static)
             for (int r = 0; r < rows; r++) {
                 pg_silu_mul(gate_up + (int64_t)r * 2 * inter, inter, x + (int64_t)r * inter);
-                quantize_row(x, r, inter, &a);
+                pg_quantize_row(x, r, inter, &a);
             }
-            act = with_width(a, inter);
+            act = pg_with_width(a, inter);
             pg_q8_share(d->down, hidden, &act, rows, projected, hidden, &counters[3]);
 #pragma omp barrier
             const int first = s->logits_from;
@@ -165,7 +153,7 @@ int pg_draft(const PgDrafter *d, const PgDraftStep *s) {
                         s->mass[(int64_t)(r - s->mass_from) * 3 + k] = total / (float)heads;
                     }
             }
-            act = with_width(a, hidden);
+            act = pg_with_width(a, hidden);
             pg_q8_share(d->head, d->draft_vocab, &act, rows - first, s->logits, d->draft_vocab, &counters[4]);
         }
     }

@@ -51,18 +51,6 @@ static int scratch_for(const PgModel *m, const PgStep *s, int threads, Scratch *
 }
 
 /* one row of x [*, k] into the activations' row r */
-static inline void quantize_row(const float *x, int r, int k, const PgActivations *a) {
-    int blocks = k / PG_BLOCK;
-    PgActivations row = {a->q + (int64_t)r * k, a->d + (int64_t)r * blocks, a->s + (int64_t)r * blocks,
-                         a->sum + (int64_t)r * blocks, k};
-    pg_quantize_rows(x + (int64_t)r * k, 1, k, k, &row);
-}
-
-static inline PgActivations with_width(PgActivations a, int k) {
-    a.k = k;
-    return a;
-}
-
 /* where row r's keys and values go and what it attends to: its sequence's cache (a batch), or the step's */
 typedef struct {
     uint16_t *keys, *values;
@@ -122,9 +110,9 @@ int pg_forward(const PgModel *m, const PgStep *s) {
                 if (i > 0) pg_add(x, w.projected + (int64_t)r * hidden, hidden); /* the last layer's down */
                 copy_aux(m, s, i, x, r);
                 pg_rms_norm(x, layer->input_norm, hidden, m->eps, w.normed + (int64_t)r * hidden);
-                quantize_row(w.normed, r, hidden, &w.act);
+                pg_quantize_row(w.normed, r, hidden, &w.act);
             }
-            PgActivations act = with_width(w.act, hidden);
+            PgActivations act = pg_with_width(w.act, hidden);
             pg_q4_share(layer->qkv, qkv_width, &act, rows, w.qkv, qkv_width, counter++);
 #pragma omp barrier
             /* the new tokens' keys (rotated) and values into the cache: every query below may read any of them */
@@ -161,8 +149,8 @@ int pg_forward(const PgModel *m, const PgStep *s) {
                           NULL);
             }
 #pragma omp for schedule(static)
-            for (int r = 0; r < rows; r++) quantize_row(w.attended, r, inner, &w.act);
-            act = with_width(w.act, inner);
+            for (int r = 0; r < rows; r++) pg_quantize_row(w.attended, r, inner, &w.act);
+            act = pg_with_width(w.act, inner);
             pg_q4_share(layer->o, hidden, &act, rows, w.projected, hidden, counter++);
 #pragma omp barrier
 #pragma omp for schedule(static)
@@ -170,17 +158,17 @@ int pg_forward(const PgModel *m, const PgStep *s) {
                 float *x = w.x + (int64_t)r * hidden;
                 pg_add(x, w.projected + (int64_t)r * hidden, hidden);
                 pg_rms_norm(x, layer->post_norm, hidden, m->eps, w.normed + (int64_t)r * hidden);
-                quantize_row(w.normed, r, hidden, &w.act);
+                pg_quantize_row(w.normed, r, hidden, &w.act);
             }
-            act = with_width(w.act, hidden);
+            act = pg_with_width(w.act, hidden);
             pg_q4_share(layer->gate_up, 2 * inter, &act, rows, w.gate_up, 2 * inter, counter++);
 #pragma omp barrier
 #pragma omp for schedule(static)
             for (int r = 0; r < rows; r++) {
                 pg_silu_mul(w.gate_up + (int64_t)r * 2 * inter, inter, w.gated + (int64_t)r * inter);
-                quantize_row(w.gated, r, inter, &w.act);
+                pg_quantize_row(w.gated, r, inter, &w.act);
             }
-            act = with_width(w.act, inter);
+            act = pg_with_width(w.act, inter);
             pg_q4_share(layer->down, hidden, &act, rows, w.projected, hidden, counter++);
 #pragma omp barrier
         }
@@ -192,10 +180,10 @@ int pg_forward(const PgModel *m, const PgStep *s) {
             copy_aux(m, s, m->layers, x, r);
             if (r >= first) {
                 pg_rms_norm(x, m->final_norm, hidden, m->eps, w.normed + (int64_t)(r - first) * hidden);
-                quantize_row(w.normed, r - first, hidden, &w.act);
+                pg_quantize_row(w.normed, r - first, hidden, &w.act);
             }
         }
-        PgActivations act = with_width(w.act, hidden);
+        PgActivations act = pg_with_width(w.act, hidden);
         pg_q8_share(m->head, m->vocab, &act, rows - first, s->logits, m->vocab, counter);
     }
     scratch_free(&w);

@@ -112,6 +112,13 @@ void pg_q8_row(const uint8_t *packed, int k, int o, float *out) {
 
 /* rows of x [rows, k] (float) into int8 blocks (see the top of the file): per block, d = max|x| / 127 and q = x / d
  * rounded to nearest even (x times 1 / d, as the vector forms multiply) */
+void pg_quantize_row(const float *x, int r, int k, const PgActivations *a) {
+    int blocks = k / PG_BLOCK;
+    PgActivations row = {a->q + (int64_t)r * k, a->d + (int64_t)r * blocks, a->s + (int64_t)r * blocks,
+                         a->sum + (int64_t)r * blocks, k};
+    pg_quantize_rows(x + (int64_t)r * k, 1, k, k, &row);
+}
+
 void pg_quantize_rows(const float *x, int rows, int k, int64_t stride, PgActivations *a) {
     int blocks = k / PG_BLOCK;
     for (int r = 0; r < rows; r++)

@@ -18,6 +18,12 @@ void pg_pack_q4(const float *w, int n, int k, uint8_t *out);
 void pg_pack_q8(const float *w, int n, int k, uint8_t *out);
 void pg_q8_row(const uint8_t *packed, int k, int o, float *out);
 void pg_quantize_rows(const float *x, int rows, int k, int64_t stride, PgActivations *a);
+void pg_quantize_row(const float *x, int r, int k, const PgActivations *a); /* row r of x [rows, k] into row r of a */
+
+static inline PgActivations pg_with_width(PgActivations a, int k) { /* the same buffers, read as rows of k */
+    a.k = k;
+    return a;
+}
 void pg_q4_share(const uint8_t *w, int n, const PgActivations *a, int rows, float *out, int64_t stride,
                  int *counter);
 void pg_q8_share(const uint8_t *w, int n, const PgActivations *a, int rows, float *out, int64_t stride,

@@ -1,0 +1,65 @@
+"""k auto choosing the method (the default with nothing said) decodes the answer's first tokens plainly to choose;
+the answer goes on from them (`auto_k.answer_stream`) instead of decoding them again: the same greedy answer as
+plain decoding, its steps, tokens and times counted on from the probe's, and a sampled answer, whose start the greedy
+probe is not, decoded whole. On the tests' tiny pair, with step costs written by hand (no timing is asserted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from playground.auto_k import PROBE_TOKENS, answer_stream, reusable_probe
+from playground.backends import shared_backend
+from playground.drafting import PLAIN
+from playground.engine import GenerationConfig
+from playground.presets import get_preset
+from playground.request import resolve_request
+from playground.request.check import ANY_METHOD
+from tests.support.step_costs import use_hand_costs
+
+PROMPT = [{"role": "user", "content": "Tell me about the sea, then about the sea again."}]
+
+
+@pytest.fixture
+def backend(pair_models: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setenv("PLAYGROUND_CACHE_DIR", str(tmp_path))
+    use_hand_costs(monkeypatch)
+    return shared_backend(get_preset("smollm2-135m"))
+
+
+def answer(backend, cfg: GenerationConfig):
+    from playground.auto_k import auto_k
+
+    prompt_ids = backend.encode(PROMPT)
+    request = resolve_request(backend.preset, ANY_METHOD, cfg, None,
+                              lambda: auto_k(backend, ANY_METHOD, prompt_ids, len(prompt_ids) + 32))
+    stream = answer_stream(backend, prompt_ids, request.drafter, request.config, auto=request.auto)
+    return prompt_ids, request, list(stream)
+
+
+def test_a_greedy_answer_goes_on_from_the_probe_and_equals_plain_decoding(backend) -> None:
+    cfg = GenerationConfig(max_new_tokens=80, k=1)
+    prompt_ids, request, events = answer(backend, cfg)
+    assert len(reusable_probe(request.auto, request.config)) == PROBE_TOKENS  # one event a token, the prefill's first
+    plain = [t for e in backend.stream(prompt_ids, PLAIN, GenerationConfig(max_new_tokens=80)) for t in e.emitted]
+    assert [t for e in events for t in e.emitted] == plain
+    assert [e.step for e in events] == list(range(len(events)))
+    assert all(not e.drafted for e in events[:PROBE_TOKENS])  # the probe: plain steps
+    assert all(not e.finished for e in events[:-1]) and events[-1].finished
+    tokens = 0
+    for earlier, event in zip([None, *events], events):
+        tokens += len(event.emitted)
+        assert event.total_tokens == tokens
+        assert earlier is None or event.elapsed_ms >= earlier.elapsed_ms
+    if request.drafter != PLAIN:  # the method chosen drafted after the probe
+        assert any(e.drafted for e in events[PROBE_TOKENS:])
+
+
+def test_a_sampled_or_short_answer_does_not_reuse_the_greedy_probe(backend) -> None:
+    for cfg in (GenerationConfig(max_new_tokens=80, k=1, temperature=0.8, seed=3),
+                GenerationConfig(max_new_tokens=20, k=1),
+                GenerationConfig(max_new_tokens=80, k=1, stop_strings=("sea",))):
+        _, request, events = answer(backend, cfg)
+        assert request.auto is not None and not reusable_probe(request.auto, request.config)
+        assert events[0].step == 0 and len(events[0].emitted) == 1  # decoded from the prompt, its own prefill first
