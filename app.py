@@ -17,12 +17,12 @@ import playground.backends.zerogpu  # noqa: F401 - on a ZeroGPU Space `spaces` m
 # isort: split
 from starlette.middleware import Middleware
 
-from playground import flags
+from playground import environment, flags
 from playground.machine import release_freed_memory
 from playground.playback import load_preset
 from playground.presets import default_preset_name
 from playground.ui import APP_CSS, THEME, build_app, session_capacity
-from playground.ui.line import ENGINE_SLOTS, StampArrival
+from playground.ui.line import ENGINE_SLOTS, LINE, StampArrival, release_memory_when_idle
 from playground.ui.style import TOKEN_TAP_JS
 
 log = logging.getLogger("playground")
@@ -73,8 +73,15 @@ def main() -> None:
         log.warning("not loaded: %s", problem)
     demo = build_app(problem)
     demo.queue(default_concurrency_limit=ENGINE_SLOTS, max_size=64)
+    middleware, app_kwargs = [Middleware(StampArrival)], {}
+    if (environment.text("PLAYGROUND_MCP") or "1") != "0":  # the agents' tools (docs/mcp.md), on by default
+        from playground.agent.server import mcp_middleware
+        from playground.agent.tools import ModelLine
+
+        mcp, app_kwargs["lifespan"] = mcp_middleware(ModelLine(LINE, release_memory_when_idle))
+        middleware.append(mcp)
     demo.launch(ssr_mode=False, css=APP_CSS, theme=THEME, js=TOKEN_TAP_JS, state_session_capacity=session_capacity(),
-                app_kwargs={"middleware": [Middleware(StampArrival)]})
+                app_kwargs={"middleware": middleware, **app_kwargs})
 
 
 if __name__ == "__main__":

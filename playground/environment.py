@@ -36,6 +36,7 @@ SETTINGS: dict[str, str] = {
     "PLAYGROUND_MAX_DOWNLOAD_GB": "the largest own pair a visitor may download (default: 4 on a public host, "
                                   "no cap elsewhere)",
     "PLAYGROUND_PAIRS_GB": "memory the loaded own pairs may hold together (default: half the memory available)",
+    "PLAYGROUND_MCP": "0: the app serves no MCP tools (default: it serves them at /gradio_api/mcp/, docs/mcp.md)",
     "PLAYGROUND_PUBLIC_BENCH_S": "on a public host, the longest benchmark profile offered, in seconds of its "
                                  "measured duration (default 240)",
 }

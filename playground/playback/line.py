@@ -10,6 +10,8 @@ announcement still hold slots, but are not counted among those waiting.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 Key = tuple[str, str]  # (session, tab)
@@ -28,6 +30,7 @@ class EngineLine:
         self._waiting: list[Key] = []  # in the order they joined, as Gradio's queue serves them
         self._cancelled: set[Key] = set()  # left the line by Stop, not yet told
         self._lock = threading.Lock()
+        self._slots = threading.Semaphore(slots)  # Gradio's queue bounds the UI's runs; this bounds them with the rest
 
     def join(self, session: str, tab: str) -> str | None:
         """A run is being submitted: its place in line while every slot is taken by others (as a sentence), else
@@ -46,6 +49,18 @@ class EngineLine:
             self._waiting = [k for k in self._waiting if k != key]
             self._cancelled.discard(key)
             self._running.append(Holder(key, what))
+
+    @contextmanager
+    def slot(self, session: str, tab: str, what: str) -> Iterator[None]:
+        """Hold one of the model's slots while the block runs, waiting for one first: the UI's runs, which Gradio's
+        queue already keeps to `slots`, and the calls that come by another door (the agents' tools), which it does
+        not see."""
+        with self._slots:
+            self.start(session, tab, what)
+            try:
+                yield
+            finally:
+                self.finish(session, tab)
 
     def finish(self, session: str, tab: str) -> None:
         key = (session, tab)

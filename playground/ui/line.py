@@ -59,11 +59,10 @@ def stoppable(request: gr.Request | None, tab: str, what: str,
         LINE.leave(session, tab)
         yield gr.skip()  # one skip leaves every output of the listener as it was
         return
-    LINE.start(session, tab, what)
     try:
-        yield from updates(stop.is_set)
+        with LINE.slot(session, tab, what):
+            yield from updates(stop.is_set)
     finally:
-        LINE.finish(session, tab)
         release_memory_when_idle()
 
 
@@ -101,11 +100,10 @@ def holding_line(request: gr.Request | None, tab: str, what: str, updates: Calla
     trips), holding a place in the model's line while it runs: a run sent meanwhile is told it waits behind it, so
     that run's Stop finds it in line and says it was cancelled before it started."""
     session = session_id(request)
-    LINE.start(session, tab, what)
     try:
-        yield from updates()
+        with LINE.slot(session, tab, what):
+            yield from updates()
     finally:
-        LINE.finish(session, tab)
         release_memory_when_idle()  # its step-cost measurement frees much of what it took
 
 

@@ -96,4 +96,4 @@ def test_the_table_is_read_as_written() -> None:
     assert ALLOWED["presets"] == {"drafting", "environment", "blas", "smollm2"}
     assert ALLOWED["generate"] == ALLOWED["flags"] | {"health"} and "examples" in ALLOWED["bench"] - ALLOWED["train"]
     assert "ui" not in set().union(*ALLOWED.values()) and "bench" not in ALLOWED["train"]
-    assert "__main__" not in ALLOWED and len(ALLOWED) == 27
+    assert "__main__" not in ALLOWED and len(ALLOWED) == 28

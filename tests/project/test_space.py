@@ -152,6 +152,7 @@ def run_space(python: Path, folder: Path, home: Path, prompt: str, max_new_token
                                 max_new_tokens=max_new_tokens, chat_template="default", system="", seed="",
                                 api_name="/chat")
             job.result(timeout=600)
+            assert "answer" in _mcp_tools(f"http://127.0.0.1:{port}/gradio_api/mcp/")  # the Space serves MCP too
             return job.outputs()[-1]
         finally:
             app.terminate()
@@ -159,6 +160,18 @@ def run_space(python: Path, folder: Path, home: Path, prompt: str, max_new_token
 
 
 PROMPT = "Write a Python function that returns the squares of a list of numbers."
+
+
+def _mcp_tools(url: str) -> list[str]:
+    """The tool names an MCP client (the `mcp` package's) lists at `url`."""
+    import asyncio
+
+    from mcp import Client
+
+    async def names() -> list[str]:
+        async with Client(url) as client:
+            return [tool.name for tool in (await client.list_tools()).tools]
+    return asyncio.run(names())
 
 
 @pytest.mark.slow
