@@ -32,7 +32,7 @@ PENDING_ROWS = 3  # target features a typical step's first drafter call reads (a
 # 3: the samples kept by round (the prediction's range) and the time of the measurement. Version 4: the target's own
 # load reading taken before each timed call, never inside it. Version 5: the loops' own work around the calls (the
 # choice, acceptance, rollback, the step's event) measured per step in the real loops, plain and speculative.
-CODE_VERSION = 5
+CODE_VERSION = 6
 LOOP_STEPS = 6  # steps of each real loop timed per round for the loop's own work
 LOOP_PROMPT = 32  # tokens of the context those short runs read (the work around the calls hardly depends on it)
 BUSY_SHARE = 0.5  # a profile whose timed calls began beside another runnable task this often was measured busy
@@ -181,7 +181,21 @@ class CostProfile:
 
     def _resampled_medians(self, keys: tuple[tuple, ...]) -> list[dict[tuple, float]] | None:
         """RESAMPLES draws of the rounds with replacement (seeded: one profile, one range), each cost of `keys` as
-        its median over the drawn rounds; None where a cost kept no rounds."""
+        its median over the drawn rounds; None where a cost kept no rounds. Kept per set of keys: k auto prices
+        every k of every method with the same few."""
+        kept = self.__dict__.setdefault("_medians", {})
+        if "every" not in kept:  # one set of draws for every cost: each key's medians the same whoever asks
+            every = [("plain", 0), *(("verify", r) for r in self.verify), *(("chain", k) for k in self.chain),
+                     *(("tree", t) for t in self.tree), *(("loop", n) for n in self.loop)]
+            kept["every"] = self._draw_medians(tuple(every))
+        if kept["every"] is not None:
+            return kept["every"]
+        key_set = frozenset(keys)  # costs kept with different numbers of rounds: drawn per set of keys
+        if key_set not in kept:
+            kept[key_set] = self._draw_medians(keys)
+        return kept[key_set]
+
+    def _draw_medians(self, keys: tuple[tuple, ...]) -> list[dict[tuple, float]] | None:
         costs = {key: self.item(key).rounds for key in dict.fromkeys(keys)}
         counts = {len(r) for r in costs.values()}
         if len(counts) != 1 or 0 in counts:

@@ -87,7 +87,7 @@ def _generate(tmp_path: Path, prompt: str, drafter: str, k: str) -> tuple[dict, 
     return json.loads(run.stdout), run.stderr
 
 
-def test_k_auto_chooses_a_weightless_method_for_an_edit_and_eagle31_for_a_chat(tmp_path: Path) -> None:
+def test_k_auto_chooses_a_weightless_method_for_an_edit_and_what_the_costs_favour_for_a_chat(tmp_path: Path) -> None:
     edit, said = _generate(tmp_path, EDITING, "auto", "auto")
     auto = edit["auto_k"]
     assert edit["drafter"] in WEIGHTLESS and auto["method"] == edit["drafter"], auto["why"]
@@ -100,7 +100,11 @@ def test_k_auto_chooses_a_weightless_method_for_an_edit_and_eagle31_for_a_chat(t
     assert edit["token_ids"] == plain["token_ids"]  # the method chosen is lossless, as every method is
 
     chat, _ = _generate(tmp_path, CHAT, "eagle3.1,ngram,suffix", "auto")
-    auto = chat["auto_k"]
-    assert chat["drafter"] == "eagle3.1" == auto["method"], auto["why"]
+    auto = chat["auto_k"]  # a chat copies little: whichever the costs favour, or plain decoding where none pays
     assert set(auto["predicted_by_method"]) == {"eagle3.1", *PRICED_BY_REPLAY}
-    assert auto["why"].startswith(f"EAGLE-3.1 at k={auto['k']} is predicted fastest on this machine")
+    best = {name: max(table.values()) for name, table in auto["predicted_by_method"].items()}
+    if auto["k"] is None:
+        assert chat["drafter"] == "none" and auto["why"].endswith("plain decoding"), auto["why"]
+    else:
+        assert chat["drafter"] == auto["method"] and best[auto["method"]] == max(best.values()), auto["why"]
+        assert "is predicted fastest on this machine" in auto["why"]

@@ -63,3 +63,26 @@ def test_a_sampled_or_short_answer_does_not_reuse_the_greedy_probe(backend) -> N
         _, request, events = answer(backend, cfg)
         assert request.auto is not None and not reusable_probe(request.auto, request.config)
         assert events[0].step == 0 and len(events[0].emitted) == 1  # decoded from the prompt, its own prefill first
+
+
+def test_an_answer_that_ended_within_the_probe_is_the_probe() -> None:
+    """Where the plain probe reached the end of the answer, the answer is its steps, as timed: nothing is decoded
+    again (the backend is not asked), whatever was chosen."""
+    from playground.engine import StepEvent
+    from playground.engine.choice import AutoK
+
+    probe = [StepEvent(step=i, drafted=[], accepted=0, emitted=[7 + i], total_tokens=i + 1, elapsed_ms=2.0 * i,
+                       verify_ms=2.0) for i in range(11)]
+    probe[-1] = StepEvent(step=10, drafted=[], accepted=0, emitted=[2], total_tokens=11, elapsed_ms=20.0,
+                          verify_ms=2.0, finished=True, finish_reason="eos")
+    auto = AutoK(1, {1: 1.2}, "chosen", method="suffix", probe=tuple(probe))
+
+    class Refuses:
+        def stream(self, *args, **kwargs):
+            raise AssertionError("decoded again")
+
+    for budget in (11, 80):
+        events = list(answer_stream(Refuses(), [1, 2, 3], "suffix", GenerationConfig(max_new_tokens=budget, k=1),
+                                    auto=auto))
+        assert events == probe
+    assert not reusable_probe(auto, GenerationConfig(max_new_tokens=10, k=1))  # the answer's budget ends sooner
