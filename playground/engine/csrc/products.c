@@ -375,31 +375,23 @@ static inline int chunk_rows(int rows) {
         default: tile_fn(__VA_ARGS__, 8, o, stride, lanes); break; \
     }
 
-/* tiles [first, last) of a product: out[r, o] for rows 0..rows-1 and the tiles' outputs below n */
-static void q4_tiles(const uint8_t *w, int n, const PgActivations *a, int rows, float *out, int64_t stride,
-                     int first, int last) {
+/* tiles [first, last) of a product of `bits`-bit weights: out[r, o] for rows 0..rows-1 and the tiles' outputs
+ * below n */
+static void product_tiles(int bits, const uint8_t *w, int n, const PgActivations *a, int rows, float *out,
+                          int64_t stride, int first, int last) {
     int blocks = a->k / PG_BLOCK, chunk = chunk_rows(rows);
+    int64_t tile_bytes = (int64_t)blocks * (bits == 4 ? Q4_BLOCK_BYTES : Q8_BLOCK_BYTES);
     for (int t = first; t < last; t++) {
-        const uint8_t *tile = w + (int64_t)t * blocks * Q4_BLOCK_BYTES;
+        const uint8_t *tile = w + t * tile_bytes;
         int lanes = n - t * PG_TILE < PG_TILE ? n - t * PG_TILE : PG_TILE;
         float *o = out + t * PG_TILE;
         for (int r = 0; r < rows; r += chunk) {
             int R = rows - r < chunk ? rows - r : chunk;
-            DISPATCH(q4_tile, R, tile, blocks, a, r)
-        }
-    }
-}
-
-static void q8_tiles(const uint8_t *w, int n, const PgActivations *a, int rows, float *out, int64_t stride,
-                     int first, int last) {
-    int blocks = a->k / PG_BLOCK, chunk = chunk_rows(rows);
-    for (int t = first; t < last; t++) {
-        const uint8_t *tile = w + (int64_t)t * blocks * Q8_BLOCK_BYTES;
-        int lanes = n - t * PG_TILE < PG_TILE ? n - t * PG_TILE : PG_TILE;
-        float *o = out + t * PG_TILE;
-        for (int r = 0; r < rows; r += chunk) {
-            int R = rows - r < chunk ? rows - r : chunk;
-            DISPATCH(q8_tile, R, tile, blocks, a, r)
+            if (bits == 4) {
+                DISPATCH(q4_tile, R, tile, blocks, a, r)
+            } else {
+                DISPATCH(q8_tile, R, tile, blocks, a, r)
+            }
         }
     }
 }
@@ -415,10 +407,7 @@ static void take_tiles(int bits, const uint8_t *w, int n, const PgActivations *a
         int first = __atomic_fetch_add(counter, chunk, __ATOMIC_RELAXED);
         if (first >= tiles) return;
         int last = first + chunk < tiles ? first + chunk : tiles;
-        if (bits == 4)
-            q4_tiles(w, n, a, rows, out, stride, first, last);
-        else
-            q8_tiles(w, n, a, rows, out, stride, first, last);
+        product_tiles(bits, w, n, a, rows, out, stride, first, last);
     }
 }
 
