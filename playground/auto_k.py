@@ -18,6 +18,7 @@ the answer, not in the prompt. A weightless method asked by name with k auto get
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -51,16 +52,15 @@ def replayed_counts(backend: LocalBackend, drafter: str, k: int, answer: Answer)
     """(drafting steps, accepted at positions 1..k) of a greedy answer replayed under `drafter` at k
     (engine/replay.py: the steps a live run would have taken); each answer replayed once (the last 256 kept)."""
     prompt_ids, answer_ids = answer
-    key = (backend.preset.name, backend.preset.target, drafter, k, tuple(prompt_ids), tuple(answer_ids))
-    if key not in _replayed:
-        loaded = backend.drafter(drafter)
+    loaded = backend.drafter(drafter)
+
+    def counted() -> tuple[int, list[int]]:
         forced = _forced(backend, loaded.aux_layers, prompt_ids, answer_ids)
         counts = SpecCounters.from_events(replay(forced, backend.target, loaded.drafter, k), k)
-        _replayed[key] = (counts.drafts, counts.accepted_per_pos)
-        while len(_replayed) > 256:
-            _replayed.popitem(last=False)
-    _replayed.move_to_end(key)
-    return _replayed[key]
+        return counts.drafts, counts.accepted_per_pos
+
+    key = (backend.preset.name, backend.preset.target, drafter, k, tuple(prompt_ids), tuple(answer_ids))
+    return _remembered(_replayed, key, 256, counted)
 
 
 _teacher_forced: OrderedDict[tuple, object] = OrderedDict()  # (target, aux layers, answer) -> teacher_force's pass
@@ -70,11 +70,18 @@ def _forced(backend: LocalBackend, aux_layers: list[int], prompt_ids: Sequence[i
     """The target's pass over an answer (teacher_force), once for every drafter reading the same layers (the last 4
     kept)."""
     key = (backend.preset.target, tuple(aux_layers), tuple(prompt_ids), tuple(answer_ids))
-    if key not in _teacher_forced:
-        _teacher_forced[key] = teacher_force(backend.target, aux_layers, list(prompt_ids), list(answer_ids))
-        while len(_teacher_forced) > 4:
-            _teacher_forced.popitem(last=False)
-    return _teacher_forced[key]
+    return _remembered(_teacher_forced, key, 4, lambda: teacher_force(backend.target, aux_layers, list(prompt_ids),
+                                                                      list(answer_ids)))
+
+
+def _remembered(table: OrderedDict, key: tuple, most: int, make: Callable[[], object]):
+    """`make()` computed once per key, the `most` last used kept."""
+    if key not in table:
+        table[key] = make()
+        while len(table) > most:
+            table.popitem(last=False)
+    table.move_to_end(key)
+    return table[key]
 
 
 def updated_acceptance(shipped: list[float], counts: list[tuple[int, list[int]]]) -> list[float]:
@@ -131,13 +138,13 @@ def eagle_acceptance(backend: LocalBackend, drafter: str, answers: Sequence[Answ
 
 
 def drafter_profile(backend: LocalBackend, drafter: str, context_ids: list[int], tokens: int,
-                    announce: Callable[[str], None] | None = None, busy: bool | None = None) -> CostProfile:
+                    announce: Callable[[str], None] | None = None,
+                    busy: Callable[[], bool | None] = machine_busy) -> CostProfile:
     """This machine's step costs for the preset's target and `drafter` (pair_profile: measured once, then kept);
-    `busy`: the machine's load where the caller read it already (a choice among drafters reads it once)."""
+    `busy` reads the machine's load (a choice among drafters reads it once for all)."""
     loaded = backend.drafter(drafter)
-    read = {} if busy is None else {"busy": lambda: busy}
     return pair_profile(backend.target, loaded.drafter, loaded.aux_layers, (backend.preset.target, loaded.source),
-                        context_ids, tokens, cache_root(), announce=announce, **read)
+                        context_ids, tokens, cache_root(), announce=announce, busy=busy)
 
 
 def probe_answer(backend: LocalBackend, prompt_ids: list[int]) -> list[StepEvent]:
@@ -217,7 +224,7 @@ def auto_method(backend: LocalBackend, methods: list[str], prompt_ids: list[int]
     first PROBE_TOKENS tokens (`probe_answer`), replayed under each method."""
     # the load read once for every profile, in 4 reads (30 ms) rather than 10 per profile: the choice is made
     # before each answer, and its own cost is the answer's
-    since, busy = time.time(), machine_busy(samples=4, interval_s=0.01) if str(backend.target.device) == "cpu" else None
+    since, busy = time.time(), functools.cache(lambda: machine_busy(samples=4, interval_s=0.01))
     profiles = {name: drafter_profile(backend, name, prompt_ids, tokens, announce, busy)
                 for name in methods if method_for(name).priced_by == "acceptance"}
     target_costs = next(iter(profiles.values()), None)  # whose plain and verification costs price weightless steps

@@ -20,6 +20,7 @@ from playground.machine import cpu_kind, kind_words, machine_info
 from playground.playback import Conversation, EngineLine, RequestError, Run, RunSettings, chat_turn, compare
 from playground.presets import DRAFTER_LABELS, default_preset_name, get_preset, presets
 from playground.request.check import ANY_METHOD
+from playground.viz import plain_verdict
 
 MAX_TOOL_TOKENS = 512  # an agent's answer is capped below the UI's 1024: a tool call should return within a minute
 PUBLIC_MAX_TOOL_TOKENS = 256  # on a public host (a Space), where one visitor's call holds the model for everyone
@@ -66,16 +67,15 @@ def summary(run: Run) -> dict:
     """One run as an agent reads it: the answer, which method and k ran on which weights, its rate, its measured
     speedup over plain decoding with the 95 % interval and the verdict, and its acceptance."""
     view = run.view()
-    record = run.record("run", with_steps=False, view=view)
-    m = view.metrics
+    m, verdict = view.metrics, plain_verdict(view)
     timed = not view.plain  # plain decoding is the baseline, never rated against itself
     return {"text": run.text, "method": run.settings.drafter, "method_label": view.drafter, "k": view.k,
-            "k_auto": record["auto_k"]["why"] if record["auto_k"] else None, "status": run.status,
+            "k_auto": run.auto_k.why if run.auto_k else None, "status": run.status,
             "error": run.error, "tokens": m.generated_tokens, "prompt_tokens": run.prompt_tokens,
             "tokens_per_second": m.decode_tokens_per_second, "speedup": view.speedup if timed else None,
             "speedup_range": list(view.speedup_range) if timed and view.speedup_range else None,
             "speedup_not_measured": view.too_few_steps if timed else "plain decoding is the baseline",
-            "verdict": (record["verdict"] or {}).get("sentence"),
+            "verdict": verdict.sentence if verdict else None,
             "mean_acceptance_length": m.mean_acceptance_length,
             "acceptance_by_position": m.per_position_acceptance, "engine": run.engine,
             "weights": run.fields.get("weights"), "precision": run.fields.get("precision"),

@@ -129,7 +129,7 @@ def own_settings(cfg: GenerationConfig, name: str) -> GenerationConfig:
     """`cfg` with only the method settings of `name` (request.check.own_settings): the bench's settings name every
     method's, and a run takes its own alone; its adaptive draft length (the bench's, for every run that drafts with
     probabilities) only where `name` proposes with them (plain decoding and prompt lookup have none)."""
-    adaptive = cfg.min_draft_prob if name != PLAIN and method_for(name).probabilities else 0.0
+    adaptive = cfg.min_draft_prob if method_for(name).probabilities else 0.0
     return replace(cfg, method_settings=settings_of(name, cfg), min_draft_prob=adaptive)
 
 
