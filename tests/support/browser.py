@@ -39,7 +39,16 @@ def fixed_chain(page, drafter: str = "EAGLE-3.1", k: int | None = None) -> None:
     """Chat's drafter and k set as a visitor who wants one configuration sets them: the drafter picked (the page opens
     on "auto"), k auto unticked (it opens ticked), then k typed where given."""
     page.locator("#drafter").get_by_text(drafter, exact=True).click()
-    page.locator("#k-auto input[type=checkbox]").uncheck()
+    # The page's "auto" leaves the box ticked and disabled; the drafter's own state (ticked and enabled, or unticked
+    # and disabled where k auto cannot price it) arrives a round trip after the click. Unticking before it arrives
+    # clicks a box about to be disabled, which Playwright then waits on forever (seen on a busy CI machine).
+    page.wait_for_function("""() => {
+        const box = document.querySelector('#k-auto input[type=checkbox]');
+        return box !== null && !(box.checked && box.disabled);
+    }""")
+    box = page.locator("#k-auto input[type=checkbox]")
+    if box.is_checked():
+        box.uncheck()
     if k is not None:
         page.locator("#k input[type=number]").fill(str(k))
         page.locator("#k input[type=number]").press("Enter")
