@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from tests.support.browser import needs_chromium, open_page, plot_marks
+from tests.support.browser import TIMEOUT_MS, needs_chromium, open_page, plot_marks
 
 pytestmark = needs_chromium
 
@@ -67,7 +67,7 @@ def test_each_methods_controls_offer_what_the_registry_says_it_can(browser, app_
     for label, (trees, prices, probabilities) in offered.items():
         page.locator("#drafter").get_by_text(label, exact=True).click()
         for control, enabled in ((tree, trees), (auto, prices), (adaptive, probabilities)):
-            (expect(control).to_be_enabled if enabled else expect(control).to_be_disabled)(timeout=10_000)
+            (expect(control).to_be_enabled if enabled else expect(control).to_be_disabled)(timeout=TIMEOUT_MS)
     page.locator("#drafter").get_by_text("early exit (self-speculation)", exact=True).click()
     expect(page.locator("#early-exit-settings")).to_be_visible()
     expect(page.locator("#suffix-settings")).to_be_hidden()
