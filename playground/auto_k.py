@@ -30,8 +30,10 @@ from playground.engine import GenerationConfig, SpecCounters, StepEvent
 from playground.engine.choice import AutoK, Candidate, choose_k, choose_method, expected_tokens
 from playground.engine.cost_measure import machine_busy, pair_profile
 from playground.engine.costs import CostProfile
+from playground.engine.decode import plain_generate
 from playground.engine.loop import prompt_problem
-from playground.engine.replay import replay, teacher_force
+from playground.engine.replay import Forced, forced_from_run, replay, teacher_force
+from playground.engine.target import KeptPrefix
 from playground.engine.weightless import proposer_for
 from playground.presets import repo_relative
 from playground.request.check import candidates, chosen_among, own_settings, shipped_rates
@@ -56,7 +58,8 @@ def replayed_counts(backend: LocalBackend, drafter: str, k: int, answer: Answer)
 
     def counted() -> tuple[int, list[int]]:
         forced = _forced(backend, loaded.aux_layers, prompt_ids, answer_ids)
-        counts = SpecCounters.from_events(replay(forced, backend.target, loaded.drafter, k), k)
+        counts = SpecCounters.from_events(replay(forced, backend.target, loaded.drafter, k,
+                                                          acceptance_only=True), k)
         return counts.drafts, counts.accepted_per_pos
 
     key = (backend.preset.name, backend.preset.target, drafter, k, tuple(prompt_ids), tuple(answer_ids))
@@ -66,12 +69,13 @@ def replayed_counts(backend: LocalBackend, drafter: str, k: int, answer: Answer)
 _teacher_forced: OrderedDict[tuple, object] = OrderedDict()  # (target, aux layers, answer) -> teacher_force's pass
 
 
-def _forced(backend: LocalBackend, aux_layers: list[int], prompt_ids: Sequence[int], answer_ids: Sequence[int]):
-    """The target's pass over an answer (teacher_force), once for every drafter reading the same layers (the last 4
-    kept)."""
+def _forced(backend: LocalBackend, aux_layers: list[int], prompt_ids: Sequence[int], answer_ids: Sequence[int],
+            made: Forced | None = None):
+    """The target's pass over an answer (teacher_force, or `made` where the answer's own run kept it), once for every
+    drafter reading the same layers (the last 4 kept)."""
     key = (backend.preset.target, tuple(aux_layers), tuple(prompt_ids), tuple(answer_ids))
-    return _remembered(_teacher_forced, key, 4, lambda: teacher_force(backend.target, aux_layers, list(prompt_ids),
-                                                                      list(answer_ids)))
+    return _remembered(_teacher_forced, key, 4, lambda: made or teacher_force(backend.target, aux_layers,
+                                                                              list(prompt_ids), list(answer_ids)))
 
 
 def _remembered(table: OrderedDict, key: tuple, most: int, make: Callable[[], object]):
@@ -147,12 +151,32 @@ def drafter_profile(backend: LocalBackend, drafter: str, context_ids: list[int],
                         context_ids, tokens, cache_root(), announce=announce, busy=busy)
 
 
-def probe_answer(backend: LocalBackend, prompt_ids: list[int]) -> list[StepEvent]:
+def probe_answer(backend: LocalBackend, prompt_ids: list[int],
+                 aux_layers: list[int] | None = None) -> list[StepEvent]:
     """The step events of this prompt's greedy answer's first PROBE_TOKENS tokens, decoded plainly: the text a method
     would be checked against, which a weightless method's proposals (read from the prompt) and a drafter's are
-    replayed on; a greedy answer goes on from them (`answer_stream`)."""
+    replayed on; a greedy answer goes on from them (`answer_stream`), from the probe's own cache (`keep_prefix`).
+    Where `aux_layers` are given, the target's states there are kept as the decoding computed them, for the drafters'
+    replays (no second pass over the text)."""
     cfg = GenerationConfig(max_new_tokens=PROBE_TOKENS, k=1, instrument=False)
-    return list(backend.stream(prompt_ids, PLAIN, cfg))
+    backend.warm_up(prompt_ids, PLAIN)
+    kept: list[KeptPrefix] = []
+    events = list(plain_generate(backend.target, prompt_ids, cfg, aux_layers=aux_layers, keep=kept.append))
+    answer = [token for event in events for token in event.emitted]
+    if kept:
+        backend.target.keep_prefix(kept[0])
+        if aux_layers and kept[0].aux is not None and len(answer) > 1:
+            _forced(backend, aux_layers, prompt_ids, answer, forced_from_run(prompt_ids, answer, [kept[0].aux]))
+    return events
+
+
+def probe_busy(events: Sequence[StepEvent]) -> bool | None:
+    """Whether another task took a core during the probe, by its steps' own readings (machine_busy's rule); read
+    afresh where they say nothing."""
+    known = [e.others_running for e in events if e.others_running is not None]
+    if not known:
+        return machine_busy(samples=4, interval_s=0.01)
+    return sum(n > 0 for n in known) >= len(known) / 2
 
 
 def reusable_probe(auto: AutoK | None, cfg: GenerationConfig) -> list[StepEvent]:
@@ -222,9 +246,14 @@ def auto_method(backend: LocalBackend, methods: list[str], prompt_ids: list[int]
     """The method of `methods` and k predicted fastest (or plain decoding), each at this machine's step costs at a
     context of `tokens`: the module's docstring. The evidence is the session's latest answers and this answer's
     first PROBE_TOKENS tokens (`probe_answer`), replayed under each method."""
-    # the load read once for every profile, in 4 reads (30 ms) rather than 10 per profile: the choice is made
-    # before each answer, and its own cost is the answer's
-    since, busy = time.time(), functools.cache(lambda: machine_busy(samples=4, interval_s=0.01))
+    since = time.time()
+    eagles = [name for name in methods if method_for(name).priced_by == "acceptance"]
+    if announce is not None:
+        announce(f"decoding this answer's first {PROBE_TOKENS} tokens plainly: each method is replayed on them…")
+    probe_events = probe_answer(backend, list(prompt_ids), backend.drafter(eagles[0]).aux_layers if eagles else None)
+    # the load as the probe's own steps read it, for every profile: the choice is made before each answer, and its
+    # own cost is the answer's
+    busy = functools.cache(lambda: probe_busy(probe_events))
     profiles = {name: drafter_profile(backend, name, prompt_ids, tokens, announce, busy)
                 for name in methods if method_for(name).priced_by == "acceptance"}
     target_costs = next(iter(profiles.values()), None)  # whose plain and verification costs price weightless steps
@@ -232,9 +261,6 @@ def auto_method(backend: LocalBackend, methods: list[str], prompt_ids: list[int]
         target_costs = drafter_profile(backend, next(iter(backend.preset.drafters)), prompt_ids, tokens, announce,
                                        busy)
     answers = latest(session)
-    if announce is not None:
-        announce(f"decoding this answer's first {PROBE_TOKENS} tokens plainly: each method is replayed on them…")
-    probe_events = probe_answer(backend, list(prompt_ids))
     probe = [token for event in probe_events for token in event.emitted]
     evidence = [*answers, (list(prompt_ids), probe)] if len(probe) > 1 else answers
     described = " and ".join(filter(None, (session_words(answers), f"this answer's first {len(probe)} tokens "

@@ -75,6 +75,9 @@ class GenerationConfig:
     # settings of a drafting method, by the registry's names (playground/drafting.py), as (name, value) pairs; a
     # setting left out takes the registry's default
     method_settings: tuple[tuple[str, int | float], ...] = ()
+    # Draft only while drafting measures faster than plain steps on this answer (engine/guard.py): k auto's greedy
+    # chains. Which steps draft then depends on the clock, never the tokens
+    guard: bool = False
 
     def __post_init__(self) -> None:
         problem = (k_problem(self.k) or max_new_tokens_problem(self.max_new_tokens)
@@ -85,6 +88,9 @@ class GenerationConfig:
         problem = tree_problem(self, self.tree) if self.tree is not None else None
         if problem:
             raise ValueError(problem)
+        if self.guard and (not self.greedy or self.tree is not None):
+            raise ValueError("the drafting guard watches greedy chains: which steps draft depends on the clock, which "
+                             "must not change a sampled answer")
         problem = parameters_problem(dict(self.method_settings))
         if problem:
             raise ValueError(problem)

@@ -20,26 +20,40 @@ from .config import GenerationConfig
 from .drafter import Eagle3Drafter
 from .loop import Pending, Stopper, Verified, check_prompt, choose, sampler, speculate
 from .sampling import accept_greedy, accept_sampled, probabilities, sample
-from .target import Target
+from .target import KeptPrefix, Target
 from .trace import AttentionMass, StepEvent
 
 
 def plain_generate(target: Target, prompt_ids: list[int], cfg: GenerationConfig,
-                   should_stop: Callable[[], bool] | None = None) -> Iterator[StepEvent]:
-    """Plain autoregressive decoding: one target forward per token. The speedup baseline."""
+                   should_stop: Callable[[], bool] | None = None, aux_layers: list[int] | None = None,
+                   keep: Callable[[KeptPrefix], None] | None = None) -> Iterator[StepEvent]:
+    """Plain autoregressive decoding: one target forward per token. The speedup baseline. It starts from a kept cache
+    where one holds the prompt's start (`Target.take_prefix`). `keep` is given the run's cache when it ends, with the
+    features of `aux_layers` at every position it holds (k auto's probe: the chosen method goes on from them, and a
+    replay reads them as they were computed)."""
     check_prompt(target, prompt_ids)
     stopper, generator = Stopper(target, cfg, len(prompt_ids)), sampler(cfg, target.device)
-    cache, generated, next_input, step = target.new_cache(), [], list(prompt_ids), 0
+    features = [] if keep is not None and aux_layers else None
+    kept = target.take_prefix(prompt_ids, aux_layers if features is not None else [])
+    cache = kept.cache if kept is not None else target.new_cache()
+    if kept is not None and features is not None:
+        features.append(kept.aux)
+    generated, next_input, step = [], list(prompt_ids[len(kept.ids):] if kept is not None else prompt_ids), 0
     start = target.clock()
     while True:
         t0 = target.clock()
-        out = target.forward(next_input, cache, last_only=True)
+        out = target.forward(next_input, cache, aux_layers if features is not None else None, last_only=True)
+        if features is not None:
+            features.append(out.aux)
         token = choose(out.logits[-1], cfg, generator)
         emitted, reason = stopper.clip(generated, [token])
         generated += emitted
         if reason is None and should_stop is not None and should_stop():
             reason = "cancelled"
         now = target.clock()
+        if reason is not None and keep is not None:
+            keep(KeptPrefix(tuple((list(prompt_ids) + generated)[: cache.length]), cache, tuple(aux_layers or ()),
+                            torch.cat(features) if features else None))
         yield StepEvent(step=step, drafted=[], accepted=0, emitted=emitted, verify_ms=(now - t0) * 1000,
                         total_tokens=len(generated), elapsed_ms=(now - start) * 1000,
                         finished=reason is not None, finish_reason=reason, threads=out.threads,
@@ -78,17 +92,24 @@ class ChainDrafter:
         self.vocab_map = drafter.to_target_ids(torch.arange(drafter.config.draft_vocab_size, device=target.device))
         self.vocab_size = target.vocab_size
         self.none = Chain(torch.empty(0, dtype=torch.long, device=target.device), [], [], [])
+        self.unread: list[Pending] = []  # features that steps drafting nothing left for the next draft to read
 
     @torch.inference_mode()
-    def draft(self, tokens: list[int], pending: Pending, k: int) -> Chain:
+    def draft(self, tokens: list[int], pending: Pending, k: int,
+              agrees: Callable[[int, int], bool] | None = None) -> Chain:
         """Draft up to k tokens after `tokens`. Depth 1 feeds the pending target features; deeper steps feed the
-        drafter's own state.
+        drafter's own state. `agrees(depth, token)`: a replay's known target choices, the chain ending after the
+        first draft they reject (no deeper one could be accepted).
 
         Tokens stay on the device from one depth to the next: no host sync inside the chain, except one scalar per
         depth when `cfg.min_draft_prob` may end the chain early."""
         k = min(k, self.cfg.k)
-        if k <= 0:
+        if k <= 0:  # its features wait for the next draft (engine/guard.py: plain steps between drafting ones)
+            self.unread.append(pending)
             return self.none
+        if self.unread:
+            pending = Pending(torch.cat([p.aux for p in [*self.unread, pending]]), self.unread[0].start)
+            self.unread = []
         drafter, cfg, device = self.drafter, self.cfg, pending.aux.device
         context = len(tokens) - 1
         drafted, chain = [], Chain(self.none.drafted, [], [], [])
@@ -116,6 +137,8 @@ class ChainDrafter:
             if cfg.instrument:
                 chain.attention.append(out.mass(-1, context))
             if cfg.min_draft_prob and float(prob) < cfg.min_draft_prob:
+                break
+            if agrees is not None and not agrees(depth, int(token)):
                 break
             hidden = out.feedback[:, -1:]
             ids = token.view(1, 1)

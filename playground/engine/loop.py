@@ -13,6 +13,7 @@ import torch
 
 from .cache import TargetCache
 from .config import GenerationConfig
+from .guard import Guarded
 from .sampling import probabilities, sample
 from .target import Target, TargetOutput
 from .trace import StepEvent
@@ -57,16 +58,22 @@ def sampler(cfg: GenerationConfig, device: torch.device) -> torch.Generator | No
     return generator
 
 
-def prefill(target: Target, aux_layers: list[int], prompt_ids: list[int], cache: TargetCache, cfg: GenerationConfig,
+def prefill(target: Target, aux_layers: list[int], prompt_ids: list[int], cfg: GenerationConfig,
             generator: torch.Generator | None, stopper: Stopper, start: float
-            ) -> tuple[list[int], list[int], str | None, StepEvent, Pending]:
+            ) -> tuple[TargetCache, list[int], list[int], str | None, StepEvent, Pending]:
     """A speculative run's first step: target features for every prompt position, and the first token from the target
-    alone. Returns (prompt + that token, the emitted tokens, why the run ends if it does, the step's event, the
-    features, all pending for the drafter)."""
-    out = target.forward(prompt_ids, cache, aux_layers, last_only=True)
+    alone; over the prompt's tail alone where a kept cache holds the rest (`Target.take_prefix`). Returns (the cache,
+    prompt + that token, the emitted tokens, why the run ends if it does, the step's event, the features, all pending
+    for the drafter)."""
+    kept = target.take_prefix(prompt_ids, aux_layers)
+    cache = kept.cache if kept is not None else target.new_cache()
+    out = target.forward(prompt_ids[len(kept.ids):] if kept is not None else prompt_ids, cache, aux_layers,
+                         last_only=True)
+    aux = torch.cat([kept.aux, out.aux]) if kept is not None and aux_layers else out.aux
     tokens = list(prompt_ids) + [choose(out.logits[-1], cfg, generator)]
     generated, reason = stopper.clip([], tokens[-1:])
-    return tokens, generated, reason, prefill_event(generated, reason, start, target.clock(), out), Pending(out.aux, 0)
+    event = prefill_event(generated, reason, start, target.clock(), out)
+    return cache, tokens, generated, reason, event, Pending(aux, 0)
 
 
 def prefill_event(generated: list[int], reason: str | None, start: float, now: float,
@@ -152,12 +159,13 @@ def speculate(target: Target, prompt_ids: list[int], cfg: GenerationConfig,
     check_prompt(target, prompt_ids)
     stopper, generator = Stopper(target, cfg, len(prompt_ids)), sampler(cfg, target.device)
     drafting = speculator(generator)
+    if cfg.guard:
+        drafting = Guarded(drafting, target.clock)
     target.expect_rows(drafting.rows)
-    cache = target.new_cache()
     start = target.clock()
 
-    tokens, generated, reason, first, pending = prefill(target, drafting.aux_layers, prompt_ids, cache, cfg, generator,
-                                                        stopper, start)
+    cache, tokens, generated, reason, first, pending = prefill(target, drafting.aux_layers, prompt_ids, cfg,
+                                                               generator, stopper, start)
     yield first
     step = 0
     while reason is None:

@@ -95,6 +95,14 @@ def teacher_force(target: Target, aux_layers: list[int], prompt_ids: list[int], 
     return Forced(ids, prompt_len, choices, out.aux)
 
 
+def forced_from_run(prompt_ids: list[int], answer_ids: list[int], features: list[torch.Tensor]) -> Forced:
+    """A plain greedy run's own pass as a replay reads it, in place of `teacher_force`'s second one: its features at
+    every position it read (plain_generate's `features`) and its choices, which are the answer (after its last token
+    none is known)."""
+    return Forced(list(prompt_ids) + list(answer_ids), len(prompt_ids),
+                  [-1] * (len(prompt_ids) - 1) + list(answer_ids) + [-1], torch.cat(features))
+
+
 Propose = Callable[[list[int], int, int], tuple[list[int], int, dict]]
 
 
@@ -129,10 +137,12 @@ def _replay_limit(forced: Forced, target: Target, max_new_tokens: int | None) ->
 
 @torch.inference_mode()
 def replay(forced: Forced, target: Target, drafter: Eagle3Drafter, k: int, tree: TreeShape | None = None,
-           max_new_tokens: int | None = None) -> list[StepEvent]:
+           max_new_tokens: int | None = None, acceptance_only: bool = False) -> list[StepEvent]:
     """The step events (drafted, accepted, emitted; no timings) a live greedy run of this drafter would produce over
     the forced answer: chains of k, or trees of `tree` (its own depth; k is then unused). Drafting stops
-    where the live loop's budget does: `max_new_tokens` (the answer's length where None) and the target's context."""
+    where the live loop's budget does: `max_new_tokens` (the answer's length where None) and the target's context.
+    `acceptance_only`: a chain ends after its first rejected draft (its steps and acceptance by position are the
+    same; its drafted tokens and so its draft acceptance rate are not), for a reader of acceptance alone (k auto)."""
     limit = _replay_limit(forced, target, max_new_tokens)
     cfg = GenerationConfig(max_new_tokens=max(limit, 1), k=k, instrument=False)
     chains = ChainDrafter(drafter, cfg, target, None)
@@ -142,7 +152,8 @@ def replay(forced: Forced, target: Target, drafter: Eagle3Drafter, k: int, tree:
         pending = Pending(forced.aux[unread[0] : context], unread[0])  # the features of the last accepted rows
         unread[0] = context
         if tree is None:
-            drafted = chains.draft(tokens, pending, min(k, budget)).drafted.tolist()
+            agrees = (lambda depth, token: token == forced.choice(context + depth)) if acceptance_only else None
+            drafted = chains.draft(tokens, pending, min(k, budget), agrees).drafted.tolist()
             return drafted, _chain_accepted(forced, drafted, context), {}
         depth = min(tree.depth, budget)
         drafts = draft_tree(drafter, chains.cache, tokens, pending, replace(tree, depth=depth),

@@ -9,6 +9,8 @@ from __future__ import annotations
 import inspect
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -72,6 +74,16 @@ class TargetOutput:
     cores_taken: float | None = None  # other processes' CPU time in cores over the load sample before it
 
 
+@dataclass(frozen=True)
+class KeptPrefix:
+    """A run's target cache over `ids`, with the features of `aux_layers` at each of them where it computed them."""
+
+    ids: tuple[int, ...]
+    cache: TargetCache
+    aux_layers: tuple[int, ...] = ()
+    aux: torch.Tensor | None = None  # [len(ids), features]
+
+
 class Target:
     """A loaded target. On the CPU a Llama-architecture model decodes through `FastLlama` (same weights, same numbers,
     a preallocated cache); other models, and every model on a GPU, through transformers' own forward. `forward_path`
@@ -92,6 +104,8 @@ class Target:
         self.max_positions = int(getattr(self.config, "max_position_embeddings", 1 << 30))
         self.eos_ids = self._eos_ids(model, tokenizer)
         self._capture = threading.local()  # per thread: several sessions may share one target
+        self._kept: KeptPrefix | None = None  # a run's cache, offered to the next run that goes on from its text
+        self._kept_lock = threading.Lock()
         self._install_hooks()
         self.fast_problem = ("turned off" if not fast else
                              "GPU targets run through transformers (the fast path is verified on the CPU only)"
@@ -198,6 +212,37 @@ class Target:
         if drafter.embed_tokens is None:
             drafter.use_target_embeddings(self.model.get_input_embeddings())
         return ids
+
+    def keep_prefix(self, kept: KeptPrefix) -> None:
+        """Offer a finished run's cache to the next run whose prompt goes on from its tokens (k auto's plain probe,
+        which the chosen method continues): taken once, by `take_prefix`. Only where a row is computed alike in a
+        forward of any number of rows (`row_exact`), so the next run's numbers are those its own prefill would give."""
+        if self.fast is not None and self.fast.row_exact:
+            with self._kept_lock:
+                self._kept = kept
+
+    def take_prefix(self, prompt_ids: list[int], aux_layers: list[int]) -> KeptPrefix | None:
+        """The kept cache where `prompt_ids` go on from its tokens (and it holds the features of `aux_layers` where
+        the run reads any), now this run's; None otherwise."""
+        with self._kept_lock:
+            kept = self._kept
+            if (kept is None or len(kept.ids) >= len(prompt_ids) or tuple(prompt_ids[: len(kept.ids)]) != kept.ids
+                    or (aux_layers and (tuple(aux_layers) != kept.aux_layers or kept.aux is None))):
+                return None
+            self._kept = None
+        kept.cache.rollback(len(kept.ids))
+        return kept
+
+    @contextmanager
+    def prefix_set_aside(self) -> Iterator[None]:
+        """The kept cache out of reach for the block (a warm-up run must not take the run's own)."""
+        with self._kept_lock:
+            kept, self._kept = self._kept, None
+        try:
+            yield
+        finally:
+            with self._kept_lock:
+                self._kept = self._kept or kept
 
     def new_cache(self) -> TargetCache:
         return self.fast.new_cache(self.max_positions) if self.fast is not None else TransformersCache(self.config)

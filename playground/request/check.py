@@ -73,7 +73,8 @@ def resolve_request(preset: Preset, drafter: str, cfg: GenerationConfig, drafter
         return ResolvedRequest(preset, drafter, cfg, drafter_path)
     auto = choose_k()
     drafter, k = (auto.method or drafter, auto.k) if auto.k is not None else (PLAIN, 1)  # none pays: plain decoding
-    return ResolvedRequest(preset, drafter, replace(cfg, k=k, method_settings=own_settings(drafter, cfg)),
+    guard = drafter != PLAIN and cfg.greedy and cfg.tree is None  # the choice checked on the answer (engine/guard.py)
+    return ResolvedRequest(preset, drafter, replace(cfg, k=k, method_settings=own_settings(drafter, cfg), guard=guard),
                            drafter_path, auto)
 
 

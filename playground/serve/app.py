@@ -238,11 +238,12 @@ def build_app(engine: ServedEngine, limits: Limits = Limits(), api_keys: list[st
             raise ApiError(400, f"This model's maximum context length is {target.max_positions} tokens. However, you "
                                 f"requested {prompt_len + answer_budget} tokens ({prompt_len} in the prompt, "
                                 f"{answer_budget} in the completion).", "max_tokens")
+        temperature = defaults.temperature if body.temperature is None else body.temperature
         return GenerationConfig(max_new_tokens=answer_budget or min(limits.default_max_tokens, room), k=engine.k,
-                                temperature=defaults.temperature if body.temperature is None else body.temperature,
-                                top_p=defaults.top_p if body.top_p is None else body.top_p, seed=body.seed,
-                                stop_strings=body.stop_strings, instrument=False,
-                                min_draft_prob=engine.min_draft_prob, tree=engine.tree)
+                                temperature=temperature, top_p=defaults.top_p if body.top_p is None else body.top_p,
+                                seed=body.seed, stop_strings=body.stop_strings, instrument=False,
+                                min_draft_prob=engine.min_draft_prob, tree=engine.tree,
+                                guard=engine.auto is not None and engine.tree is None and temperature == 0)
 
     async def steps(prompt_ids: list[int], cfg: GenerationConfig,
                     receive: Callable[[], Awaitable[Message]]) -> AsyncIterator[tuple[StepEvent, str]]:

@@ -34,11 +34,14 @@ def test_k_auto_resolves_to_its_k_or_to_plain_decoding(monkeypatch: pytest.Monke
     preset, calls = get_preset("smollm2-135m"), []
     chosen = resolve_request(preset, "eagle3.1", GenerationConfig(k=1), choose_k=chooser(3, calls))
     assert (chosen.drafter, chosen.k, chosen.auto.k) == ("eagle3.1", 3, 3) and isinstance(chosen.config.k, int)
+    assert chosen.config.guard  # k auto's greedy chain is checked on its own answer (engine/guard.py)
+    sampled = resolve_request(preset, "eagle3.1", GenerationConfig(k=1, temperature=0.5), choose_k=chooser(3, calls))
+    assert not sampled.config.guard  # which steps draft must not move a seed's answer
     plain = resolve_request(preset, "eagle3.1", GenerationConfig(k=1), choose_k=chooser(None, calls))
     assert (plain.drafter, plain.k, plain.auto.k) == (PLAIN, 1, None)
     fixed = resolve_request(preset, "eagle3", GenerationConfig(k=5))
     assert (fixed.drafter, fixed.k, fixed.auto) == ("eagle3", 5, None)
-    assert calls == ["chose", "chose"]
+    assert calls == ["chose", "chose", "chose"] and not fixed.config.guard and not plain.config.guard
 
 
 def test_what_k_auto_cannot_choose_for_is_refused_before_the_choice_is_made(monkeypatch: pytest.MonkeyPatch) -> None:

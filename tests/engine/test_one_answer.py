@@ -72,3 +72,38 @@ def test_the_default_pair_answers_alike_loaded_idle_and_beside_noisy_neighbours(
         with noisy_neighbours():
             busy_kernels, busy = answers()
         assert (busy_kernels, busy) == (kernels, idle)
+
+
+def test_the_default_answer_on_the_int4_pair_is_plain_decodings(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """What runs with no flags on the shipped int4 pair: the plain probe, the method chosen going on from the probe's
+    own cache (Target.keep_prefix: no text forwarded twice) with the drafting guard — the same tokens as plain
+    decoding, on prompts not in the repository. Step costs are hand-written (no timing asserted); the guard reads the
+    real clock, so which steps draft varies from run to run, never the tokens."""
+    from playground.auto_k import PROBE_TOKENS, answer_stream, auto_k
+    from playground.backends.local import LocalBackend
+    from playground.drafting import PLAIN
+    from playground.engine import GenerationConfig
+    from playground.presets import get_preset
+    from playground.request import resolve_request
+    from tests.support.step_costs import use_hand_costs
+
+    monkeypatch.delenv("PLAYGROUND_MODELS_DIR", raising=False)
+    monkeypatch.setenv("PLAYGROUND_CACHE_DIR", str(tmp_path))
+    use_hand_costs(monkeypatch)
+    backend = LocalBackend(get_preset("smollm2-135m"))
+    target, taken = backend.target, []
+    assert target.fast.row_exact
+    take = target.take_prefix
+    monkeypatch.setattr(target, "take_prefix", lambda *args: taken.append(take(*args)) or taken[-1])
+    for prompt in PROMPTS:
+        taken.clear()
+        ids = backend.encode([{"role": "user", "content": prompt}])
+        cfg = GenerationConfig(max_new_tokens=96, k=1)
+        request = resolve_request(backend.preset, "eagle3.1,suffix", cfg, None,
+                                  lambda ids=ids: auto_k(backend, "eagle3.1,suffix", ids, len(ids) + 48))
+        events = list(answer_stream(backend, ids, request.drafter, request.config, auto=request.auto))
+        plain = [t for e in backend.stream(ids, PLAIN, cfg) for t in e.emitted]
+        assert [t for e in events for t in e.emitted] == plain, request.auto.short()
+        if len(plain) > PROBE_TOKENS:
+            assert request.config.guard == (request.drafter != PLAIN)
+            assert [len(t.ids) for t in taken if t is not None][:1] == [len(ids) + PROBE_TOKENS - 1]

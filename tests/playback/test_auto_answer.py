@@ -38,9 +38,16 @@ def answer(backend, cfg: GenerationConfig):
     return prompt_ids, request, list(stream)
 
 
-def test_a_greedy_answer_goes_on_from_the_probe_and_equals_plain_decoding(backend) -> None:
+def test_a_greedy_answer_goes_on_from_the_probe_and_equals_plain_decoding(backend, monkeypatch) -> None:
+    """... from the probe's own cache where the target keeps one (int4 here: row-exact), forwarding no text twice."""
     cfg = GenerationConfig(max_new_tokens=80, k=1)
+    target, taken = backend.target, []
+    take = target.take_prefix
+    monkeypatch.setattr(target, "take_prefix", lambda *args: taken.append(take(*args)) or taken[-1])
     prompt_ids, request, events = answer(backend, cfg)
+    if target.fast is not None and target.fast.row_exact:
+        assert [len(t.ids) for t in taken if t is not None] == [len(prompt_ids) + PROBE_TOKENS - 1]
+    assert request.config.guard == (request.drafter != PLAIN)
     assert len(reusable_probe(request.auto, request.config)) == PROBE_TOKENS  # one event a token, the prefill's first
     plain = [t for e in backend.stream(prompt_ids, PLAIN, GenerationConfig(max_new_tokens=80)) for t in e.emitted]
     assert [t for e in events for t in e.emitted] == plain
