@@ -72,7 +72,8 @@ def main() -> None:
                 print(f"{kind} {i}: end to end {ratios[kind][-1][0]:.2f}x, decode rate {ratios[kind][-1][1]:.2f}x "
                       f"({got[True][2]})", flush=True)
     print(f"{cpu_kind()}; {args.max_new_tokens} tokens; {args.neighbours} busy neighbour(s)")
-    for kind, pairs in [*ratios.items(), ("all", [p for pairs in ratios.values() for p in pairs])]:
+    pooled = [pair for pairs in ratios.values() for pair in pairs]
+    for kind, pairs in [*ratios.items(), ("all", pooled)]:
         e2e, rate = [a for a, _ in pairs], [b for _, b in pairs]
         print(f"{kind}: end to end median {statistics.median(e2e):.2f}x ({min(e2e):.2f}-{max(e2e):.2f}), decode rate "
               f"median {statistics.median(rate):.2f}x ({min(rate):.2f}-{max(rate):.2f}) over {len(pairs)} answers")
