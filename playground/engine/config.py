@@ -75,7 +75,7 @@ class GenerationConfig:
     # settings of a drafting method, by the registry's names (playground/drafting.py), as (name, value) pairs; a
     # setting left out takes the registry's default
     method_settings: tuple[tuple[str, int | float], ...] = ()
-    # Draft only while drafting measures faster than plain steps on this answer (engine/guard.py): k auto's greedy
+    # Pause drafting where it measures clearly slower than plain steps on this answer (engine/guard.py): k auto's greedy
     # chains. Which steps draft then depends on the clock, never the tokens
     guard: bool = False
 

@@ -57,7 +57,7 @@ def test_drafting_that_measures_slower_pauses_and_every_token_is_plain_decodings
     drafted = [bool(e.drafted) for e in events[1:]]
     assert guard.judgements and not any(guard.judgements)
     assert drafted[: guard_module.PLAIN_STEPS] == [False] * guard_module.PLAIN_STEPS
-    window = guard_module.PLAIN_STEPS + guard_module.WINDOW
+    window = guard_module.PLAIN_STEPS + guard_module.FIRST_JUDGEMENT
     assert all(drafted[guard_module.PLAIN_STEPS: window])
     assert not any(drafted[window: window + guard_module.FIRST_PAUSE]), "drafting went on after it lost"
     assert sum(drafted) < len(drafted) / 2
