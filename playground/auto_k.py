@@ -170,15 +170,6 @@ def probe_answer(backend: LocalBackend, prompt_ids: list[int],
     return events
 
 
-def probe_busy(events: Sequence[StepEvent]) -> bool | None:
-    """Whether another task took a core during the probe, by its steps' own readings (machine_busy's rule); read
-    afresh where they say nothing."""
-    known = [e.others_running for e in events if e.others_running is not None]
-    if not known:
-        return machine_busy(samples=4, interval_s=0.01)
-    return sum(n > 0 for n in known) >= len(known) / 2
-
-
 def reusable_probe(auto: AutoK | None, cfg: GenerationConfig) -> list[StepEvent]:
     """The probe's steps where the answer can go on from them, or is them: a greedy answer (the probe is plain greedy
     decoding's own start) with no stop string to look for in it, whose probe ran to its budget (and the answer's is
@@ -246,14 +237,11 @@ def auto_method(backend: LocalBackend, methods: list[str], prompt_ids: list[int]
     """The method of `methods` and k predicted fastest (or plain decoding), each at this machine's step costs at a
     context of `tokens`: the module's docstring. The evidence is the session's latest answers and this answer's
     first PROBE_TOKENS tokens (`probe_answer`), replayed under each method."""
-    since = time.time()
+    # the load read once for every profile, in 4 reads (30 ms) rather than 10 per profile, before the probe decodes
+    # (read from the probe's own steps instead, an idle machine with a browser rendering beside it read busy): the
+    # choice is made before each answer, and its own cost is the answer's
+    since, busy = time.time(), functools.cache(lambda: machine_busy(samples=4, interval_s=0.01))
     eagles = [name for name in methods if method_for(name).priced_by == "acceptance"]
-    if announce is not None:
-        announce(f"decoding this answer's first {PROBE_TOKENS} tokens plainly: each method is replayed on them…")
-    probe_events = probe_answer(backend, list(prompt_ids), backend.drafter(eagles[0]).aux_layers if eagles else None)
-    # the load as the probe's own steps read it, for every profile: the choice is made before each answer, and its
-    # own cost is the answer's
-    busy = functools.cache(lambda: probe_busy(probe_events))
     profiles = {name: drafter_profile(backend, name, prompt_ids, tokens, announce, busy)
                 for name in methods if method_for(name).priced_by == "acceptance"}
     target_costs = next(iter(profiles.values()), None)  # whose plain and verification costs price weightless steps
@@ -261,6 +249,9 @@ def auto_method(backend: LocalBackend, methods: list[str], prompt_ids: list[int]
         target_costs = drafter_profile(backend, next(iter(backend.preset.drafters)), prompt_ids, tokens, announce,
                                        busy)
     answers = latest(session)
+    if announce is not None:
+        announce(f"decoding this answer's first {PROBE_TOKENS} tokens plainly: each method is replayed on them…")
+    probe_events = probe_answer(backend, list(prompt_ids), backend.drafter(eagles[0]).aux_layers if eagles else None)
     probe = [token for event in probe_events for token in event.emitted]
     evidence = [*answers, (list(prompt_ids), probe)] if len(probe) > 1 else answers
     described = " and ".join(filter(None, (session_words(answers), f"this answer's first {len(probe)} tokens "
