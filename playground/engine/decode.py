@@ -34,11 +34,10 @@ def plain_generate(target: Target, prompt_ids: list[int], cfg: GenerationConfig,
     check_prompt(target, prompt_ids)
     stopper, generator = Stopper(target, cfg, len(prompt_ids)), sampler(cfg, target.device)
     features = [] if keep is not None and aux_layers else None
-    kept = target.take_prefix(prompt_ids, aux_layers if features is not None else [])
-    cache = kept.cache if kept is not None else target.new_cache()
-    if kept is not None and features is not None:
-        features.append(kept.aux)
-    generated, next_input, step = [], list(prompt_ids[len(kept.ids):] if kept is not None else prompt_ids), 0
+    cache, next_input, kept_aux = target.start_from(prompt_ids, aux_layers if features is not None else [])
+    if kept_aux is not None and features is not None:
+        features.append(kept_aux)
+    generated, step = [], 0
     start = target.clock()
     while True:
         t0 = target.clock()

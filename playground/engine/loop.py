@@ -65,11 +65,9 @@ def prefill(target: Target, aux_layers: list[int], prompt_ids: list[int], cfg: G
     alone; over the prompt's tail alone where a kept cache holds the rest (`Target.take_prefix`). Returns (the cache,
     prompt + that token, the emitted tokens, why the run ends if it does, the step's event, the features, all pending
     for the drafter)."""
-    kept = target.take_prefix(prompt_ids, aux_layers)
-    cache = kept.cache if kept is not None else target.new_cache()
-    out = target.forward(prompt_ids[len(kept.ids):] if kept is not None else prompt_ids, cache, aux_layers,
-                         last_only=True)
-    aux = torch.cat([kept.aux, out.aux]) if kept is not None and aux_layers else out.aux
+    cache, tail, kept_aux = target.start_from(prompt_ids, aux_layers)
+    out = target.forward(tail, cache, aux_layers, last_only=True)
+    aux = torch.cat([kept_aux, out.aux]) if kept_aux is not None and aux_layers else out.aux
     tokens = list(prompt_ids) + [choose(out.logits[-1], cfg, generator)]
     generated, reason = stopper.clip([], tokens[-1:])
     event = prefill_event(generated, reason, start, target.clock(), out)

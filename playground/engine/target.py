@@ -233,6 +233,15 @@ class Target:
         kept.cache.rollback(len(kept.ids))
         return kept
 
+    def start_from(self, prompt_ids: list[int], aux_layers: list[int]
+                   ) -> tuple[TargetCache, list[int], torch.Tensor | None]:
+        """Where a run starts: (its cache, the prompt's ids still to forward, the kept features of those before
+        them): a kept cache that holds the prompt's start (`take_prefix`), else a new one and the whole prompt."""
+        kept = self.take_prefix(prompt_ids, aux_layers)
+        if kept is None:
+            return self.new_cache(), list(prompt_ids), None
+        return kept.cache, list(prompt_ids[len(kept.ids):]), kept.aux
+
     @contextmanager
     def prefix_set_aside(self) -> Iterator[None]:
         """The kept cache out of reach for the block (a warm-up run must not take the run's own)."""
